@@ -1,0 +1,170 @@
+// The in-memory model of a memory-history snapshot.
+//
+// This is the contract between the three halves of the product: the recorder
+// fills it at dump time, the binary format (format.hpp) and the PyTorch pickle
+// reader (pickle.hpp) serialize it, and the analyzer reads it. It holds raw
+// facts only; every interpretation lives in analyzer/.
+//
+// Thread safety: plain values, no internal synchronization.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cachealloc::snapshot {
+
+// Strong ids. 0 is reserved for "none" in StackId and StringId.
+struct StackId {
+  std::uint32_t value = 0;
+  friend bool operator==(StackId, StackId) = default;
+  friend auto operator<=>(StackId, StackId) = default;
+  explicit operator bool() const { return value != 0; }
+};
+struct FrameId {
+  std::uint32_t value = 0;
+  friend bool operator==(FrameId, FrameId) = default;
+  friend auto operator<=>(FrameId, FrameId) = default;
+};
+struct StringId {
+  std::uint32_t value = 0;
+  friend bool operator==(StringId, StringId) = default;
+  friend auto operator<=>(StringId, StringId) = default;
+  explicit operator bool() const { return value != 0; }
+};
+
+// Every kind of allocator event the recorder keeps. The numeric values are
+// part of the on-disk format: append only, never renumber.
+enum class EventKind : std::uint8_t {
+  alloc = 0,           // address, size = block size, aux = requested bytes
+  free_requested = 1,  // address, size = block size, aux = requested bytes
+  free_completed = 2,  // address, size = block size, aux = requested bytes (may follow
+                       // free_requested later, when the free waited for stream events)
+  split = 3,           // address = block start, size = the front part handed out,
+                       // aux = the remainder, which starts at address + size
+  merge = 4,           // address = merged block start, size = merged size,
+                       // aux = bytes absorbed from the neighbour
+  segment_alloc = 5,   // address, size = segment size, aux = SegmentFlags
+  segment_release = 6, // address, size = segment size
+  segment_map = 7,     // expandable segments: address, size of the range mapped
+  segment_unmap = 8,   // expandable segments: address, size of the range unmapped
+  empty_cache = 9,     // size = bytes released to the device by this call
+  oom = 10,            // size = requested bytes, address = device free bytes,
+                       // aux = allocator cap in bytes (0 = no cap)
+  annotation_begin = 11, // aux = StringId of the annotation's name
+  annotation_end = 12,   // aux = StringId of the annotation's name
+  snapshot = 13,         // PyTorch only: a snapshot was taken here
+};
+inline constexpr int kEventKindCount = 14;
+
+const char* to_string(EventKind kind) noexcept;
+// Returns false when `name` names no kind.
+bool parse_event_kind(const std::string& name, EventKind& out) noexcept;
+
+enum SegmentFlags : std::uint64_t {
+  segment_flag_large_pool = 1u << 0,
+  segment_flag_expandable = 1u << 1,
+};
+
+// One allocator event. `time_ns` is monotonic (CLOCK_MONOTONIC) and never
+// decreases along the ring. `stream` is an opaque stream handle (0 = default).
+struct Event {
+  EventKind kind = EventKind::alloc;
+  std::int32_t device = 0;
+  std::uint32_t thread = 0;  // small thread index, see Snapshot::threads
+  StackId stack{};
+  std::uint64_t time_ns = 0;
+  std::uint64_t stream = 0;
+  std::uint64_t address = 0;
+  std::uint64_t size = 0;
+  std::uint64_t aux = 0;
+  friend bool operator==(const Event&, const Event&) = default;
+};
+
+enum class BlockState : std::uint8_t {
+  active_allocated = 0,     // handed out and not freed
+  active_pending_free = 1,  // freed by the program, waiting for stream events
+  inactive = 2,             // cached: free for reuse
+  unmapped = 3,             // expandable segment address range with no memory behind it
+};
+const char* to_string(BlockState state) noexcept;
+
+struct Block {
+  std::uint64_t address = 0;
+  std::uint64_t size = 0;       // block size (rounded)
+  std::uint64_t requested = 0;  // requested bytes, 0 when inactive
+  BlockState state = BlockState::inactive;
+  StackId stack{};              // where it was allocated, when known
+  friend bool operator==(const Block&, const Block&) = default;
+};
+
+struct Segment {
+  std::int32_t device = 0;
+  std::uint64_t stream = 0;
+  std::uint64_t address = 0;
+  std::uint64_t total_size = 0;  // reserved bytes of this segment
+  bool large_pool = false;
+  bool expandable = false;
+  StackId stack{};               // where the segment was allocated, when known
+  std::vector<Block> blocks;     // in address order, covering [address, address + total_size)
+  friend bool operator==(const Segment&, const Segment&) = default;
+};
+
+// A symbolized frame. Unresolved parts are empty strings / 0.
+struct Frame {
+  std::uint64_t ip = 0;     // raw return address as captured
+  StringId function{};
+  StringId file{};
+  std::uint32_t line = 0;
+  StringId module{};
+  friend bool operator==(const Frame&, const Frame&) = default;
+};
+
+// A stack: frames innermost first.
+struct Stack {
+  std::vector<FrameId> frames;
+  friend bool operator==(const Stack&, const Stack&) = default;
+};
+
+struct DeviceInfo {
+  std::int32_t index = 0;
+  std::string name;                    // e.g. "NVIDIA H200" or "simulated"
+  std::uint64_t total_bytes = 0;       // device capacity
+  std::uint64_t driver_free_at_dump = 0;   // cudaMemGetInfo free at dump
+  std::uint64_t driver_total_at_dump = 0;  // cudaMemGetInfo total at dump
+  friend bool operator==(const DeviceInfo&, const DeviceInfo&) = default;
+};
+
+struct Header {
+  std::uint32_t format_version = 0;  // filled by the writer/reader
+  std::string writer_version;        // cachealloc version that wrote it
+  std::string source;                // "cachealloc" or "pytorch-pickle"
+  std::uint64_t dump_time_unix_ns = 0;
+  std::string program;
+  std::vector<std::string> arguments;
+  std::int64_t pid = 0;
+  std::string host;
+  friend bool operator==(const Header&, const Header&) = default;
+};
+
+struct Snapshot {
+  Header header;
+  std::vector<DeviceInfo> devices;
+  // Allocator settings as key/value text, e.g. {"max_split_size_mb", "128"},
+  // plus "config" holding the original CACHEALLOC_CONF string.
+  std::map<std::string, std::string> settings;
+  // Final stats, PyTorch's memory_stats() keys ("allocated_bytes.all.current"...).
+  std::map<std::string, std::int64_t> stats;
+  std::vector<Segment> segments;  // final layout, sorted by (device, address)
+  std::vector<Event> events;      // the ring, oldest first
+  std::uint64_t dropped_events = 0;  // events lost to ring overflow before events[0]
+  // Tables. strings[0], frames[0] and stacks[0] are placeholders for "none".
+  std::vector<std::string> strings{std::string()};
+  std::vector<Frame> frames{Frame{}};
+  std::vector<Stack> stacks{Stack{}};
+  std::vector<std::uint64_t> threads;  // Event::thread -> OS thread id
+  friend bool operator==(const Snapshot&, const Snapshot&) = default;
+};
+
+}  // namespace cachealloc::snapshot
