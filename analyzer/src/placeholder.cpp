@@ -1,0 +1,1 @@
+namespace cachealloc::analyzer {}
