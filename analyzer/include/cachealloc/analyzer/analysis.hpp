@@ -1,0 +1,160 @@
+// One pass over a snapshot that computes everything summary, peak, top,
+// fragmentation, timeline and oom need: counts, peaks with their moment,
+// per-site figures (including each site's share of the peak), fragmentation
+// samples, OOM post-mortems and a check of the replayed final layout.
+//
+// Cost: one forward Replay, O(1) amortized per event. Per-site bytes at the
+// peak are kept with a "touched since the last peak" list, so a new peak costs
+// only the sites that changed since the previous one, never a copy of the
+// live set. Memory: O(live blocks + stacks + timeline rows asked for).
+//
+// Thread safety: analyze() is reentrant.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cachealloc/analyzer/replay.hpp"
+#include "cachealloc/snapshot/model.hpp"
+
+namespace cachealloc::analyzer {
+
+inline constexpr std::size_t kNoEvent = std::numeric_limits<std::size_t>::max();
+
+// Half-open range of indices into Snapshot::events.
+struct EventWindow {
+  std::size_t begin = 0;
+  std::size_t end = kNoEvent;  // clamped to events.size()
+};
+
+// Parses a point in the trace: "123" is event 123; "1.5s", "250ms", "10us",
+// "5ns" is a time measured from events[0]. Returns the index of the first
+// event at or after that point (events.size() when past the end), or nullopt
+// with `error` set.
+std::optional<std::size_t> parse_event_point(const snapshot::Snapshot& snapshot, std::string_view text,
+                                             std::string& error);
+
+// Picks the device to analyze: `requested` when >= 0, else the first device
+// the snapshot describes, else the first device that has events or segments.
+std::int32_t pick_device(const snapshot::Snapshot& snapshot, std::int32_t requested);
+
+struct AnalysisOptions {
+  std::int32_t device = -1;
+  EventWindow window;
+  // Timeline rows: none, one per event, or `buckets` equal slices of the window.
+  enum class Timeline { none, per_event, buckets } timeline = Timeline::none;
+  std::size_t buckets = 0;
+  // Sample CacheFigures (largest free block...) at each bucket end; O(segments) each.
+  bool sample_fragmentation = false;
+  // How many sites to keep per OOM.
+  std::size_t oom_sites = 5;
+  // Called every few million events with (events done, events total).
+  std::function<void(std::size_t, std::size_t)> progress;
+};
+
+// Where a figure reached its maximum.
+struct Peak {
+  std::uint64_t bytes = 0;
+  std::size_t event = kNoEvent;  // the event after which it held; kNoEvent: at the window's start
+  std::uint64_t time_ns = 0;
+  std::vector<snapshot::StringId> phase;  // open annotations, outermost first
+};
+
+struct SiteFigures {
+  snapshot::StackId stack{};
+  std::uint64_t allocs = 0;        // alloc events in the window
+  std::uint64_t alloc_bytes = 0;   // their block sizes
+  std::uint64_t requested_bytes = 0;
+  std::uint64_t bytes_at_peak_allocated = 0;
+  std::uint32_t blocks_at_peak_allocated = 0;
+  std::uint64_t bytes_at_peak_reserved = 0;
+  std::uint32_t blocks_at_peak_reserved = 0;
+  std::uint64_t live_bytes_at_end = 0;
+  std::uint32_t live_blocks_at_end = 0;
+};
+
+struct SiteBytes {
+  snapshot::StackId stack{};
+  std::uint64_t bytes = 0;
+  std::uint32_t blocks = 0;
+};
+
+struct OomRecord {
+  std::size_t event = 0;
+  std::uint64_t time_ns = 0;
+  std::vector<snapshot::StringId> phase;
+  std::uint64_t requested = 0;
+  std::uint64_t device_free = 0;
+  std::uint64_t cap = 0;  // 0: no cap
+  Totals totals;
+  CacheFigures cache;
+  std::vector<SiteBytes> top_sites;  // by live bytes, largest first
+};
+
+struct TimelineRow {
+  std::size_t first_event = kNoEvent;  // kNoEvent: the state at the window's start
+  std::size_t last_event = kNoEvent;
+  std::uint64_t time_ns = 0;          // of last_event
+  snapshot::EventKind kind = snapshot::EventKind::alloc;  // of last_event, per-event rows only
+  Totals at_end;                      // after last_event
+  Totals max;                         // the largest value of each figure inside the row
+  std::optional<CacheFigures> cache;  // at the row's end, when sampled
+};
+
+// The result of comparing the replayed layout with the one stored at dump.
+struct LayoutCheck {
+  bool checked = false;  // false when the window ends before the last event
+  std::size_t differences = 0;
+  std::vector<std::string> first_differences;  // a few, for the report
+};
+
+struct Analysis {
+  std::int32_t device = 0;
+  EventWindow window;               // resolved
+  std::uint64_t time_origin_ns = 0; // events[0].time_ns; report times are relative to it
+  std::uint64_t dropped_events = 0;
+  std::array<std::uint64_t, snapshot::kEventKindCount> counts{};  // in the window, this device
+  std::uint64_t blocks_from_before_ring = 0;  // see InitialLayout
+  std::uint64_t unplaced_blocks = 0;
+  Totals totals_at_start;
+  Totals totals_at_end;
+  CacheFigures cache_at_start;
+  CacheFigures cache_at_end;
+  CacheFigures cache_at_peak_reserved;
+  std::size_t segments_at_end = 0;
+  Peak peak_allocated, peak_reserved, peak_active, peak_requested;
+  std::vector<SiteFigures> sites;  // indexed by StackId::value; unused stacks have zero figures
+  std::vector<OomRecord> ooms;
+  std::vector<TimelineRow> timeline;
+  ReplayAnomalies anomalies;
+  LayoutCheck layout_check;
+
+  // True when events before the ring were lost: counts and peaks are then
+  // lower bounds for the whole run (exact for the ring itself).
+  bool truncated() const noexcept { return dropped_events > 0; }
+};
+
+Analysis analyze(const snapshot::Snapshot& snapshot, const AnalysisOptions& options);
+
+// Replays to just after event `index` (kNoEvent: the state before events[0]) and
+// hands the Replay to `inspect`. For reports that need the full state at one
+// moment (segments --at, leaks, peak listings). O(index) time.
+void replay_to(const snapshot::Snapshot& snapshot, std::int32_t device, std::size_t index,
+               const std::function<void(const Replay&)>& inspect,
+               const std::function<void(std::size_t, std::size_t)>& progress = {});
+
+// Compares two layouts; stacks of inactive blocks and segment stacks are
+// ignored because the recorder need not keep them. Returns one line per
+// difference, at most `limit` lines, and the total count in `count`.
+std::vector<std::string> compare_layouts(const std::vector<snapshot::Segment>& replayed,
+                                         const std::vector<snapshot::Segment>& stored, std::size_t limit,
+                                         std::size_t& count);
+
+}  // namespace cachealloc::analyzer

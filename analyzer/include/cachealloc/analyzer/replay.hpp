@@ -1,0 +1,259 @@
+// The replay engine: walks a snapshot's events and maintains the allocator's
+// segments and blocks as they were after each event, with running totals.
+//
+// Every report in analyzer/ is built on one forward walk of this engine, so its
+// cost is the cost of the whole tool: O(1) amortized per event, no heap
+// allocation per event (block and segment records live in pools that are
+// reused), address lookups through a flat hash map, and state proportional to
+// the live blocks, never to the number of events.
+//
+// Semantics of each event kind (model.hpp gives the fields):
+//   segment_alloc    a new segment made of one inactive block.
+//   alloc            carves [address, address + size) out of the inactive block
+//                    that contains it (a split); the block becomes allocated.
+//   free_requested   the block becomes pending: no longer allocated, still active.
+//   free_completed   the block becomes inactive and merges with inactive
+//                    neighbours of the same segment, as the caching allocator does.
+//   segment_release  the segment disappears.
+//   segment_map      expandable segments: an unmapped range becomes inactive
+//                    memory; a range at the end of a segment grows it; a range
+//                    outside any segment starts a new expandable segment.
+//   segment_unmap    an inactive range becomes unmapped.
+//   split, merge     informative; the engine infers both from alloc and free.
+// Events that do not fit the state (a free of an unknown block, ...) are
+// counted in ReplayAnomalies and otherwise ignored, so a damaged trace still
+// gives an answer.
+//
+// Thread safety: none; one Replay per thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cachealloc/snapshot/model.hpp"
+
+namespace cachealloc::analyzer {
+
+namespace detail {
+class FlatHashMap;
+}
+
+// Running totals in bytes, as PyTorch's memory_stats() defines them.
+struct Totals {
+  std::uint64_t allocated = 0;  // block sizes of active_allocated blocks
+  std::uint64_t requested = 0;  // requested bytes of those blocks
+  std::uint64_t active = 0;     // allocated + pending-free block sizes
+  std::uint64_t reserved = 0;   // mapped bytes of all segments
+  friend bool operator==(const Totals&, const Totals&) = default;
+};
+
+// How the reserved bytes that are not allocated are spread, at one moment.
+// Identities: allocated + free_in_cache = reserved,
+//             allocated = requested + rounding_waste,
+//             inactive = inactive_split + cached_unsplit.
+struct CacheFigures {
+  std::uint64_t free_in_cache = 0;   // reserved - allocated (inactive + pending free)
+  std::uint64_t pending_free = 0;    // active - allocated
+  std::uint64_t inactive = 0;        // reserved - active
+  std::uint64_t inactive_split = 0;  // inactive bytes in segments that also hold active blocks
+  std::uint64_t cached_unsplit = 0;  // inactive bytes in segments with no active block:
+                                     // what empty_cache() would give back
+  std::uint64_t largest_free = 0;    // the largest inactive block
+  std::uint64_t rounding_waste = 0;  // allocated - requested
+  // 1 - largest_free / inactive; 0 when nothing is free.
+  double external_fragmentation() const noexcept {
+    return inactive == 0 ? 0.0 : 1.0 - static_cast<double>(largest_free) / static_cast<double>(inactive);
+  }
+};
+
+// Events the state could not explain. All zero on a consistent trace.
+struct ReplayAnomalies {
+  std::uint64_t alloc_outside_free_block = 0;  // no inactive block covered the allocation
+  std::uint64_t free_of_unknown_block = 0;     // free of an address holding no active block
+  std::uint64_t unknown_segment = 0;           // release/unmap of memory that is not there
+  std::uint64_t segment_released_with_active_blocks = 0;
+  std::uint64_t total() const noexcept {
+    return alloc_outside_free_block + free_of_unknown_block + unknown_segment +
+           segment_released_with_active_blocks;
+  }
+};
+
+// Per-segment figures, for the segments and fragmentation reports.
+struct SegmentFigures {
+  std::uint64_t address = 0;
+  std::uint64_t total_size = 0;
+  std::uint64_t reserved = 0;  // mapped bytes
+  std::uint64_t allocated = 0;
+  std::uint64_t requested = 0;
+  std::uint64_t active = 0;
+  std::uint64_t inactive = 0;
+  std::uint64_t largest_free = 0;
+  std::uint32_t blocks = 0;
+  std::uint32_t active_blocks = 0;
+  bool large_pool = false;
+  bool expandable = false;
+  std::uint64_t stream = 0;
+  double external_fragmentation() const noexcept {
+    return inactive == 0 ? 0.0 : 1.0 - static_cast<double>(largest_free) / static_cast<double>(inactive);
+  }
+};
+
+// What the engine needs to know about the events before the ring.
+struct InitialLayout {
+  std::vector<snapshot::Segment> segments;  // the layout just before events[0]
+  // Blocks alive at events[0] whose alloc was lost; known only from a later free.
+  std::uint64_t blocks_from_before_ring = 0;
+  // Blocks of the derivation that fell in no segment (a damaged trace).
+  std::uint64_t unplaced_blocks = 0;
+};
+
+// Derives the layout of `device` before events[0] by walking the events
+// backwards from the final layout, as PyTorch's MemoryViz does: a free undone
+// brings its block back, an alloc undone removes it, a release undone brings
+// its segment back. Gaps between active blocks become inactive blocks, which
+// is exact because the allocator always merges free neighbours.
+// Cost: O(events + final blocks) time, O(live blocks) memory.
+InitialLayout derive_initial_layout(const snapshot::Snapshot& snapshot, std::int32_t device);
+
+class Replay {
+  static constexpr std::uint32_t kNone = 0xffffffffu;
+
+ public:
+  // Starts from `initial` (see derive_initial_layout) for events of `device`.
+  // `stack_count` sizes the per-stack live counters (snapshot.stacks.size()).
+  Replay(const std::vector<snapshot::Segment>& initial, std::int32_t device, std::size_t stack_count);
+  ~Replay();
+  Replay(const Replay&) = delete;
+  Replay& operator=(const Replay&) = delete;
+
+  // Applies one event. Events of another device change nothing, except
+  // annotations, which belong to the whole program.
+  void apply(const snapshot::Event& event);
+
+  std::int32_t device() const noexcept { return device_; }
+  const Totals& totals() const noexcept { return totals_; }
+  const ReplayAnomalies& anomalies() const noexcept { return anomalies_; }
+
+  // The fragmentation figures now. O(1) without the largest free block
+  // (left 0); with it, O(segments) plus a walk of the blocks of each segment
+  // whose free blocks changed since the last call.
+  CacheFigures cache_figures(bool with_largest_free = true) const;
+  std::vector<SegmentFigures> segment_figures() const;  // in address order
+
+  // The layout now, in the model's terms, segments in address order.
+  // O(live blocks); meant for reports, not per event.
+  std::vector<snapshot::Segment> layout() const;
+
+  // Live (allocated, not pending) bytes and blocks per StackId, indexed by
+  // StackId::value. Updated on every alloc and free.
+  const std::vector<std::uint64_t>& live_bytes_by_stack() const noexcept { return live_bytes_by_stack_; }
+  const std::vector<std::uint32_t>& live_blocks_by_stack() const noexcept { return live_blocks_by_stack_; }
+  // The stack whose live bytes the last event changed, if it changed any.
+  std::optional<snapshot::StackId> last_touched_stack() const noexcept {
+    if (last_touched_stack_ == kNone) return std::nullopt;
+    return snapshot::StackId{last_touched_stack_};
+  }
+
+  // Calls visit(const LiveBlock&) for every allocated block (not pending), in no order.
+  struct LiveBlock {
+    std::uint64_t address;
+    std::uint64_t size;
+    std::uint64_t requested;
+    snapshot::StackId stack;
+  };
+  template <class Visit>
+  void for_each_allocated(Visit&& visit) const {
+    for (const BlockNode& block : blocks_) {
+      if (block.live && block.state == snapshot::BlockState::active_allocated)
+        visit(LiveBlock{block.address, block.size, block.requested, block.stack});
+    }
+  }
+
+  // Open annotations, outermost first.
+  const std::vector<snapshot::StringId>& open_annotations() const noexcept { return annotations_; }
+
+ private:
+
+  struct BlockNode {
+    std::uint64_t address = 0;
+    std::uint64_t size = 0;
+    std::uint64_t requested = 0;
+    std::uint32_t prev = kNone;  // neighbours in the same segment
+    std::uint32_t next = kNone;
+    std::uint32_t segment = kNone;
+    snapshot::StackId stack{};
+    snapshot::BlockState state = snapshot::BlockState::inactive;
+    bool live = false;  // false while the record sits on the free list
+  };
+  struct SegmentNode {
+    std::uint64_t address = 0;
+    std::uint64_t total_size = 0;
+    std::uint64_t stream = 0;
+    std::uint64_t mapped = 0;
+    std::uint64_t allocated = 0;
+    std::uint64_t requested = 0;
+    std::uint64_t active = 0;
+    std::uint64_t inactive = 0;
+    std::uint32_t first_block = kNone;
+    std::uint32_t block_count = 0;
+    std::uint32_t active_blocks = 0;
+    snapshot::StackId stack{};
+    bool large_pool = false;
+    bool expandable = false;
+    bool live = false;
+    mutable bool largest_free_stale = true;
+    mutable std::uint64_t largest_free = 0;
+  };
+
+  void on_alloc(const snapshot::Event& event);
+  void on_free_requested(std::uint64_t address);
+  void on_free_completed(std::uint64_t address);
+  void on_segment_alloc(std::uint64_t address, std::uint64_t size, std::uint64_t stream, bool large_pool,
+                        bool expandable, snapshot::StackId stack);
+  void on_segment_release(std::uint64_t address);
+  void on_segment_map(const snapshot::Event& event);
+  void on_segment_unmap(std::uint64_t address, std::uint64_t size);
+  void on_annotation_end(snapshot::StringId name);
+
+  std::uint32_t new_block();
+  void drop_block(std::uint32_t id);
+  std::uint32_t new_segment();
+  // The segment whose address range holds `address`, kNone if none. O(segments).
+  std::uint32_t segment_containing(std::uint64_t address) const;
+  // Splits blocks so that [address, address + size) is one block of state
+  // `expected`; returns it, or kNone when no such block covers the range.
+  std::uint32_t isolate(std::uint32_t segment, std::uint64_t address, std::uint64_t size,
+                        snapshot::BlockState expected);
+  // Splits `id` at `at` (inside it); the tail keeps the state. Returns the tail.
+  std::uint32_t split_block(std::uint32_t id, std::uint64_t at);
+  // Merges `id` with neighbours in the same state; returns the surviving block.
+  std::uint32_t coalesce(std::uint32_t id);
+  // cached_unsplit_ counts the inactive bytes of segments without active
+  // blocks; bracket every change of a segment's counters with these two.
+  void segment_leave(const SegmentNode& segment) noexcept;
+  void segment_enter(const SegmentNode& segment) noexcept;
+  std::uint64_t largest_free_of(const SegmentNode& segment) const;
+  void add_live(snapshot::StackId stack, std::uint64_t bytes);
+  void remove_live(snapshot::StackId stack, std::uint64_t bytes);
+  void load(const std::vector<snapshot::Segment>& initial);
+
+  std::int32_t device_;
+  Totals totals_;
+  ReplayAnomalies anomalies_;
+  std::uint64_t cached_unsplit_ = 0;
+  std::vector<BlockNode> blocks_;
+  std::vector<std::uint32_t> free_blocks_;
+  std::vector<SegmentNode> segments_;
+  std::vector<std::uint32_t> free_segments_;
+  std::unique_ptr<detail::FlatHashMap> block_at_;    // block start address -> block id
+  std::unique_ptr<detail::FlatHashMap> segment_at_;  // segment start address -> segment id
+  std::vector<std::uint64_t> live_bytes_by_stack_;
+  std::vector<std::uint32_t> live_blocks_by_stack_;
+  std::uint32_t last_touched_stack_ = kNone;
+  std::vector<snapshot::StringId> annotations_;
+};
+
+}  // namespace cachealloc::analyzer

@@ -1,0 +1,376 @@
+#include "cachealloc/analyzer/analysis.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+namespace cachealloc::analyzer {
+
+using snapshot::Event;
+using snapshot::EventKind;
+using snapshot::Segment;
+using snapshot::Snapshot;
+
+namespace {
+
+// Progress is reported between chunks so the inner loop stays branch-light.
+constexpr std::size_t kProgressChunk = std::size_t{1} << 21;
+
+std::vector<Segment> stored_layout(const Snapshot& snapshot, std::int32_t device) {
+  std::vector<Segment> result;
+  for (const Segment& segment : snapshot.segments) {
+    if (segment.device == device) result.push_back(segment);
+  }
+  std::sort(result.begin(), result.end(), [](const Segment& a, const Segment& b) { return a.address < b.address; });
+  return result;
+}
+
+// Tracks per-site bytes at the moment of one peak without copying the live
+// set at every new maximum: only sites touched since the last maximum are
+// refreshed. Invariant: at_peak[s] == live[s] for every s not in `touched`.
+class SitePeakTracker {
+ public:
+  void start(const Replay& replay) {
+    bytes_ = replay.live_bytes_by_stack();
+    blocks_ = replay.live_blocks_by_stack();
+    touched_flag_.assign(bytes_.size(), 0);
+  }
+  void touch(snapshot::StackId stack) {
+    if (stack.value >= touched_flag_.size()) {
+      touched_flag_.resize(stack.value + 1, 0);
+      bytes_.resize(stack.value + 1, 0);
+      blocks_.resize(stack.value + 1, 0);
+    }
+    if (!touched_flag_[stack.value]) {
+      touched_flag_[stack.value] = 1;
+      touched_.push_back(stack.value);
+    }
+  }
+  void new_peak(const Replay& replay) {
+    const auto& live_bytes = replay.live_bytes_by_stack();
+    const auto& live_blocks = replay.live_blocks_by_stack();
+    for (std::uint32_t s : touched_) {
+      bytes_[s] = s < live_bytes.size() ? live_bytes[s] : 0;
+      blocks_[s] = s < live_blocks.size() ? live_blocks[s] : 0;
+      touched_flag_[s] = 0;
+    }
+    touched_.clear();
+  }
+  const std::vector<std::uint64_t>& bytes() const { return bytes_; }
+  const std::vector<std::uint32_t>& blocks() const { return blocks_; }
+
+ private:
+  std::vector<std::uint64_t> bytes_;
+  std::vector<std::uint32_t> blocks_;
+  std::vector<std::uint8_t> touched_flag_;
+  std::vector<std::uint32_t> touched_;
+};
+
+void record_peak(Peak& peak, std::uint64_t bytes, std::size_t event, std::uint64_t time_ns, const Replay& replay) {
+  peak.bytes = bytes;
+  peak.event = event;
+  peak.time_ns = time_ns;
+  peak.phase.assign(replay.open_annotations().begin(), replay.open_annotations().end());
+}
+
+void grow_max(Totals& max, const Totals& now) {
+  max.allocated = std::max(max.allocated, now.allocated);
+  max.requested = std::max(max.requested, now.requested);
+  max.active = std::max(max.active, now.active);
+  max.reserved = std::max(max.reserved, now.reserved);
+}
+
+bool counts_for(const Event& event, std::int32_t device) {
+  return event.device == device || event.kind == EventKind::annotation_begin ||
+         event.kind == EventKind::annotation_end;
+}
+
+}  // namespace
+
+std::optional<std::size_t> parse_event_point(const Snapshot& snapshot, std::string_view text, std::string& error) {
+  const std::string original(text);
+  if (text.empty()) {
+    error = "empty event or time";
+    return std::nullopt;
+  }
+  struct Unit {
+    std::string_view suffix;
+    double ns;
+  };
+  static constexpr Unit kUnits[] = {{"ns", 1.0}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}};
+  for (const Unit& unit : kUnits) {
+    if (text.size() <= unit.suffix.size() || !text.ends_with(unit.suffix)) continue;
+    const std::string number(text.substr(0, text.size() - unit.suffix.size()));
+    char* end = nullptr;
+    const double value = std::strtod(number.c_str(), &end);
+    if (end != number.c_str() + number.size() || !(value >= 0) || !std::isfinite(value)) break;
+    if (snapshot.events.empty()) return 0;
+    const std::uint64_t target =
+        snapshot.events.front().time_ns + static_cast<std::uint64_t>(std::llround(value * unit.ns));
+    auto it = std::lower_bound(snapshot.events.begin(), snapshot.events.end(), target,
+                               [](const Event& e, std::uint64_t t) { return e.time_ns < t; });
+    return static_cast<std::size_t>(it - snapshot.events.begin());
+  }
+  std::size_t index = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
+  if (ec != std::errc{} || ptr != text.data() + text.size()) {
+    error = "'" + original + "' is neither an event index nor a time such as 1.5s, 200ms, 10us or 5ns";
+    return std::nullopt;
+  }
+  return std::min(index, snapshot.events.size());
+}
+
+std::int32_t pick_device(const Snapshot& snapshot, std::int32_t requested) {
+  if (requested >= 0) return requested;
+  if (!snapshot.devices.empty()) return snapshot.devices.front().index;
+  for (const Event& event : snapshot.events) {
+    if (!counts_for(event, -1)) return event.device;
+  }
+  if (!snapshot.segments.empty()) return snapshot.segments.front().device;
+  return 0;
+}
+
+namespace {
+
+Analysis run_analysis(const Snapshot& snapshot, const AnalysisOptions& options, std::int32_t device,
+                      InitialLayout initial) {
+  Analysis a;
+  a.device = device;
+  a.dropped_events = snapshot.dropped_events;
+  a.time_origin_ns = snapshot.events.empty() ? 0 : snapshot.events.front().time_ns;
+  const std::size_t n = snapshot.events.size();
+  a.window.end = std::min(options.window.end, n);
+  a.window.begin = std::min(options.window.begin, a.window.end);
+
+  a.blocks_from_before_ring = initial.blocks_from_before_ring;
+  a.unplaced_blocks = initial.unplaced_blocks;
+  Replay replay(initial.segments, a.device, snapshot.stacks.size());
+  initial.segments.clear();
+  initial.segments.shrink_to_fit();
+
+  const Event* events = snapshot.events.data();
+  auto report = [&](std::size_t done) {
+    if (options.progress) options.progress(done, n);
+  };
+  // Events before the window only build up state.
+  for (std::size_t i = 0; i < a.window.begin; ++i) {
+    replay.apply(events[i]);
+    if ((i & (kProgressChunk - 1)) == 0) report(i);
+  }
+
+  a.totals_at_start = replay.totals();
+  a.cache_at_start = replay.cache_figures();
+  a.cache_at_peak_reserved = replay.cache_figures(false);
+  const std::uint64_t start_time = a.window.begin < n ? events[a.window.begin].time_ns : a.time_origin_ns;
+  record_peak(a.peak_allocated, a.totals_at_start.allocated, kNoEvent, start_time, replay);
+  record_peak(a.peak_reserved, a.totals_at_start.reserved, kNoEvent, start_time, replay);
+  record_peak(a.peak_active, a.totals_at_start.active, kNoEvent, start_time, replay);
+  record_peak(a.peak_requested, a.totals_at_start.requested, kNoEvent, start_time, replay);
+
+  a.sites.resize(snapshot.stacks.size());
+  SitePeakTracker at_peak_allocated;
+  SitePeakTracker at_peak_reserved;
+  at_peak_allocated.start(replay);
+  at_peak_reserved.start(replay);
+
+  const bool per_event = options.timeline == AnalysisOptions::Timeline::per_event;
+  const std::size_t window_size = a.window.end - a.window.begin;
+  const std::size_t buckets = options.timeline == AnalysisOptions::Timeline::buckets
+                                  ? std::max<std::size_t>(1, std::min(options.buckets, std::max<std::size_t>(window_size, 1)))
+                                  : 0;
+  if (options.timeline != AnalysisOptions::Timeline::none) {
+    TimelineRow start;
+    start.time_ns = start_time;
+    start.at_end = start.max = a.totals_at_start;
+    if (options.sample_fragmentation) start.cache = a.cache_at_start;
+    a.timeline.reserve(per_event ? window_size + 1 : buckets + 1);
+    a.timeline.push_back(start);
+  }
+  std::size_t bucket = 0;
+  std::size_t bucket_end = buckets ? a.window.begin + window_size / buckets : 0;
+  TimelineRow row;
+  row.first_event = a.window.begin;
+
+  for (std::size_t i = a.window.begin; i < a.window.end; ++i) {
+    const Event& e = events[i];
+    replay.apply(e);
+    if ((i & (kProgressChunk - 1)) == 0) report(i);
+    if (counts_for(e, a.device)) {
+      const auto kind = static_cast<std::size_t>(e.kind);
+      if (kind < a.counts.size()) ++a.counts[kind];
+      if (e.kind == EventKind::alloc && e.stack.value < a.sites.size()) {
+        SiteFigures& site = a.sites[e.stack.value];
+        ++site.allocs;
+        site.alloc_bytes += e.size;
+        site.requested_bytes += e.aux;
+      } else if (e.kind == EventKind::oom && e.device == a.device) {
+        OomRecord oom{i, e.time_ns, replay.open_annotations(), e.size, e.address, e.aux, replay.totals(),
+                      replay.cache_figures(), {}};
+        const auto& live = replay.live_bytes_by_stack();
+        const auto& blocks = replay.live_blocks_by_stack();
+        for (std::uint32_t s = 0; s < live.size(); ++s) {
+          if (live[s] != 0) oom.top_sites.push_back(SiteBytes{snapshot::StackId{s}, live[s], blocks[s]});
+        }
+        const std::size_t keep = std::min(options.oom_sites, oom.top_sites.size());
+        std::partial_sort(oom.top_sites.begin(), oom.top_sites.begin() + static_cast<std::ptrdiff_t>(keep),
+                          oom.top_sites.end(), [](const SiteBytes& x, const SiteBytes& y) {
+                            return x.bytes != y.bytes ? x.bytes > y.bytes : x.stack < y.stack;
+                          });
+        oom.top_sites.resize(keep);
+        a.ooms.push_back(std::move(oom));
+      }
+    }
+    if (const std::optional<snapshot::StackId> touched = replay.last_touched_stack()) {
+      at_peak_allocated.touch(*touched);
+      at_peak_reserved.touch(*touched);
+    }
+    const Totals& t = replay.totals();
+    if (t.allocated > a.peak_allocated.bytes) {
+      record_peak(a.peak_allocated, t.allocated, i, e.time_ns, replay);
+      at_peak_allocated.new_peak(replay);
+    }
+    if (t.reserved > a.peak_reserved.bytes) {
+      record_peak(a.peak_reserved, t.reserved, i, e.time_ns, replay);
+      at_peak_reserved.new_peak(replay);
+      a.cache_at_peak_reserved = replay.cache_figures(false);
+    }
+    if (t.active > a.peak_active.bytes) record_peak(a.peak_active, t.active, i, e.time_ns, replay);
+    if (t.requested > a.peak_requested.bytes) record_peak(a.peak_requested, t.requested, i, e.time_ns, replay);
+
+    if (per_event) {
+      TimelineRow r;
+      r.first_event = r.last_event = i;
+      r.time_ns = e.time_ns;
+      r.kind = e.kind;
+      r.at_end = r.max = t;
+      a.timeline.push_back(r);
+    } else if (buckets) {
+      grow_max(row.max, t);
+      if (i + 1 >= bucket_end) {
+        row.last_event = i;
+        row.time_ns = e.time_ns;
+        row.kind = e.kind;
+        row.at_end = t;
+        if (options.sample_fragmentation) row.cache = replay.cache_figures();
+        a.timeline.push_back(row);
+        ++bucket;
+        bucket_end = a.window.begin + (window_size * (bucket + 1)) / buckets;
+        row = TimelineRow{};
+        row.first_event = i + 1;
+        row.max = Totals{};
+      }
+    }
+  }
+  report(n);
+
+  a.totals_at_end = replay.totals();
+  a.cache_at_end = replay.cache_figures();
+  const auto& live = replay.live_bytes_by_stack();
+  const auto& live_blocks = replay.live_blocks_by_stack();
+  if (a.sites.size() < live.size()) a.sites.resize(live.size());
+  for (std::uint32_t s = 0; s < a.sites.size(); ++s) {
+    SiteFigures& site = a.sites[s];
+    site.stack = snapshot::StackId{s};
+    if (s < live.size()) {
+      site.live_bytes_at_end = live[s];
+      site.live_blocks_at_end = live_blocks[s];
+    }
+    if (s < at_peak_allocated.bytes().size()) {
+      site.bytes_at_peak_allocated = at_peak_allocated.bytes()[s];
+      site.blocks_at_peak_allocated = at_peak_allocated.blocks()[s];
+    }
+    if (s < at_peak_reserved.bytes().size()) {
+      site.bytes_at_peak_reserved = at_peak_reserved.bytes()[s];
+      site.blocks_at_peak_reserved = at_peak_reserved.blocks()[s];
+    }
+  }
+  a.anomalies = replay.anomalies();
+  std::vector<Segment> replayed = replay.layout();
+  a.segments_at_end = replayed.size();
+  if (a.window.end == n) {
+    a.layout_check.checked = true;
+    a.layout_check.first_differences =
+        compare_layouts(replayed, stored_layout(snapshot, a.device), 5, a.layout_check.differences);
+  }
+  return a;
+}
+
+}  // namespace
+
+Analysis analyze(const Snapshot& snapshot, const AnalysisOptions& options) {
+  const std::int32_t device = pick_device(snapshot, options.device);
+  // Deriving the start costs a backward pass over the events. A ring that
+  // never overflowed almost always starts from an empty allocator, so try that
+  // first and derive only when the events or the final layout contradict it
+  // (which needs the window to reach the end, where the layout is checked).
+  const bool to_the_end = std::min(options.window.end, snapshot.events.size()) == snapshot.events.size();
+  if (snapshot.dropped_events == 0 && to_the_end) {
+    Analysis a = run_analysis(snapshot, options, device, InitialLayout{});
+    if (a.anomalies.total() == 0 && a.layout_check.differences == 0) return a;
+  }
+  return run_analysis(snapshot, options, device, derive_initial_layout(snapshot, device));
+}
+
+void replay_to(const Snapshot& snapshot, std::int32_t device, std::size_t index,
+               const std::function<void(const Replay&)>& inspect,
+               const std::function<void(std::size_t, std::size_t)>& progress) {
+  InitialLayout initial = derive_initial_layout(snapshot, device);
+  Replay replay(initial.segments, device, snapshot.stacks.size());
+  const std::size_t n = snapshot.events.size();
+  const std::size_t end = index == kNoEvent ? 0 : std::min(index + 1, n);
+  for (std::size_t i = 0; i < end; ++i) {
+    replay.apply(snapshot.events[i]);
+    if (progress && (i & (kProgressChunk - 1)) == 0) progress(i, n);
+  }
+  if (progress) progress(n, n);
+  inspect(replay);
+}
+
+std::vector<std::string> compare_layouts(const std::vector<Segment>& replayed, const std::vector<Segment>& stored,
+                                         std::size_t limit, std::size_t& count) {
+  std::vector<std::string> lines;
+  count = 0;
+  auto note = [&](const std::string& line) {
+    ++count;
+    if (lines.size() < limit) lines.push_back(line);
+  };
+  auto hex = [](std::uint64_t value) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "0x%llx", static_cast<unsigned long long>(value));
+    return std::string(buffer);
+  };
+  std::size_t i = 0;
+  std::size_t j = 0;
+  while (i < replayed.size() || j < stored.size()) {
+    if (j == stored.size() || (i < replayed.size() && replayed[i].address < stored[j].address)) {
+      note("segment " + hex(replayed[i].address) + " replayed but not stored");
+      ++i;
+      continue;
+    }
+    if (i == replayed.size() || stored[j].address < replayed[i].address) {
+      note("segment " + hex(stored[j].address) + " stored but not replayed");
+      ++j;
+      continue;
+    }
+    const Segment& r = replayed[i++];
+    const Segment& s = stored[j++];
+    if (r.total_size != s.total_size || r.large_pool != s.large_pool || r.expandable != s.expandable ||
+        r.stream != s.stream) {
+      note("segment " + hex(r.address) + " differs in size, pool, stream or kind");
+      continue;
+    }
+    bool same = r.blocks.size() == s.blocks.size();
+    for (std::size_t k = 0; same && k < r.blocks.size(); ++k) {
+      const snapshot::Block& x = r.blocks[k];
+      const snapshot::Block& y = s.blocks[k];
+      same = x.address == y.address && x.size == y.size && x.state == y.state &&
+             (x.state == snapshot::BlockState::inactive || x.state == snapshot::BlockState::unmapped ||
+              (x.requested == y.requested && x.stack == y.stack));
+    }
+    if (!same) note("segment " + hex(r.address) + " has different blocks");
+  }
+  return lines;
+}
+
+}  // namespace cachealloc::analyzer

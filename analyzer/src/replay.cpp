@@ -1,0 +1,700 @@
+#include "cachealloc/analyzer/replay.hpp"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "flat_hash.hpp"
+
+namespace cachealloc::analyzer {
+
+using snapshot::BlockState;
+using snapshot::Event;
+using snapshot::EventKind;
+using snapshot::Segment;
+using snapshot::StackId;
+using snapshot::StringId;
+
+namespace {
+
+constexpr std::uint64_t kSmallPoolSegmentSize = 2ull << 20;
+
+bool is_active(BlockState state) noexcept {
+  return state == BlockState::active_allocated || state == BlockState::active_pending_free;
+}
+
+std::uint64_t minus(std::uint64_t a, std::uint64_t b) noexcept { return a > b ? a - b : 0; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// The layout before the ring.
+
+InitialLayout derive_initial_layout(const snapshot::Snapshot& snapshot, std::int32_t device) {
+  struct SegmentInfo {
+    std::uint64_t total_size = 0;
+    std::uint64_t stream = 0;
+    bool large_pool = false;
+    bool expandable = false;
+    StackId stack{};
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> unmapped;  // [begin, end)
+  };
+  struct BlockInfo {
+    std::uint64_t address = 0;
+    std::uint64_t size = 0;
+    std::uint64_t requested = 0;
+    StackId stack{};
+    BlockState state = BlockState::active_allocated;
+    bool from_event = false;
+    bool live = false;
+  };
+  // Segments are few; an ordered map keeps the containing-range lookups simple.
+  std::map<std::uint64_t, SegmentInfo> segments;
+  std::vector<BlockInfo> blocks;
+  std::vector<std::uint32_t> free_ids;
+  detail::FlatHashMap block_at;
+
+  auto put_block = [&](const BlockInfo& info) {
+    std::uint32_t id = block_at.find(info.address);
+    if (id == detail::FlatHashMap::kMissing) {
+      if (!free_ids.empty()) {
+        id = free_ids.back();
+        free_ids.pop_back();
+      } else {
+        id = static_cast<std::uint32_t>(blocks.size());
+        blocks.emplace_back();
+      }
+      block_at.insert(info.address, id);
+    }
+    blocks[id] = info;
+    blocks[id].live = true;
+    return id;
+  };
+
+  for (const Segment& segment : snapshot.segments) {
+    if (segment.device != device) continue;
+    SegmentInfo info{segment.total_size, segment.stream, segment.large_pool, segment.expandable, segment.stack, {}};
+    for (const snapshot::Block& block : segment.blocks) {
+      if (block.state == BlockState::unmapped) {
+        info.unmapped.emplace_back(block.address, block.address + block.size);
+      } else if (is_active(block.state)) {
+        put_block(BlockInfo{block.address, block.size, block.requested, block.stack, block.state, false, true});
+      }
+    }
+    segments[segment.address] = std::move(info);
+  }
+
+  auto containing = [&](std::uint64_t address) {
+    auto it = segments.upper_bound(address);
+    if (it == segments.begin()) return segments.end();
+    --it;
+    return address < it->first + it->second.total_size ? it : segments.end();
+  };
+
+  for (auto e = snapshot.events.rbegin(); e != snapshot.events.rend(); ++e) {
+    if (e->device != device) continue;
+    switch (e->kind) {
+      case EventKind::alloc: {
+        const std::uint32_t id = block_at.find(e->address);
+        if (id != detail::FlatHashMap::kMissing) {
+          block_at.erase(e->address);
+          blocks[id].live = false;
+          free_ids.push_back(id);
+        }
+        break;
+      }
+      case EventKind::free_requested: {
+        const std::uint32_t id = block_at.find(e->address);
+        if (id != detail::FlatHashMap::kMissing) {
+          blocks[id].state = BlockState::active_allocated;
+        } else {
+          put_block(BlockInfo{e->address, e->size, e->aux, e->stack, BlockState::active_allocated, true, true});
+        }
+        break;
+      }
+      case EventKind::free_completed:
+        put_block(BlockInfo{e->address, e->size, e->aux, e->stack, BlockState::active_pending_free, true, true});
+        break;
+      case EventKind::segment_alloc:
+        segments.erase(e->address);
+        break;
+      case EventKind::segment_release:
+        // The release carries no flags; a small-pool segment is always exactly 2 MiB.
+        segments[e->address] =
+            SegmentInfo{e->size, e->stream, e->size != kSmallPoolSegmentSize, false, e->stack, {}};
+        break;
+      case EventKind::segment_map: {
+        auto it = containing(e->address);
+        if (it == segments.end()) break;
+        SegmentInfo& info = it->second;
+        const std::uint64_t end = it->first + info.total_size;
+        if (e->address == it->first && e->size >= info.total_size) {
+          segments.erase(it);  // the map created this segment
+        } else if (e->address + e->size >= end) {
+          info.total_size = e->address - it->first;  // the map grew this segment
+        } else {
+          info.unmapped.emplace_back(e->address, e->address + e->size);
+        }
+        break;
+      }
+      case EventKind::segment_unmap: {
+        auto it = containing(e->address);
+        if (it == segments.end()) break;
+        const std::uint64_t begin = e->address;
+        const std::uint64_t end = e->address + e->size;
+        std::vector<std::pair<std::uint64_t, std::uint64_t>> kept;
+        for (auto [b, f] : it->second.unmapped) {
+          if (f <= begin || b >= end) {
+            kept.emplace_back(b, f);
+            continue;
+          }
+          if (b < begin) kept.emplace_back(b, begin);
+          if (f > end) kept.emplace_back(end, f);
+        }
+        it->second.unmapped = std::move(kept);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  InitialLayout result;
+  std::vector<const BlockInfo*> live;
+  live.reserve(block_at.size());
+  for (const BlockInfo& block : blocks) {
+    if (block.live) live.push_back(&block);
+  }
+  std::sort(live.begin(), live.end(), [](const BlockInfo* a, const BlockInfo* b) { return a->address < b->address; });
+
+  std::size_t next = 0;
+  for (auto& [address, info] : segments) {
+    const std::uint64_t end = address + info.total_size;
+    while (next < live.size() && live[next]->address < address) {
+      ++result.unplaced_blocks;
+      ++next;
+    }
+    // Active blocks and unmapped ranges, in address order; gaps become inactive.
+    std::vector<snapshot::Block> pieces;
+    for (; next < live.size() && live[next]->address < end; ++next) {
+      const BlockInfo& b = *live[next];
+      pieces.push_back(snapshot::Block{b.address, b.size, b.requested, b.state, b.stack});
+      if (b.from_event) ++result.blocks_from_before_ring;
+    }
+    for (auto [b, f] : info.unmapped) pieces.push_back(snapshot::Block{b, f - b, 0, BlockState::unmapped, {}});
+    std::sort(pieces.begin(), pieces.end(),
+              [](const snapshot::Block& a, const snapshot::Block& b) { return a.address < b.address; });
+
+    Segment segment{device, info.stream, address, info.total_size, info.large_pool, info.expandable, info.stack, {}};
+    std::uint64_t cursor = address;
+    for (const snapshot::Block& piece : pieces) {
+      if (piece.address < cursor || piece.address + piece.size > end) {
+        ++result.unplaced_blocks;  // overlaps: the trace contradicts itself
+        continue;
+      }
+      if (piece.address > cursor)
+        segment.blocks.push_back(snapshot::Block{cursor, piece.address - cursor, 0, BlockState::inactive, {}});
+      segment.blocks.push_back(piece);
+      cursor = piece.address + piece.size;
+    }
+    if (cursor < end) segment.blocks.push_back(snapshot::Block{cursor, end - cursor, 0, BlockState::inactive, {}});
+    result.segments.push_back(std::move(segment));
+  }
+  result.unplaced_blocks += live.size() - next;
+  return result;
+}
+
+// ---------------------------------------------------------------------------
+// The forward engine.
+
+Replay::Replay(const std::vector<Segment>& initial, std::int32_t device, std::size_t stack_count)
+    : device_(device),
+      block_at_(std::make_unique<detail::FlatHashMap>()),
+      segment_at_(std::make_unique<detail::FlatHashMap>()),
+      live_bytes_by_stack_(std::max<std::size_t>(stack_count, 1), 0),
+      live_blocks_by_stack_(std::max<std::size_t>(stack_count, 1), 0) {
+  load(initial);
+}
+
+Replay::~Replay() = default;
+
+void Replay::load(const std::vector<Segment>& initial) {
+  for (const Segment& segment : initial) {
+    if (segment.device != device_ || segment.total_size == 0) continue;
+    const std::uint32_t sid = new_segment();
+    SegmentNode& s = segments_[sid];
+    s.address = segment.address;
+    s.total_size = segment.total_size;
+    s.stream = segment.stream;
+    s.large_pool = segment.large_pool;
+    s.expandable = segment.expandable;
+    s.stack = segment.stack;
+    segment_at_->insert(segment.address, sid);
+    std::vector<snapshot::Block> blocks = segment.blocks;
+    if (blocks.empty()) blocks.push_back(snapshot::Block{segment.address, segment.total_size, 0, BlockState::inactive, {}});
+    std::uint32_t previous = kNone;
+    for (const snapshot::Block& block : blocks) {
+      const std::uint32_t bid = new_block();
+      BlockNode& b = blocks_[bid];
+      b.address = block.address;
+      b.size = block.size;
+      b.requested = block.requested;
+      b.state = block.state;
+      b.stack = block.stack;
+      b.segment = sid;
+      b.prev = previous;
+      if (previous == kNone) {
+        segments_[sid].first_block = bid;
+      } else {
+        blocks_[previous].next = bid;
+      }
+      previous = bid;
+      block_at_->insert(block.address, bid);
+      SegmentNode& seg = segments_[sid];
+      ++seg.block_count;
+      if (block.state != BlockState::unmapped) seg.mapped += block.size;
+      switch (block.state) {
+        case BlockState::active_allocated:
+          seg.allocated += block.size;
+          seg.requested += block.requested;
+          totals_.allocated += block.size;
+          totals_.requested += block.requested;
+          add_live(block.stack, block.size);
+          [[fallthrough]];
+        case BlockState::active_pending_free:
+          seg.active += block.size;
+          ++seg.active_blocks;
+          totals_.active += block.size;
+          break;
+        case BlockState::inactive:
+          seg.inactive += block.size;
+          break;
+        case BlockState::unmapped:
+          break;
+      }
+    }
+    totals_.reserved += segments_[sid].mapped;
+    segment_enter(segments_[sid]);
+  }
+  last_touched_stack_ = kNone;
+}
+
+void Replay::apply(const Event& event) {
+  last_touched_stack_ = kNone;
+  switch (event.kind) {
+    case EventKind::annotation_begin:
+      annotations_.push_back(StringId{static_cast<std::uint32_t>(event.aux)});
+      return;
+    case EventKind::annotation_end:
+      on_annotation_end(StringId{static_cast<std::uint32_t>(event.aux)});
+      return;
+    default:
+      break;
+  }
+  if (event.device != device_) return;
+  switch (event.kind) {
+    case EventKind::alloc: on_alloc(event); break;
+    case EventKind::free_requested: on_free_requested(event.address); break;
+    case EventKind::free_completed: on_free_completed(event.address); break;
+    case EventKind::segment_alloc:
+      on_segment_alloc(event.address, event.size, event.stream, (event.aux & snapshot::segment_flag_large_pool) != 0,
+                       (event.aux & snapshot::segment_flag_expandable) != 0, event.stack);
+      break;
+    case EventKind::segment_release: on_segment_release(event.address); break;
+    case EventKind::segment_map: on_segment_map(event); break;
+    case EventKind::segment_unmap: on_segment_unmap(event.address, event.size); break;
+    default: break;  // split and merge are implied by alloc and free; the rest do not change memory
+  }
+}
+
+void Replay::on_alloc(const Event& event) {
+  const std::uint64_t address = event.address;
+  const std::uint64_t size = event.size;
+  std::uint32_t id = block_at_->find(address);
+  if (id != kNone && blocks_[id].state == BlockState::inactive && blocks_[id].size >= size) {
+    // The common case: the allocator hands out the front of a free block.
+    if (blocks_[id].size > size) split_block(id, address + size);
+  } else {
+    if (id != kNone && is_active(blocks_[id].state)) {
+      ++anomalies_.alloc_outside_free_block;
+      return;
+    }
+    const std::uint32_t sid = id != kNone ? blocks_[id].segment : segment_containing(address);
+    id = sid == kNone ? kNone : isolate(sid, address, size, BlockState::inactive);
+    if (id == kNone) {
+      ++anomalies_.alloc_outside_free_block;
+      return;
+    }
+  }
+  BlockNode& b = blocks_[id];
+  SegmentNode& s = segments_[b.segment];
+  segment_leave(s);
+  b.state = BlockState::active_allocated;
+  b.requested = event.aux;
+  b.stack = event.stack;
+  s.inactive -= size;
+  s.active += size;
+  s.allocated += size;
+  s.requested += event.aux;
+  ++s.active_blocks;
+  s.largest_free_stale = true;
+  segment_enter(s);
+  totals_.allocated += size;
+  totals_.requested += event.aux;
+  totals_.active += size;
+  add_live(event.stack, size);
+}
+
+void Replay::on_free_requested(std::uint64_t address) {
+  const std::uint32_t id = block_at_->find(address);
+  if (id == kNone || blocks_[id].state != BlockState::active_allocated) {
+    if (id == kNone || blocks_[id].state != BlockState::active_pending_free) ++anomalies_.free_of_unknown_block;
+    return;
+  }
+  BlockNode& b = blocks_[id];
+  SegmentNode& s = segments_[b.segment];
+  b.state = BlockState::active_pending_free;
+  s.allocated -= b.size;
+  s.requested -= b.requested;
+  totals_.allocated -= b.size;
+  totals_.requested -= b.requested;
+  remove_live(b.stack, b.size);
+}
+
+void Replay::on_free_completed(std::uint64_t address) {
+  std::uint32_t id = block_at_->find(address);
+  if (id == kNone || !is_active(blocks_[id].state)) {
+    ++anomalies_.free_of_unknown_block;
+    return;
+  }
+  // A free that never waited for stream events may skip free_requested.
+  if (blocks_[id].state == BlockState::active_allocated) on_free_requested(address);
+  BlockNode& b = blocks_[id];
+  SegmentNode& s = segments_[b.segment];
+  const std::uint64_t size = b.size;
+  segment_leave(s);
+  b.state = BlockState::inactive;
+  b.requested = 0;
+  b.stack = {};
+  s.active -= size;
+  s.inactive += size;
+  --s.active_blocks;
+  s.largest_free_stale = true;
+  coalesce(id);
+  segment_enter(s);
+  totals_.active -= size;
+}
+
+void Replay::on_segment_alloc(std::uint64_t address, std::uint64_t size, std::uint64_t stream, bool large_pool,
+                              bool expandable, StackId stack) {
+  if (segment_at_->find(address) != kNone) {
+    ++anomalies_.unknown_segment;
+    on_segment_release(address);
+  }
+  if (size == 0) return;
+  const std::uint32_t sid = new_segment();
+  const std::uint32_t bid = new_block();
+  SegmentNode& s = segments_[sid];
+  s.address = address;
+  s.total_size = size;
+  s.stream = stream;
+  s.large_pool = large_pool;
+  s.expandable = expandable;
+  s.stack = stack;
+  s.mapped = size;
+  s.inactive = size;
+  s.first_block = bid;
+  s.block_count = 1;
+  BlockNode& b = blocks_[bid];
+  b.address = address;
+  b.size = size;
+  b.segment = sid;
+  segment_at_->insert(address, sid);
+  block_at_->insert(address, bid);
+  totals_.reserved += size;
+  segment_enter(s);
+}
+
+void Replay::on_segment_release(std::uint64_t address) {
+  const std::uint32_t sid = segment_at_->find(address);
+  if (sid == kNone) {
+    ++anomalies_.unknown_segment;
+    return;
+  }
+  SegmentNode& s = segments_[sid];
+  segment_leave(s);
+  if (s.active_blocks != 0) ++anomalies_.segment_released_with_active_blocks;
+  for (std::uint32_t id = s.first_block; id != kNone;) {
+    const BlockNode& b = blocks_[id];
+    if (b.state == BlockState::active_allocated) {
+      totals_.allocated -= b.size;
+      totals_.requested -= b.requested;
+      remove_live(b.stack, b.size);
+    }
+    if (is_active(b.state)) totals_.active -= b.size;
+    const std::uint32_t next = b.next;
+    drop_block(id);
+    id = next;
+  }
+  totals_.reserved -= s.mapped;
+  s.live = false;
+  segment_at_->erase(address);
+  free_segments_.push_back(sid);
+}
+
+void Replay::on_segment_map(const Event& event) {
+  const std::uint64_t address = event.address;
+  const std::uint64_t size = event.size;
+  std::uint32_t sid = segment_containing(address);
+  if (sid == kNone) {
+    for (std::uint32_t i = 0; i < segments_.size(); ++i) {
+      if (segments_[i].live && segments_[i].address + segments_[i].total_size == address) sid = i;
+    }
+    if (sid == kNone) {
+      on_segment_alloc(address, size, event.stream, true, true, event.stack);
+      return;
+    }
+    // Grow the segment at its end.
+    std::uint32_t last = segments_[sid].first_block;
+    while (blocks_[last].next != kNone) last = blocks_[last].next;
+    const std::uint32_t bid = new_block();
+    BlockNode& b = blocks_[bid];
+    b.address = address;
+    b.size = size;
+    b.segment = sid;
+    b.prev = last;
+    blocks_[last].next = bid;
+    block_at_->insert(address, bid);
+    SegmentNode& s = segments_[sid];
+    segment_leave(s);
+    ++s.block_count;
+    s.total_size += size;
+    s.mapped += size;
+    s.inactive += size;
+    s.largest_free_stale = true;
+    coalesce(bid);
+    segment_enter(s);
+    totals_.reserved += size;
+    return;
+  }
+  const std::uint32_t id = isolate(sid, address, size, BlockState::unmapped);
+  if (id == kNone) {
+    ++anomalies_.unknown_segment;
+    return;
+  }
+  SegmentNode& s = segments_[sid];
+  segment_leave(s);
+  blocks_[id].state = BlockState::inactive;
+  s.mapped += size;
+  s.inactive += size;
+  s.largest_free_stale = true;
+  coalesce(id);
+  segment_enter(s);
+  totals_.reserved += size;
+}
+
+void Replay::on_segment_unmap(std::uint64_t address, std::uint64_t size) {
+  const std::uint32_t sid = segment_containing(address);
+  const std::uint32_t id = sid == kNone ? kNone : isolate(sid, address, size, BlockState::inactive);
+  if (id == kNone) {
+    ++anomalies_.unknown_segment;
+    return;
+  }
+  SegmentNode& s = segments_[sid];
+  segment_leave(s);
+  blocks_[id].state = BlockState::unmapped;
+  s.mapped -= size;
+  s.inactive -= size;
+  s.largest_free_stale = true;
+  coalesce(id);
+  segment_enter(s);
+  totals_.reserved -= size;
+}
+
+void Replay::on_annotation_end(StringId name) {
+  for (auto it = annotations_.rbegin(); it != annotations_.rend(); ++it) {
+    if (*it == name) {
+      annotations_.erase(std::next(it).base());
+      return;
+    }
+  }
+}
+
+std::uint32_t Replay::new_block() {
+  std::uint32_t id;
+  if (!free_blocks_.empty()) {
+    id = free_blocks_.back();
+    free_blocks_.pop_back();
+    blocks_[id] = BlockNode{};
+  } else {
+    id = static_cast<std::uint32_t>(blocks_.size());
+    blocks_.emplace_back();
+  }
+  blocks_[id].live = true;
+  return id;
+}
+
+void Replay::drop_block(std::uint32_t id) {
+  block_at_->erase(blocks_[id].address);
+  blocks_[id].live = false;
+  free_blocks_.push_back(id);
+}
+
+std::uint32_t Replay::new_segment() {
+  std::uint32_t id;
+  if (!free_segments_.empty()) {
+    id = free_segments_.back();
+    free_segments_.pop_back();
+    segments_[id] = SegmentNode{};
+  } else {
+    id = static_cast<std::uint32_t>(segments_.size());
+    segments_.emplace_back();
+  }
+  segments_[id].live = true;
+  return id;
+}
+
+std::uint32_t Replay::segment_containing(std::uint64_t address) const {
+  for (std::uint32_t i = 0; i < segments_.size(); ++i) {
+    const SegmentNode& s = segments_[i];
+    if (s.live && address >= s.address && address - s.address < s.total_size) return i;
+  }
+  return kNone;
+}
+
+std::uint32_t Replay::isolate(std::uint32_t segment, std::uint64_t address, std::uint64_t size, BlockState expected) {
+  std::uint32_t id = segments_[segment].first_block;
+  while (id != kNone && blocks_[id].address + blocks_[id].size <= address) id = blocks_[id].next;
+  if (id == kNone || blocks_[id].address > address || blocks_[id].state != expected ||
+      address + size > blocks_[id].address + blocks_[id].size) {
+    return kNone;
+  }
+  if (blocks_[id].address < address) id = split_block(id, address);
+  if (blocks_[id].size > size) split_block(id, address + size);
+  segments_[segment].largest_free_stale = true;
+  return id;
+}
+
+std::uint32_t Replay::split_block(std::uint32_t id, std::uint64_t at) {
+  const std::uint32_t tail = new_block();  // may move blocks_: no references across this line
+  BlockNode& head = blocks_[id];
+  BlockNode& t = blocks_[tail];
+  t.address = at;
+  t.size = head.address + head.size - at;
+  t.state = head.state;
+  t.segment = head.segment;
+  t.prev = id;
+  t.next = head.next;
+  head.size = at - head.address;
+  if (head.next != kNone) blocks_[head.next].prev = tail;
+  head.next = tail;
+  ++segments_[head.segment].block_count;
+  block_at_->insert(at, tail);
+  return tail;
+}
+
+std::uint32_t Replay::coalesce(std::uint32_t id) {
+  BlockNode& b = blocks_[id];
+  SegmentNode& s = segments_[b.segment];
+  const std::uint32_t next = b.next;
+  if (next != kNone && blocks_[next].state == b.state) {
+    b.size += blocks_[next].size;
+    b.next = blocks_[next].next;
+    if (b.next != kNone) blocks_[b.next].prev = id;
+    --s.block_count;
+    drop_block(next);
+  }
+  const std::uint32_t prev = b.prev;
+  if (prev != kNone && blocks_[prev].state == b.state) {
+    BlockNode& p = blocks_[prev];
+    p.size += b.size;
+    p.next = b.next;
+    if (b.next != kNone) blocks_[b.next].prev = prev;
+    --s.block_count;
+    drop_block(id);
+    return prev;
+  }
+  return id;
+}
+
+void Replay::segment_leave(const SegmentNode& segment) noexcept {
+  if (segment.active_blocks == 0) cached_unsplit_ -= segment.inactive;
+}
+
+void Replay::segment_enter(const SegmentNode& segment) noexcept {
+  if (segment.active_blocks == 0) cached_unsplit_ += segment.inactive;
+}
+
+void Replay::add_live(StackId stack, std::uint64_t bytes) {
+  if (stack.value >= live_bytes_by_stack_.size()) {
+    live_bytes_by_stack_.resize(stack.value + 1, 0);
+    live_blocks_by_stack_.resize(stack.value + 1, 0);
+  }
+  live_bytes_by_stack_[stack.value] += bytes;
+  ++live_blocks_by_stack_[stack.value];
+  last_touched_stack_ = stack.value;
+}
+
+void Replay::remove_live(StackId stack, std::uint64_t bytes) {
+  live_bytes_by_stack_[stack.value] -= bytes;
+  --live_blocks_by_stack_[stack.value];
+  last_touched_stack_ = stack.value;
+}
+
+std::uint64_t Replay::largest_free_of(const SegmentNode& segment) const {
+  if (segment.largest_free_stale) {
+    std::uint64_t largest = 0;
+    for (std::uint32_t id = segment.first_block; id != kNone; id = blocks_[id].next) {
+      if (blocks_[id].state == BlockState::inactive) largest = std::max(largest, blocks_[id].size);
+    }
+    segment.largest_free = largest;
+    segment.largest_free_stale = false;
+  }
+  return segment.largest_free;
+}
+
+CacheFigures Replay::cache_figures(bool with_largest_free) const {
+  CacheFigures f;
+  f.free_in_cache = minus(totals_.reserved, totals_.allocated);
+  f.pending_free = minus(totals_.active, totals_.allocated);
+  f.inactive = minus(totals_.reserved, totals_.active);
+  f.cached_unsplit = cached_unsplit_;
+  f.inactive_split = minus(f.inactive, cached_unsplit_);
+  f.rounding_waste = minus(totals_.allocated, totals_.requested);
+  if (!with_largest_free) return f;
+  for (const SegmentNode& s : segments_) {
+    if (s.live) f.largest_free = std::max(f.largest_free, largest_free_of(s));
+  }
+  return f;
+}
+
+std::vector<SegmentFigures> Replay::segment_figures() const {
+  std::vector<SegmentFigures> result;
+  for (const SegmentNode& s : segments_) {
+    if (!s.live) continue;
+    result.push_back(SegmentFigures{s.address, s.total_size, s.mapped, s.allocated, s.requested, s.active, s.inactive,
+                                    largest_free_of(s), s.block_count, s.active_blocks, s.large_pool, s.expandable,
+                                    s.stream});
+  }
+  std::sort(result.begin(), result.end(),
+            [](const SegmentFigures& a, const SegmentFigures& b) { return a.address < b.address; });
+  return result;
+}
+
+std::vector<Segment> Replay::layout() const {
+  std::vector<Segment> result;
+  for (const SegmentNode& s : segments_) {
+    if (!s.live) continue;
+    Segment segment{device_, s.stream, s.address, s.total_size, s.large_pool, s.expandable, s.stack, {}};
+    segment.blocks.reserve(s.block_count);
+    for (std::uint32_t id = s.first_block; id != kNone; id = blocks_[id].next) {
+      const BlockNode& b = blocks_[id];
+      segment.blocks.push_back(snapshot::Block{b.address, b.size, b.requested, b.state, b.stack});
+    }
+    result.push_back(std::move(segment));
+  }
+  std::sort(result.begin(), result.end(), [](const Segment& a, const Segment& b) { return a.address < b.address; });
+  return result;
+}
+
+}  // namespace cachealloc::analyzer
