@@ -41,23 +41,44 @@ class SnapshotError : public std::runtime_error {
   ErrorCode code_;
 };
 
+// Checks every reference of `snapshot` against its tables: stack, frame and
+// string ids (0 always means "none" for stacks and strings), event kinds,
+// block states, and Event::thread < threads.size() when threads is non-empty.
+// Throws SnapshotError{inconsistent} naming the first bad reference.
+void validate(const Snapshot& snapshot);
+
 // Serializes `snapshot` into bytes. Throws SnapshotError{inconsistent} when the
 // snapshot references a stack, frame or string that is not in its tables.
 std::vector<std::byte> encode(const Snapshot& snapshot);
 
-// Parses bytes produced by encode() of this or an older version.
-// Throws SnapshotError with the matching ErrorCode.
+// Parses bytes produced by encode() of this or an older version, validates
+// the result as validate() does, and sets header.format_version to the
+// version the bytes were written with (encode() ignores that field, so
+// decode(encode(s)) == s when s.header.format_version == kFormatVersion).
+// Throws SnapshotError with the matching ErrorCode. Hostile input costs at
+// most time and memory linear in its size.
 Snapshot decode(std::span<const std::byte> bytes);
 
 // Writes atomically: a temporary file beside `path`, fsync, then rename, so a
 // crash never leaves half a snapshot and never destroys an existing file at
-// `path` unless the new one is complete. Throws SnapshotError{io}.
+// `path` unless the new one is complete. Throws SnapshotError{inconsistent}
+// when validation fails, before touching the disk, and SnapshotError{io},
+// naming the path and the system's reason, when the disk fails; either way
+// no temporary file is left behind.
 void write_snapshot(const Snapshot& snapshot, const std::filesystem::path& path);
 
-// Reads a file written by write_snapshot. Throws SnapshotError.
+// Reads a file written by write_snapshot, as decode() does. Throws
+// SnapshotError{io} naming the path when it cannot be opened or read
+// (missing, a directory, no permission).
 Snapshot read_snapshot(const std::filesystem::path& path);
 
 // True when `bytes` begin with our magic.
 bool has_snapshot_magic(std::span<const std::byte> bytes) noexcept;
+
+namespace detail {
+// encode() without validate(): only for tests of the reader's rejections,
+// which need files that the writer would refuse to produce.
+std::vector<std::byte> encode_unvalidated(const Snapshot& snapshot);
+}  // namespace detail
 
 }  // namespace cachealloc::snapshot

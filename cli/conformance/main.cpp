@@ -1,0 +1,84 @@
+// cachealloc-conformance FILE.csv... : replays PyTorch allocator sequences and
+// compares every figure. Exit 0 all match, 1 a mismatch, 2 bad input.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cachealloc/conformance.hpp"
+#include "cachealloc/errors.hpp"
+
+namespace conf = cachealloc::conformance;
+
+namespace {
+
+void print_mismatch(const std::string& file, const conf::Result& result) {
+  const conf::Mismatch& m = result.first_mismatch;
+  std::printf("%s: %zu/%zu rows match; first mismatch at row %zu (line %zu): %s", file.c_str(), result.matched,
+              result.rows, m.row, m.line, m.op.c_str());
+  if (!m.id.empty()) std::printf(" id %s", m.id.c_str());
+  if (m.op != "empty_cache") std::printf(" %llu bytes", static_cast<unsigned long long>(m.bytes));
+  std::printf("\n");
+  if (!m.note.empty()) std::printf("  %s\n", m.note.c_str());
+  for (std::size_t f = 0; f < conf::kFigureCount; ++f) {
+    const bool differs = m.expected[f] != m.actual[f];
+    std::printf("  %s %-15s expected %15lld  got %15lld\n", differs ? "*" : " ", conf::kFigures[f],
+                static_cast<long long>(m.expected[f]), static_cast<long long>(m.actual[f]));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Replay allocator sequences recorded from PyTorch and compare every figure after every row.\n"
+               "On the simulated device, FILE.addresses beside FILE.csv (if present) replays the address order\n"
+               "of a real GPU, which PyTorch's best fit uses to break ties.\n\n"
+               "Examples:\n"
+               "  cachealloc-conformance testdata/conformance/*.csv\n"
+               "  cachealloc-conformance --device cuda --record-addresses out/ seq.csv"};
+  std::vector<std::string> files;
+  std::string device = "simulated";
+  std::string record_dir;
+  bool ignore_addresses = false;
+  app.add_option("files", files, "sequence CSV files (the format of shared/conformance)")->required();
+  app.add_option("--device", device, "simulated or cuda")->check(CLI::IsMember({"simulated", "cuda"}));
+  app.add_option("--record-addresses", record_dir, "write FILE.addresses of the device's reservations into DIR");
+  app.add_flag("--no-addresses", ignore_addresses, "ignore FILE.addresses: plain first-fit addresses");
+  app.set_version_flag("--version", std::string("cachealloc-conformance ") + CACHEALLOC_VERSION);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  int status = 0;
+  for (const auto& file : files) {
+    try {
+      const conf::Sequence sequence = conf::read_sequence(file);
+      conf::ReplayOptions options;
+      options.on_cuda = device == "cuda";
+      const auto trace = conf::address_trace_path(file);
+      if (!options.on_cuda && !ignore_addresses && std::filesystem::exists(trace))
+        options.address_script = conf::read_address_trace(trace);
+      std::vector<std::uintptr_t> reserved;
+      const conf::Result result = conf::replay(sequence, options, &reserved);
+      if (!record_dir.empty())
+        conf::write_address_trace(std::filesystem::path(record_dir) / trace.filename(), reserved,
+                                  "device reservations, in order, replaying " + std::filesystem::path(file).filename().string() +
+                                      " on " + device);
+      if (result.ok) {
+        std::printf("%s: %zu/%zu rows match\n", file.c_str(), result.matched, result.rows);
+        continue;
+      }
+      status = 1;
+      print_mismatch(file, result);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 2;
+    }
+  }
+  return status;
+}

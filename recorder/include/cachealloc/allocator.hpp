@@ -1,0 +1,127 @@
+// A caching device-memory allocator with PyTorch's policy.
+//
+// Rules (each is named in the code and tested in tests/test_allocator_*.cpp):
+// - sizes round up to a multiple of 512 B (minimum 512), or to a
+//   power-of-two division when roundup_power2_divisions is set;
+// - requests <= 1 MiB come from the small pool, carved out of 2 MiB segments;
+//   larger ones from the large pool: 20 MiB segments below 10 MiB, otherwise
+//   segments of the size rounded up to 2 MiB;
+// - a cached block is reused best-fit (smallest size, then lowest address) on
+//   the same stream, and split when the remainder is worth keeping;
+// - freed blocks merge with free neighbours;
+// - a block used on other streams (record_stream) returns to its pool only
+//   once events recorded on those streams have completed;
+// - on a failed device reservation: release cached oversize blocks, then all
+//   cached unsplit segments, retry once, then throw OutOfMemoryError.
+//
+// Thread safety: every member function may be called from any thread. Each
+// stream has its own pool and lock, so threads working on different streams
+// do not wait for each other on the cached path.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cachealloc/config.hpp"
+#include "cachealloc/device.hpp"
+#include "cachealloc/errors.hpp"
+#include "cachealloc/snapshot/model.hpp"
+#include "cachealloc/stats.hpp"
+
+namespace cachealloc {
+
+// One allocator event as the allocator sees it, before any recording.
+struct AllocatorEvent {
+  snapshot::EventKind kind;
+  Stream stream;
+  std::uintptr_t address = 0;
+  std::size_t size = 0;
+  std::size_t aux = 0;  // see snapshot::EventKind for the meaning per kind
+};
+
+// Receives every allocator event, in order per stream, while the allocator
+// holds the lock of the pool concerned. It must not call back into the
+// allocator. For alloc events the returned id is kept with the block (the
+// allocation site in layouts); other return values are ignored.
+class AllocatorObserver {
+ public:
+  virtual ~AllocatorObserver() = default;
+  virtual std::uint32_t on_event(const AllocatorEvent& event) noexcept = 0;
+};
+
+enum class FreeStatus {
+  ok,
+  null_pointer,     // deallocate(nullptr): accepted, nothing done
+  unknown_pointer,  // never returned by this allocator
+  double_free,      // the start of a block that is already free
+};
+
+class CachingAllocator {
+ public:
+  // Uses `device` for every reservation; `config` is fixed for the
+  // allocator's life.
+  explicit CachingAllocator(std::shared_ptr<Device> device, AllocatorConfig config = {});
+  // Waits for outstanding events and returns every segment to the device.
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // Returns device memory of at least `bytes` for use on `stream`.
+  // Throws InvalidArgument for 0 bytes or sizes no device could hold,
+  // OutOfMemoryError when the request cannot be met, DeviceError when the
+  // device fails otherwise.
+  void* allocate(std::size_t bytes, Stream stream = {});
+
+  // Returns memory from allocate(). Never throws: a pointer we never
+  // returned or a double free is reported on stderr and in the result, and
+  // leaves the pools untouched.
+  FreeStatus deallocate(void* ptr) noexcept;
+
+  // Marks `ptr` as used on `stream`: its memory is reused only after the work
+  // queued on `stream` at free time has completed. Throws InvalidArgument for
+  // a pointer that is not live.
+  void record_stream(void* ptr, Stream stream);
+
+  // Returns every fully free segment to the device (after waiting for
+  // outstanding stream events).
+  void empty_cache();
+
+  // Caps reserved memory at fraction x device total. Throws InvalidArgument
+  // outside [0, 1].
+  void set_memory_fraction(double fraction);
+
+  std::size_t memory_allocated() const;
+  std::size_t memory_reserved() const;
+  std::size_t max_memory_allocated() const;
+  std::size_t max_memory_reserved() const;
+  void reset_peak_stats();
+  void reset_accumulated_stats();
+  MemoryStats stats() const;
+  std::map<std::string, std::int64_t> memory_stats() const { return stats().to_map(); }
+  std::string memory_summary() const { return format_summary(stats()); }
+
+  // Every segment with its blocks, sorted by address. Takes every pool lock
+  // briefly.
+  std::vector<snapshot::Segment> layout() const;
+
+  // Installs (or, with nullptr, removes) the event observer. The observer
+  // must outlive its installation.
+  void set_observer(AllocatorObserver* observer) noexcept;
+
+  const AllocatorConfig& config() const noexcept;
+  Device& device() noexcept;
+  // The cap in bytes, 0 when no memory fraction is set.
+  std::size_t memory_cap() const noexcept;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cachealloc

@@ -1,0 +1,121 @@
+// The one narrow interface between the allocator and a device.
+//
+// The allocator's policy never calls CUDA: it reserves and releases memory,
+// records and queries events and asks for memory info through this interface.
+// Two backends implement it: `cuda` (cudart) and `simulated` (a deterministic
+// fake device for tests and machines without a GPU).
+//
+// Thread safety: every backend is safe to call from several threads at once.
+#pragma once
+
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cachealloc {
+
+// An opaque stream handle. 0 is the device's default stream. For the cuda
+// backend it is the cudaStream_t value.
+struct Stream {
+  std::uintptr_t handle = 0;
+  friend auto operator<=>(Stream, Stream) = default;
+};
+
+// An opaque event handle owned by the backend that created it.
+struct DeviceEvent {
+  std::uintptr_t handle = 0;
+};
+
+struct MemoryInfo {
+  std::size_t free = 0;   // bytes the driver can still hand out
+  std::size_t total = 0;  // device capacity
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  // "cuda" or "simulated".
+  virtual const char* backend() const noexcept = 0;
+  // Marketing name, e.g. "NVIDIA H200".
+  virtual std::string name() const = 0;
+  virtual int index() const noexcept = 0;
+  // The driver's view (cudaMemGetInfo). Throws DeviceError.
+  virtual MemoryInfo memory_info() = 0;
+
+  // Reserves `bytes` of device memory (cudaMalloc). Returns nullptr when the
+  // device is out of memory; throws DeviceError on any other failure.
+  virtual void* reserve(std::size_t bytes) = 0;
+  // Returns memory from reserve(). Throws DeviceError.
+  virtual void release(void* ptr, std::size_t bytes) = 0;
+
+  // Virtual-memory calls behind expandable segments. `granularity()` is 0
+  // when the backend cannot map memory in pieces.
+  virtual std::size_t granularity() noexcept { return 0; }
+  // Reserves an address range with no memory behind it; nullptr if none.
+  virtual void* reserve_address_range(std::size_t /*bytes*/) { return nullptr; }
+  virtual void release_address_range(void* /*ptr*/, std::size_t /*bytes*/) {}
+  // Backs [ptr, ptr + bytes) with memory. Returns false when out of memory.
+  virtual bool map(void* /*ptr*/, std::size_t /*bytes*/) { return false; }
+  virtual void unmap(void* /*ptr*/, std::size_t /*bytes*/) {}
+
+  virtual Stream create_stream() = 0;
+  virtual void destroy_stream(Stream stream) noexcept = 0;
+  virtual void synchronize_stream(Stream stream) = 0;
+  // Waits for all work on every stream.
+  virtual void synchronize() = 0;
+
+  virtual DeviceEvent create_event() = 0;
+  virtual void destroy_event(DeviceEvent event) noexcept = 0;
+  // Records `event` at the current end of `stream`'s work.
+  virtual void record_event(DeviceEvent event, Stream stream) = 0;
+  // True once all work before the record has completed.
+  virtual bool query_event(DeviceEvent event) = 0;
+  virtual void synchronize_event(DeviceEvent event) = 0;
+};
+
+struct SimulatedDeviceOptions {
+  // An H200 as cudaMemGetInfo reports it: 139.8 GiB.
+  std::size_t capacity = 150109880320ull;
+  // Bytes the "driver and context" hold from the start, so that free < total
+  // as on a real device.
+  std::size_t context_overhead = 0;
+  // When true, events complete as soon as they are recorded. When false, an
+  // event completes only when its stream (or the device) is synchronized,
+  // so cross-stream deferral is observable in tests.
+  bool events_complete_immediately = false;
+  std::string name = "simulated";
+  // Address of the first reservation.
+  std::uintptr_t base_address = 0x7f0000000000ull;
+  // Granularity for expandable segments.
+  std::size_t granularity = 2u << 20;
+  // Addresses for the first reservations, in order, as a real device handed
+  // them out (see cachealloc-conformance --record-addresses). PyTorch's best
+  // fit breaks ties between equal-sized blocks by address, so replaying a
+  // real device's address order reproduces its choices exactly. A scripted
+  // address that is not free falls back to first fit.
+  std::vector<std::uintptr_t> address_script;
+};
+
+std::shared_ptr<Device> make_simulated_device(const SimulatedDeviceOptions& options = {});
+
+// True when this build includes the cuda backend.
+bool cuda_backend_built() noexcept;
+// Number of CUDA devices visible; 0 when there is no driver or no device.
+int cuda_device_count() noexcept;
+// Throws DeviceError("no CUDA device ...") when there is none, or when the
+// backend was not built.
+std::shared_ptr<Device> make_cuda_device(int index = 0);
+
+enum class DeviceChoice { automatic, cuda, simulated };
+// Parses "auto", "cuda" or "simulated". Throws InvalidArgument naming the value.
+DeviceChoice parse_device_choice(const std::string& text);
+// cuda when a device is present (for automatic), else simulated. Reads
+// CACHEALLOC_DEVICE when `choice` is not given.
+std::shared_ptr<Device> make_device(DeviceChoice choice);
+std::shared_ptr<Device> make_device_from_environment();
+
+}  // namespace cachealloc

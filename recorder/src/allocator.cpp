@@ -1,0 +1,426 @@
+// The cached path: a request served from a stream's own pool takes that
+// pool's lock, the stats spinlock and one pointer-map shard lock, and makes
+// no device call and no heap allocation. Anything else goes to
+// allocator_slow.cpp.
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+
+#include "allocator_impl.hpp"
+
+namespace cachealloc {
+
+using snapshot::EventKind;
+
+namespace {
+
+std::size_t roundup_power2_next_division(std::size_t size, std::size_t divisions) {
+  if (std::has_single_bit(size)) return size;
+  // Split [2^k, 2^(k+1)) into `divisions` equal steps and round up to the next step.
+  const std::size_t power2_floor = std::bit_floor(size);
+  const std::size_t step = power2_floor >> (std::bit_width(divisions) - 1);
+  if (step == 0) return power2_floor << 1;
+  const std::size_t floor = size & ~(step - 1);
+  return floor == size ? size : floor + step;
+}
+
+}  // namespace
+
+CachingAllocator::Impl::Impl(std::shared_ptr<Device> dev, AllocatorConfig cfg)
+    : device(std::move(dev)), config(std::move(cfg)) {
+  if (!device) throw InvalidArgument("CachingAllocator: no device");
+  stats.max_split_size = config.max_split_size == std::numeric_limits<std::size_t>::max()
+                             ? std::numeric_limits<std::int64_t>::max()
+                             : static_cast<std::int64_t>(config.max_split_size);
+}
+
+CachingAllocator::Impl::~Impl() {
+  try {
+    std::vector<std::unique_lock<std::mutex>> locks;
+    lock_all(locks);
+    synchronize_and_free_events();
+    // Return every segment, live blocks included: the allocator owns them.
+    std::lock_guard guard(segments_mutex);
+    for (auto& [address, head] : segments) {
+      std::size_t size = 0;
+      for (Block* b = head; b; b = b->next) size += b->size;
+      device->release(reinterpret_cast<void*>(address), size);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cachealloc: while destroying the allocator: %s\n", e.what());
+  }
+  for (Shard* shard : shards) {
+    for (DeviceEvent event : shard->spare_events) device->destroy_event(event);
+    for (Block* b : shard->spare_blocks) delete b;
+    shard->small_blocks.clear();
+    shard->large_blocks.clear();
+  }
+  for (auto& [address, head] : segments) {
+    for (Block* b = head; b;) {
+      Block* next = b->next;
+      delete b;
+      b = next;
+    }
+  }
+  for (Shard* shard : shards) delete shard;
+}
+
+// Rule: sizes below 512 B round to 512; others to a multiple of 512, or with
+// roundup_power2_divisions to the next of N equal steps between powers of two.
+std::size_t CachingAllocator::Impl::round_size(std::size_t size) const noexcept {
+  if (size < kMinBlockSize) return kMinBlockSize;
+  const std::size_t divisions = roundup_divisions_for(config, size);
+  if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
+  return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+// Rule: <= 1 MiB -> 2 MiB segment; < 10 MiB -> 20 MiB; else round up to 2 MiB.
+std::size_t CachingAllocator::Impl::allocation_size(std::size_t size) noexcept {
+  if (size <= kSmallSize) return kSmallBuffer;
+  if (size < kMinLargeAlloc) return kLargeBuffer;
+  return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+}
+
+Shard& CachingAllocator::Impl::shard_for(Stream stream) {
+  const std::size_t home = static_cast<std::size_t>((stream.handle * 0x9e3779b97f4a7c15ull) >> 54) % kShardSlots;
+  for (std::size_t i = 0; i < kShardSlots; ++i) {
+    Shard* shard = shard_table[(home + i) % kShardSlots].load(std::memory_order_acquire);
+    if (!shard) break;
+    if (shard->stream == stream) return *shard;
+  }
+  std::lock_guard lock(registry_mutex);
+  for (std::size_t i = 0; i < kShardSlots; ++i) {
+    auto& slot = shard_table[(home + i) % kShardSlots];
+    Shard* shard = slot.load(std::memory_order_acquire);
+    if (shard && shard->stream == stream) return *shard;
+    if (!shard) {
+      shard = new Shard(stream);
+      auto pos = std::lower_bound(shards.begin(), shards.end(), stream,
+                                  [](const Shard* s, Stream key) { return s->stream < key; });
+      shards.insert(pos, shard);
+      slot.store(shard, std::memory_order_release);
+      return *shard;
+    }
+  }
+  throw InvalidArgument("allocate: more than " + std::to_string(kShardSlots) + " distinct streams");
+}
+
+Block* CachingAllocator::Impl::new_block(Shard& shard) {
+  if (shard.spare_blocks.empty()) return new Block;
+  Block* block = shard.spare_blocks.back();
+  shard.spare_blocks.pop_back();
+  return block;
+}
+
+void CachingAllocator::Impl::recycle(Block* block) {
+  Shard& shard = *block->shard;
+  *block = Block{};
+  shard.spare_blocks.push_back(block);
+}
+
+void CachingAllocator::Impl::cache(Block* block) {
+  block->gc_count_base = free_block_calls[block->small].load(std::memory_order_relaxed);
+  block->shard->pool(block->small).insert(*block);
+}
+
+// Rule: best fit on the same stream; oversize blocks (>= max_split_size) serve
+// only requests that are themselves oversize and within
+// max_non_split_rounding of the block's size.
+Block* CachingAllocator::Impl::get_free_block(Shard& shard, bool small, std::size_t size, bool count_for_gc) {
+  if (count_for_gc && gc_active()) free_block_calls[small].fetch_add(1, std::memory_order_relaxed);
+  FreeSet& pool = shard.pool(small);
+  auto it = pool.lower_bound(size, SizeKey{});
+  if (it == pool.end()) return nullptr;
+  const std::size_t max_split = config.max_split_size;
+  if (size < max_split && it->size >= max_split) return nullptr;
+  if (size >= max_split && it->size >= size + config.max_non_split_rounding) return nullptr;
+  Block* block = &*it;
+  pool.erase(it);
+  return block;
+}
+
+// Rule: the small pool splits when at least 512 B remain; the large pool
+// when more than 1 MiB remains and the request is below max_split_size.
+bool CachingAllocator::Impl::should_split(const Block& block, std::size_t size) const noexcept {
+  const std::size_t remaining = block.size - size;
+  if (block.small) return remaining >= kMinBlockSize;
+  return size < config.max_split_size && remaining > kSmallSize;
+}
+
+void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t size, std::size_t requested) {
+  const bool already_split = block->is_split();
+  const std::size_t type = block->small ? stat_small_pool : stat_large_pool;
+  std::int64_t inactive_split_count = 0;
+  std::int64_t inactive_split_bytes = 0;
+  if (should_split(*block, size)) {
+    // The block keeps the front; a new block takes the remainder, so a
+    // segment's first block object never changes.
+    Block* rest = new_block(shard);
+    rest->ptr = block->ptr + size;
+    rest->size = block->size - size;
+    rest->shard = &shard;
+    rest->small = block->small;
+    rest->prev = block;
+    rest->next = block->next;
+    if (rest->next) rest->next->prev = rest;
+    block->next = rest;
+    block->size = size;
+    cache(rest);
+    emit(EventKind::split, shard.stream, block->ptr, size, rest->size);
+    if (already_split) {
+      inactive_split_bytes = -static_cast<std::int64_t>(size);  // a free split block shrinks
+    } else {
+      inactive_split_count = 1;  // a whole segment becomes split
+      inactive_split_bytes = static_cast<std::int64_t>(rest->size);
+    }
+  } else if (already_split) {
+    inactive_split_count = -1;  // a free split block becomes active
+    inactive_split_bytes = -static_cast<std::int64_t>(block->size);
+  }
+  block->allocated = true;
+  block->requested = requested;
+  {
+    std::lock_guard lock(stats_lock);
+    for (std::size_t t : {std::size_t{stat_all}, type}) {
+      if (inactive_split_count > 0) stats.inactive_split[t].increase(inactive_split_count);
+      if (inactive_split_count < 0) stats.inactive_split[t].decrease(-inactive_split_count);
+      if (inactive_split_bytes > 0) stats.inactive_split_bytes[t].increase(inactive_split_bytes);
+      if (inactive_split_bytes < 0) stats.inactive_split_bytes[t].decrease(-inactive_split_bytes);
+      stats.allocation[t].increase(1);
+      stats.allocated_bytes[t].increase(static_cast<std::int64_t>(block->size));
+      stats.active[t].increase(1);
+      stats.active_bytes[t].increase(static_cast<std::int64_t>(block->size));
+      stats.requested_bytes[t].increase(static_cast<std::int64_t>(requested));
+    }
+    if (block->size >= config.max_split_size) stats.oversize_allocations.increase(1);
+  }
+  block->stack = emit(EventKind::alloc, shard.stream, block->ptr, block->size, requested);
+  live.insert(block->ptr, block);
+  return reinterpret_cast<void*>(block->ptr);
+}
+
+void* CachingAllocator::Impl::allocate(std::size_t requested, Stream stream) {
+  if (requested == 0) throw InvalidArgument("allocate: a request of 0 bytes");
+  if (requested > kMaxRequest)
+    throw InvalidArgument("allocate: a request of " + std::to_string(requested) +
+                          " bytes is larger than any device (a negative size cast to size_t?)");
+  const std::size_t size = round_size(requested);
+  const bool small = size <= kSmallSize;
+  Shard& shard = shard_for(stream);
+  std::unique_lock lock(shard.mutex);
+  if (!shard.pending.empty()) process_events(shard);
+  if (Block* block = get_free_block(shard, small, size, /*count_for_gc=*/true))
+    return hand_out(shard, block, size, requested);
+  // Miss. Unless garbage collection must run first (it looks at every
+  // stream), try a new segment under this stream's lock alone.
+  bool device_tried = false;
+  if (!gc_active()) {
+    if (Block* block = reserve_segment(shard, small, allocation_size(size), /*is_retry=*/false))
+      return hand_out(shard, block, size, requested);
+    device_tried = true;
+  }
+  lock.unlock();
+  return allocate_slow(shard, size, requested, device_tried);
+}
+
+FreeStatus CachingAllocator::Impl::deallocate(void* ptr) noexcept {
+  if (!ptr) return FreeStatus::null_pointer;
+  const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+  Block* block = live.take(address);
+  if (!block) {
+    const bool twice = find_free_block_at(address) != nullptr;
+    std::fprintf(stderr, "cachealloc: %s %p: %s\n", twice ? "double free of" : "free of unknown pointer", ptr,
+                 twice ? "the block is already free; ignored" : "not returned by this allocator; ignored");
+    return twice ? FreeStatus::double_free : FreeStatus::unknown_pointer;
+  }
+  Shard& shard = *block->shard;
+  try {
+    std::lock_guard lock(shard.mutex);
+    block->allocated = false;
+    const std::size_t type = block->small ? stat_small_pool : stat_large_pool;
+    {
+      std::lock_guard stats_guard(stats_lock);
+      for (std::size_t t : {std::size_t{stat_all}, type}) {
+        stats.allocation[t].decrease(1);
+        stats.allocated_bytes[t].decrease(static_cast<std::int64_t>(block->size));
+      }
+      if (block->size >= config.max_split_size) stats.oversize_allocations.decrease(1);
+    }
+    emit(EventKind::free_requested, shard.stream, block->ptr, block->size, block->requested);
+    if (!block->stream_uses.empty())
+      insert_events(block);
+    else
+      free_block(block);
+  } catch (const std::exception& e) {
+    // Only a failing device event call gets here. Keep the block out of
+    // circulation rather than risk reuse while another stream may use it.
+    std::fprintf(stderr, "cachealloc: free of %p: %s; the block is leaked\n", ptr, e.what());
+  }
+  return FreeStatus::ok;
+}
+
+void CachingAllocator::Impl::record_stream(void* ptr, Stream stream) {
+  Block* block = live.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (!block) throw InvalidArgument("record_stream: pointer was not returned by this allocator or is already freed");
+  std::lock_guard lock(block->shard->mutex);
+  if (stream == block->shard->stream) return;  // the allocation stream needs no event
+  for (Stream s : block->stream_uses)
+    if (s == stream) return;
+  block->stream_uses.push_back(stream);
+}
+
+// A block used on other streams waits for an event on each before reuse.
+void CachingAllocator::Impl::insert_events(Block* block) {
+  Shard& shard = *block->shard;
+  std::vector<Stream> streams;
+  streams.swap(block->stream_uses);
+  for (Stream stream : streams) {
+    DeviceEvent event;
+    if (shard.spare_events.empty()) {
+      event = device->create_event();
+    } else {
+      event = shard.spare_events.back();
+      shard.spare_events.pop_back();
+    }
+    device->record_event(event, stream);
+    ++block->event_count;
+    shard.pending[stream].push_back(PendingFree{event, block});
+  }
+}
+
+// Completes deferred frees whose events have fired. Per stream, oldest
+// first, stopping at the first event not yet complete.
+void CachingAllocator::Impl::process_events(Shard& shard) {
+  for (auto it = shard.pending.begin(); it != shard.pending.end();) {
+    auto& queue = it->second;
+    while (!queue.empty()) {
+      PendingFree& front = queue.front();
+      if (!device->query_event(front.event)) break;
+      shard.spare_events.push_back(front.event);
+      Block* block = front.block;
+      queue.pop_front();
+      if (--block->event_count == 0) free_block(block);
+    }
+    it = queue.empty() ? shard.pending.erase(it) : std::next(it);
+  }
+}
+
+// Merges `src` into `dst` when src is a free, settled neighbour. Returns the
+// surviving block (the lower-addressed one), or nullptr when no merge happened.
+Block* CachingAllocator::Impl::try_merge(Block* dst, Block* src) {
+  if (!src || src->allocated || src->event_count > 0 || !src->stream_uses.empty()) return nullptr;
+  Shard& shard = *dst->shard;
+  shard.pool(src->small).erase(FreeSet::s_iterator_to(*src));
+  Block* low = dst->prev == src ? src : dst;
+  Block* high = low == src ? dst : src;
+  // `low` survives so that a segment's head block object never changes.
+  low->size += high->size;
+  low->next = high->next;
+  if (low->next) low->next->prev = low;
+  low->requested = dst->requested;
+  low->stack = dst->stack;
+  if (low == src) {
+    low->allocated = dst->allocated;
+    low->event_count = dst->event_count;
+  }
+  recycle(high);
+  return low;
+}
+
+void CachingAllocator::Impl::free_block(Block* block) {
+  const std::size_t original_size = block->size;
+  const std::size_t requested = block->requested;
+  Shard& shard = *block->shard;
+  emit(EventKind::free_completed, shard.stream, block->ptr, block->size, requested);
+  std::int64_t split_count_change = 0;
+  std::int64_t split_bytes_change = 0;
+  for (int side = 0; side < 2; ++side) {
+    Block* neighbour = side == 0 ? block->prev : block->next;
+    const std::size_t absorbed = neighbour ? neighbour->size : 0;
+    if (Block* merged = try_merge(block, neighbour)) {
+      block = merged;
+      --split_count_change;
+      split_bytes_change -= static_cast<std::int64_t>(absorbed);
+      emit(EventKind::merge, shard.stream, block->ptr, block->size, absorbed);
+    }
+  }
+  block->requested = 0;
+  block->stack = 0;
+  cache(block);
+  if (block->is_split()) {
+    ++split_count_change;
+    split_bytes_change += static_cast<std::int64_t>(block->size);
+  }
+  const std::size_t type = block->small ? stat_small_pool : stat_large_pool;
+  std::lock_guard lock(stats_lock);
+  for (std::size_t t : {std::size_t{stat_all}, type}) {
+    if (split_count_change > 0) stats.inactive_split[t].increase(split_count_change);
+    if (split_count_change < 0) stats.inactive_split[t].decrease(-split_count_change);
+    if (split_bytes_change > 0) stats.inactive_split_bytes[t].increase(split_bytes_change);
+    if (split_bytes_change < 0) stats.inactive_split_bytes[t].decrease(-split_bytes_change);
+    stats.active[t].decrease(1);
+    stats.active_bytes[t].decrease(static_cast<std::int64_t>(original_size));
+    stats.requested_bytes[t].decrease(static_cast<std::int64_t>(requested));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Public face.
+
+CachingAllocator::CachingAllocator(std::shared_ptr<Device> device, AllocatorConfig config)
+    : impl_(std::make_unique<Impl>(std::move(device), std::move(config))) {}
+CachingAllocator::~CachingAllocator() = default;
+
+void* CachingAllocator::allocate(std::size_t bytes, Stream stream) { return impl_->allocate(bytes, stream); }
+FreeStatus CachingAllocator::deallocate(void* ptr) noexcept { return impl_->deallocate(ptr); }
+void CachingAllocator::record_stream(void* ptr, Stream stream) { impl_->record_stream(ptr, stream); }
+
+std::size_t CachingAllocator::memory_allocated() const {
+  std::lock_guard lock(impl_->stats_lock);
+  return static_cast<std::size_t>(impl_->stats.allocated_bytes[stat_all].current);
+}
+std::size_t CachingAllocator::memory_reserved() const {
+  std::lock_guard lock(impl_->stats_lock);
+  return static_cast<std::size_t>(impl_->stats.reserved_bytes[stat_all].current);
+}
+std::size_t CachingAllocator::max_memory_allocated() const {
+  std::lock_guard lock(impl_->stats_lock);
+  return static_cast<std::size_t>(impl_->stats.allocated_bytes[stat_all].peak);
+}
+std::size_t CachingAllocator::max_memory_reserved() const {
+  std::lock_guard lock(impl_->stats_lock);
+  return static_cast<std::size_t>(impl_->stats.reserved_bytes[stat_all].peak);
+}
+MemoryStats CachingAllocator::stats() const {
+  std::lock_guard lock(impl_->stats_lock);
+  return impl_->stats;
+}
+void CachingAllocator::reset_peak_stats() {
+  std::lock_guard lock(impl_->stats_lock);
+  auto& s = impl_->stats;
+  for (StatArray* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+                           &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes})
+    for (Stat& stat : *array) stat.reset_peak();
+  s.oversize_allocations.reset_peak();
+  s.oversize_segments.reset_peak();
+}
+void CachingAllocator::reset_accumulated_stats() {
+  std::lock_guard lock(impl_->stats_lock);
+  auto& s = impl_->stats;
+  for (StatArray* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+                           &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes})
+    for (Stat& stat : *array) stat.reset_accumulated();
+  s.oversize_allocations.reset_accumulated();
+  s.oversize_segments.reset_accumulated();
+  s.num_alloc_retries = s.num_ooms = s.num_sync_all_streams = s.num_device_alloc = s.num_device_free = 0;
+}
+void CachingAllocator::set_observer(AllocatorObserver* observer) noexcept {
+  impl_->observer.store(observer, std::memory_order_release);
+}
+const AllocatorConfig& CachingAllocator::config() const noexcept { return impl_->config; }
+Device& CachingAllocator::device() noexcept { return *impl_->device; }
+std::size_t CachingAllocator::memory_cap() const noexcept {
+  return impl_->fraction_set_.load() ? impl_->allowed_memory_maximum.load() : 0;
+}
+
+}  // namespace cachealloc

@@ -1,0 +1,171 @@
+// Internals of CachingAllocator, shared by the fast path (allocator.cpp) and
+// the slow path (allocator_slow.cpp).
+//
+// Locking, outermost first:
+//   registry_mutex_   held by the slow path (device OOM handling, garbage
+//                     collection, empty_cache, layout) and by shard creation;
+//   Shard::mutex      one per stream; the slow path takes all of them in
+//                     ascending stream order; the fast path exactly one;
+//   segments_mutex_, stats_lock_, the pointer map's locks: leaves, held for
+//                     a few instructions and never while taking another lock.
+#pragma once
+
+#include <boost/intrusive/set.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "cachealloc/allocator.hpp"
+#include "pointer_map.hpp"
+#include "spinlock.hpp"
+
+namespace cachealloc {
+
+// PyTorch's constants (c10/cuda/CUDACachingAllocator.cpp).
+inline constexpr std::size_t kMinBlockSize = 512;          // every size is a multiple of this
+inline constexpr std::size_t kSmallSize = 1u << 20;        // largest "small" request
+inline constexpr std::size_t kSmallBuffer = 2u << 20;      // small-pool segment size
+inline constexpr std::size_t kLargeBuffer = 20u << 20;     // segment for 1-10 MiB requests
+inline constexpr std::size_t kMinLargeAlloc = 10u << 20;   // from here segments fit the request
+inline constexpr std::size_t kRoundLarge = 2u << 20;       // large segments round to this
+// Larger requests than this are refused as impossible rather than tried.
+inline constexpr std::size_t kMaxRequest = std::size_t{1} << 56;
+
+struct Shard;
+
+struct Block {
+  std::uintptr_t ptr = 0;
+  std::size_t size = 0;
+  std::size_t requested = 0;  // bytes asked for, while allocated or pending
+  Block* prev = nullptr;      // neighbours within the segment
+  Block* next = nullptr;
+  Shard* shard = nullptr;     // owning stream pool
+  bool small = false;         // small pool (else large)
+  bool allocated = false;
+  int event_count = 0;        // outstanding cross-stream events
+  std::vector<Stream> stream_uses;  // streams from record_stream
+  std::size_t gc_count_base = 0;    // pool's get_free_block count when cached
+  std::uint32_t stack = 0;          // allocation site from the observer
+  std::uint32_t segment_stack = 0;  // site of the segment allocation (head block only)
+  boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::normal_link>> free_hook;
+
+  bool is_split() const noexcept { return prev != nullptr || next != nullptr; }
+  bool pending() const noexcept { return !allocated && event_count > 0; }
+};
+
+// Cached blocks of one pool of one stream, ordered by size, then address:
+// lower_bound(size) is best fit.
+struct BlockBySize {
+  bool operator()(const Block& a, const Block& b) const noexcept {
+    return a.size != b.size ? a.size < b.size : a.ptr < b.ptr;
+  }
+};
+struct SizeKey {
+  bool operator()(std::size_t size, const Block& b) const noexcept { return size < b.size || (size == b.size && 0 < b.ptr); }
+  bool operator()(const Block& b, std::size_t size) const noexcept { return b.size < size; }
+};
+using FreeSet = boost::intrusive::multiset<
+    Block, boost::intrusive::member_hook<Block, decltype(Block::free_hook), &Block::free_hook>,
+    boost::intrusive::compare<BlockBySize>, boost::intrusive::constant_time_size<true>>;
+
+struct PendingFree {
+  DeviceEvent event;
+  Block* block;
+};
+
+// Everything that belongs to one stream.
+struct Shard {
+  explicit Shard(Stream s) : stream(s) {}
+  Stream stream;
+  std::mutex mutex;
+  FreeSet small_blocks;
+  FreeSet large_blocks;
+  // Outstanding events per stream they were recorded on, oldest first.
+  std::map<Stream, std::deque<PendingFree>> pending;
+  std::vector<DeviceEvent> spare_events;
+  std::vector<Block*> spare_blocks;  // recycled Block objects: no heap allocation per split
+
+  FreeSet& pool(bool small_pool) noexcept { return small_pool ? small_blocks : large_blocks; }
+};
+
+struct CachingAllocator::Impl {
+  Impl(std::shared_ptr<Device> device, AllocatorConfig config);
+  ~Impl();
+
+  // --- fast path (allocator.cpp) ---
+  void* allocate(std::size_t bytes, Stream stream);
+  FreeStatus deallocate(void* ptr) noexcept;
+  void record_stream(void* ptr, Stream stream);
+
+  std::size_t round_size(std::size_t size) const noexcept;
+  static std::size_t allocation_size(std::size_t size) noexcept;
+  Shard& shard_for(Stream stream);
+  Block* get_free_block(Shard& shard, bool small, std::size_t size, bool count_for_gc);
+  bool should_split(const Block& block, std::size_t size) const noexcept;
+  void* hand_out(Shard& shard, Block* block, std::size_t size, std::size_t requested);
+  void process_events(Shard& shard);
+  void insert_events(Block* block);
+  void free_block(Block* block);
+  Block* try_merge(Block* dst, Block* src);
+  void cache(Block* block);
+  Block* new_block(Shard& shard);
+  void recycle(Block* block);
+  bool gc_active() const noexcept {
+    return fraction_set_.load(std::memory_order_relaxed) && config.garbage_collection_threshold > 0.0;
+  }
+  std::uint32_t emit(snapshot::EventKind kind, Stream stream, std::uintptr_t address, std::size_t size,
+                     std::size_t aux) noexcept {
+    AllocatorObserver* o = observer.load(std::memory_order_acquire);
+    return o ? o->on_event(AllocatorEvent{kind, stream, address, size, aux}) : 0;
+  }
+
+  // --- slow path (allocator_slow.cpp) ---
+  Block* reserve_segment(Shard& shard, bool small, std::size_t alloc_size, bool is_retry);
+  void* allocate_slow(Shard& shard, std::size_t size, std::size_t requested, bool device_tried);
+  void garbage_collect();
+  bool release_available_cached_blocks(Shard& shard, bool small, std::size_t size);
+  void release_cached_blocks();
+  void synchronize_and_free_events();
+  void release_block(Block* block);
+  std::size_t release_unsplit(FreeSet& set);
+  [[noreturn]] void throw_out_of_memory(Stream stream, std::size_t requested);
+  std::vector<Shard*> lock_all(std::vector<std::unique_lock<std::mutex>>& locks);
+  Block* find_free_block_at(std::uintptr_t address);
+
+  std::shared_ptr<Device> device;
+  const AllocatorConfig config;
+  std::atomic<AllocatorObserver*> observer{nullptr};
+
+  // Shards: a lock-free lookup table written only under registry_mutex_, plus
+  // the list sorted by stream for the slow path.
+  static constexpr std::size_t kShardSlots = 1024;
+  std::array<std::atomic<Shard*>, kShardSlots> shard_table{};
+  std::vector<Shard*> shards;  // sorted by stream handle
+  std::mutex registry_mutex;
+
+  detail::PointerMap<Block> live;  // allocated blocks by address
+
+  std::mutex segments_mutex;
+  std::map<std::uintptr_t, Block*> segments;  // head block of every segment
+
+  // PyTorch's total_allocated_memory: bytes reserved from the device. Kept
+  // apart from the stats so the cap can be charged with one CAS.
+  std::atomic<std::size_t> total_reserved{0};
+  std::atomic<bool> fraction_set_{false};
+  std::atomic<std::size_t> allowed_memory_maximum{0};
+  std::size_t device_total = 0;
+
+  // Per pool kind (0 large, 1 small): get_free_block calls while garbage
+  // collection is active; a cached block's age is the count since it was cached.
+  std::atomic<std::size_t> free_block_calls[2] = {0, 0};
+
+  mutable detail::Spinlock stats_lock;
+  MemoryStats stats;
+};
+
+}  // namespace cachealloc

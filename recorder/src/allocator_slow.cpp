@@ -1,0 +1,331 @@
+// The slow path: new segments, the out-of-memory sequence, garbage
+// collection, empty_cache and layouts. Everything that looks at more than one
+// stream's pool runs here with every pool locked, so it sees one consistent
+// state, exactly as PyTorch's single allocator lock does.
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "allocator_impl.hpp"
+
+namespace cachealloc {
+
+using snapshot::EventKind;
+
+std::vector<Shard*> CachingAllocator::Impl::lock_all(std::vector<std::unique_lock<std::mutex>>& locks) {
+  locks.emplace_back(registry_mutex);
+  locks.reserve(shards.size() + 1);
+  for (Shard* shard : shards) locks.emplace_back(shard->mutex);  // ascending stream order
+  return shards;
+}
+
+// Reserves a new segment of `alloc_size` bytes (cudaMalloc), charging the
+// memory-fraction cap first. Returns nullptr when the cap or the device says no.
+Block* CachingAllocator::Impl::reserve_segment(Shard& shard, bool small, std::size_t alloc_size, bool is_retry) {
+  if (is_retry) {
+    std::lock_guard lock(stats_lock);
+    ++stats.num_alloc_retries;
+  }
+  const bool capped = fraction_set_.load(std::memory_order_relaxed);
+  const std::size_t cap = allowed_memory_maximum.load(std::memory_order_relaxed);
+  std::size_t reserved = total_reserved.load(std::memory_order_relaxed);
+  do {
+    if (capped && reserved + alloc_size > cap) return nullptr;
+  } while (!total_reserved.compare_exchange_weak(reserved, reserved + alloc_size, std::memory_order_relaxed));
+  void* ptr = nullptr;
+  try {
+    ptr = device->reserve(alloc_size);
+  } catch (...) {
+    total_reserved.fetch_sub(alloc_size, std::memory_order_relaxed);
+    throw;
+  }
+  if (!ptr) {
+    total_reserved.fetch_sub(alloc_size, std::memory_order_relaxed);
+    return nullptr;
+  }
+  Block* block = new_block(shard);
+  block->ptr = reinterpret_cast<std::uintptr_t>(ptr);
+  block->size = alloc_size;
+  block->shard = &shard;
+  block->small = small;
+  {
+    std::lock_guard lock(segments_mutex);
+    segments[block->ptr] = block;
+  }
+  {
+    std::lock_guard lock(stats_lock);
+    for (std::size_t t : {std::size_t{stat_all}, small ? std::size_t{stat_small_pool} : std::size_t{stat_large_pool}}) {
+      stats.segment[t].increase(1);
+      stats.reserved_bytes[t].increase(static_cast<std::int64_t>(alloc_size));
+    }
+    if (alloc_size >= config.max_split_size) stats.oversize_segments.increase(1);
+    ++stats.num_device_alloc;
+  }
+  block->segment_stack = emit(EventKind::segment_alloc, shard.stream, block->ptr, alloc_size,
+                              small ? std::size_t{0} : std::size_t{snapshot::segment_flag_large_pool});
+  return block;
+}
+
+// PyTorch's order once the pool has no fitting block: garbage collection
+// (when a cap and a threshold are set), a new segment, then release cached
+// oversize blocks of this stream and retry, then release every unsplit cached
+// segment of every stream and retry once more (counted in num_alloc_retries).
+void* CachingAllocator::Impl::allocate_slow(Shard& shard, std::size_t size, std::size_t requested,
+                                            bool device_tried) {
+  std::vector<std::unique_lock<std::mutex>> locks;
+  lock_all(locks);
+  const bool small = size <= kSmallSize;
+  const std::size_t alloc_size = allocation_size(size);
+  if (!shard.pending.empty()) process_events(shard);
+  // Another thread may have freed a fitting block while we held no lock;
+  // this second look is not a new request, so it does not age blocks.
+  Block* block = get_free_block(shard, small, size, /*count_for_gc=*/false);
+  if (!block) {
+    if (gc_active()) garbage_collect();
+    if (!device_tried) block = reserve_segment(shard, small, alloc_size, false);
+    if (!block && release_available_cached_blocks(shard, small, size))
+      block = reserve_segment(shard, small, alloc_size, false);
+    if (!block) {
+      release_cached_blocks();
+      block = reserve_segment(shard, small, alloc_size, /*is_retry=*/true);
+    }
+  }
+  if (!block) throw_out_of_memory(shard.stream, requested);
+  return hand_out(shard, block, size, requested);
+}
+
+// Rule (garbage_collection_threshold): once reserved exceeds threshold x cap,
+// release unsplit cached large blocks at least as old as the average age,
+// pass after pass, until enough is reclaimed or nothing more can go.
+// Age = get_free_block calls on the pool since the block was cached.
+void CachingAllocator::Impl::garbage_collect() {
+  const auto threshold = static_cast<std::size_t>(config.garbage_collection_threshold *
+                                                  static_cast<double>(allowed_memory_maximum.load()));
+  const std::size_t reserved = total_reserved.load();
+  if (reserved <= threshold) return;
+  const std::size_t target = reserved - threshold;
+  const std::size_t now = free_block_calls[0].load();
+  auto age = [now](const Block& b) { return now - b.gc_count_base; };
+
+  std::size_t total_age = 0;
+  std::size_t freeable = 0;
+  for (Shard* s : shards)
+    for (const Block& b : s->large_blocks)
+      if (!b.is_split()) {
+        total_age += age(b);
+        ++freeable;
+      }
+  if (freeable == 0) return;
+
+  std::size_t reclaimed = 0;
+  bool freed_one = true;
+  while (reclaimed < target && freed_one && freeable > 0) {
+    const double age_threshold = static_cast<double>(total_age) / static_cast<double>(freeable);
+    freed_one = false;
+    for (Shard* s : shards) {
+      for (auto it = s->large_blocks.begin(); it != s->large_blocks.end();) {
+        Block& b = *it++;
+        if (b.is_split() || static_cast<double>(age(b)) < age_threshold) continue;
+        freed_one = true;
+        reclaimed += b.size;
+        total_age -= age(b);
+        --freeable;
+        release_block(&b);
+      }
+    }
+  }
+}
+
+// Rule: with max_split_size set, release one cached oversize block of this
+// stream big enough for the request, or else the largest ones until their
+// total covers it.
+bool CachingAllocator::Impl::release_available_cached_blocks(Shard& shard, bool small, std::size_t size) {
+  const std::size_t max_split = config.max_split_size;
+  if (max_split == std::numeric_limits<std::size_t>::max()) return false;
+  FreeSet& pool = shard.pool(small);
+  const std::size_t key = std::max(size, max_split);
+  auto it = pool.lower_bound(key, SizeKey{});
+  if (it != pool.end()) {
+    release_block(&*it);
+    return true;
+  }
+  if (it == pool.begin()) return false;
+  std::size_t released = 0;
+  --it;
+  while (released < key && it->size >= max_split) {
+    auto current = it;
+    const bool first = current == pool.begin();
+    if (!first) --it;
+    released += current->size;
+    release_block(&*current);
+    if (first) break;
+  }
+  return released >= key;
+}
+
+void CachingAllocator::Impl::synchronize_and_free_events() {
+  {
+    std::lock_guard lock(stats_lock);
+    ++stats.num_sync_all_streams;
+  }
+  for (Shard* shard : shards) {
+    for (auto& [stream, queue] : shard->pending) {
+      for (PendingFree& pending : queue) {
+        device->synchronize_event(pending.event);
+        shard->spare_events.push_back(pending.event);
+        if (--pending.block->event_count == 0) free_block(pending.block);
+      }
+    }
+    shard->pending.clear();
+  }
+}
+
+std::size_t CachingAllocator::Impl::release_unsplit(FreeSet& set) {
+  std::size_t released = 0;
+  for (auto it = set.begin(); it != set.end();) {
+    Block& b = *it++;
+    if (!b.is_split()) {
+      released += b.size;
+      release_block(&b);
+    }
+  }
+  return released;
+}
+
+// Rule (empty_cache and the last OOM step): wait for outstanding events, then
+// release every cached block that is a whole segment, large pools first.
+void CachingAllocator::Impl::release_cached_blocks() {
+  synchronize_and_free_events();
+  for (Shard* s : shards) release_unsplit(s->large_blocks);
+  for (Shard* s : shards) release_unsplit(s->small_blocks);
+}
+
+// Returns a cached whole-segment block to the device.
+void CachingAllocator::Impl::release_block(Block* block) {
+  Shard& shard = *block->shard;
+  shard.pool(block->small).erase(FreeSet::s_iterator_to(*block));
+  const std::uintptr_t ptr = block->ptr;
+  const std::size_t size = block->size;
+  emit(EventKind::segment_release, shard.stream, ptr, size, 0);
+  device->release(reinterpret_cast<void*>(ptr), size);
+  total_reserved.fetch_sub(size, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(segments_mutex);
+    segments.erase(ptr);
+  }
+  {
+    std::lock_guard lock(stats_lock);
+    for (std::size_t t : {std::size_t{stat_all}, block->small ? std::size_t{stat_small_pool} : std::size_t{stat_large_pool}}) {
+      stats.segment[t].decrease(1);
+      stats.reserved_bytes[t].decrease(static_cast<std::int64_t>(size));
+    }
+    if (size >= config.max_split_size) stats.oversize_segments.decrease(1);
+    ++stats.num_device_free;
+  }
+  recycle(block);
+}
+
+void CachingAllocator::Impl::throw_out_of_memory(Stream stream, std::size_t requested) {
+  MemoryInfo info;
+  try {
+    info = device->memory_info();
+  } catch (const std::exception&) {
+  }
+  const std::size_t cap = fraction_set_.load() ? allowed_memory_maximum.load() : 0;
+  MemoryStats now;
+  {
+    std::lock_guard lock(stats_lock);
+    ++stats.num_ooms;
+    now = stats;
+  }
+  emit(EventKind::oom, stream, info.free, requested, cap);
+  const auto allocated = static_cast<std::size_t>(now.allocated_bytes[stat_all].current);
+  const auto reserved = static_cast<std::size_t>(now.reserved_bytes[stat_all].current);
+  std::ostringstream message;
+  message << "out of memory: tried to allocate " << format_bytes(requested) << " (" << requested << " bytes) on "
+          << device->backend() << " device " << device->index() << " (" << device->name() << ", "
+          << format_bytes(info.total) << " total, " << format_bytes(info.free) << " free); allocated "
+          << format_bytes(allocated) << ", reserved " << format_bytes(reserved) << " ("
+          << format_bytes(reserved - allocated) << " reserved but unallocated)";
+  if (cap) message << ", cap " << format_bytes(cap) << " by memory fraction";
+  if (reserved > allocated && (reserved - allocated) * 5 > reserved && reserved - allocated >= requested) {
+    message << "; reserved-but-unallocated memory is large: it is split into pieces too small for this request, "
+               "try CACHEALLOC_CONF=max_split_size_mb:"
+            << std::max<std::size_t>(21, requested >> 21) << " to limit fragmentation";
+  } else if (cap && reserved + requested > cap) {
+    message << "; the memory fraction cap is the limit: raise it with set_memory_fraction";
+  }
+  throw OutOfMemoryError(message.str(), requested, allocated, reserved, info.free, cap);
+}
+
+// A free (not live) block starting at `address`, for telling a double free
+// from a foreign pointer. Error path only.
+Block* CachingAllocator::Impl::find_free_block_at(std::uintptr_t address) {
+  Block* head = nullptr;
+  {
+    std::lock_guard lock(segments_mutex);
+    auto it = segments.upper_bound(address);
+    if (it == segments.begin()) return nullptr;
+    head = std::prev(it)->second;
+  }
+  try {
+    std::lock_guard lock(head->shard->mutex);
+    for (Block* b = head; b; b = b->next)
+      if (b->ptr == address) return b->allocated ? nullptr : b;
+  } catch (...) {
+  }
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// Public face of the slow path.
+
+void CachingAllocator::empty_cache() {
+  std::vector<std::unique_lock<std::mutex>> locks;
+  impl_->lock_all(locks);
+  const std::size_t before = impl_->total_reserved.load();
+  impl_->release_cached_blocks();
+  impl_->emit(EventKind::empty_cache, Stream{}, 0, before - impl_->total_reserved.load(), 0);
+}
+
+void CachingAllocator::set_memory_fraction(double fraction) {
+  if (!(fraction >= 0.0 && fraction <= 1.0))
+    throw InvalidArgument("set_memory_fraction: " + std::to_string(fraction) + " is not within [0, 1]");
+  const MemoryInfo info = impl_->device->memory_info();
+  std::lock_guard lock(impl_->registry_mutex);
+  impl_->device_total = info.total;
+  impl_->allowed_memory_maximum.store(static_cast<std::size_t>(fraction * static_cast<double>(info.total)));
+  impl_->fraction_set_.store(true);
+}
+
+std::vector<snapshot::Segment> CachingAllocator::layout() const {
+  std::vector<std::unique_lock<std::mutex>> locks;
+  impl_->lock_all(locks);
+  std::vector<snapshot::Segment> out;
+  std::lock_guard guard(impl_->segments_mutex);
+  out.reserve(impl_->segments.size());
+  for (const auto& [address, head] : impl_->segments) {
+    snapshot::Segment segment;
+    segment.device = impl_->device->index();
+    segment.stream = head->shard->stream.handle;
+    segment.address = address;
+    segment.large_pool = !head->small;
+    segment.stack = snapshot::StackId{head->segment_stack};
+    for (const Block* b = head; b; b = b->next) {
+      snapshot::Block block;
+      block.address = b->ptr;
+      block.size = b->size;
+      block.requested = b->allocated || b->pending() ? b->requested : 0;
+      block.state = b->allocated  ? snapshot::BlockState::active_allocated
+                    : b->pending() ? snapshot::BlockState::active_pending_free
+                                   : snapshot::BlockState::inactive;
+      block.stack = snapshot::StackId{b->allocated || b->pending() ? b->stack : 0};
+      segment.total_size += b->size;
+      segment.blocks.push_back(block);
+    }
+    out.push_back(std::move(segment));
+  }
+  return out;
+}
+
+}  // namespace cachealloc

@@ -1,0 +1,318 @@
+#include "cachealloc/snapshot/format.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "archive.hpp"
+#include "serialize.hpp"
+
+namespace cachealloc::snapshot {
+namespace {
+
+// The framing (docs/FORMAT.md, "Framing"). 0x89 is not ASCII, so a text
+// tool that strips the high bit breaks the magic; '\n' catches newline
+// translation.
+constexpr std::array<std::byte, 8> kMagic = {std::byte{0x89}, std::byte{'C'}, std::byte{'A'}, std::byte{'S'},
+                                              std::byte{'N'},  std::byte{'A'}, std::byte{'P'}, std::byte{'\n'}};
+constexpr std::size_t kVersionOffset = 8;
+constexpr std::size_t kReservedOffset = 12;
+constexpr std::size_t kBodySizeOffset = 16;
+constexpr std::size_t kFramingSize = 24;
+
+[[noreturn]] void inconsistent(const std::string& what) {
+  throw SnapshotError(ErrorCode::inconsistent, "inconsistent snapshot: " + what);
+}
+[[noreturn]] void truncated(const std::string& what) {
+  throw SnapshotError(ErrorCode::truncated, "truncated snapshot: " + what);
+}
+
+template <class T>
+void put_le(std::vector<std::byte>& out, std::size_t offset, T value) {
+  for (std::size_t i = 0; i < sizeof(T); ++i) {
+    out[offset + i] = static_cast<std::byte>((value >> (8 * i)) & 0xff);
+  }
+}
+template <class T>
+T get_le(std::span<const std::byte> bytes, std::size_t offset) {
+  T value = 0;
+  for (std::size_t i = 0; i < sizeof(T); ++i) value |= static_cast<T>(std::to_integer<T>(bytes[offset + i]) << (8 * i));
+  return value;
+}
+
+// --- validation ----------------------------------------------------------
+
+void check_stack(StackId id, const Snapshot& snapshot, const std::string& where) {
+  if (id.value != 0 && id.value >= snapshot.stacks.size()) {
+    inconsistent(where + " references stack " + std::to_string(id.value) + " but the stack table has " +
+                 std::to_string(snapshot.stacks.size()) + " entries");
+  }
+}
+void check_string(StringId id, const Snapshot& snapshot, const std::string& where) {
+  if (id.value != 0 && id.value >= snapshot.strings.size()) {
+    inconsistent(where + " references string " + std::to_string(id.value) + " but the string table has " +
+                 std::to_string(snapshot.strings.size()) + " entries");
+  }
+}
+
+// --- versions ------------------------------------------------------------
+
+// One branch per format version this reader understands. Version 2 adds
+// `case 2:` here when its top-level layout differs; a per-type change is
+// handled by that type's cereal class version instead (serialize.hpp).
+Snapshot decode_body(std::uint32_t version, std::span<const std::byte> body) {
+  Snapshot snapshot;
+  switch (version) {
+    case 1: {
+      detail::BoundedInputArchive archive(body, kFramingSize);
+      try {
+        archive(snapshot);
+      } catch (const cereal::Exception& error) {
+        inconsistent(error.what());
+      }
+      if (archive.remaining() != 0) {
+        inconsistent(std::to_string(archive.remaining()) + " unread bytes at the end of the body");
+      }
+      break;
+    }
+    default: inconsistent("format version " + std::to_string(version) + " does not exist");
+  }
+  snapshot.header.format_version = version;
+  return snapshot;
+}
+
+// --- files ---------------------------------------------------------------
+
+[[noreturn]] void io_error(const std::string& action, const std::filesystem::path& path, int error) {
+  throw SnapshotError(ErrorCode::io, "cannot " + action + " " + path.string() + ": " + std::strerror(error));
+}
+
+// Owns a descriptor so every error path closes it.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const noexcept { return fd_; }
+  // Returns close()'s errno, 0 on success: on NFS a failed close can be the
+  // only report of a failed write.
+  int close() noexcept {
+    const int result = ::close(fd_);
+    fd_ = -1;
+    return result == 0 ? 0 : errno;
+  }
+
+ private:
+  int fd_;
+};
+
+// Removes the temporary file unless the rename succeeded.
+class TemporaryFile {
+ public:
+  explicit TemporaryFile(std::filesystem::path path) : path_(std::move(path)) {}
+  TemporaryFile(const TemporaryFile&) = delete;
+  TemporaryFile& operator=(const TemporaryFile&) = delete;
+  ~TemporaryFile() {
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+  const std::filesystem::path& path() const noexcept { return path_; }
+  void release() noexcept { path_.clear(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+int write_all(int fd, std::span<const std::byte> bytes) {
+  while (!bytes.empty()) {
+    const ssize_t written = ::write(fd, bytes.data(), bytes.size());
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    bytes = bytes.subspan(static_cast<std::size_t>(written));
+  }
+  return 0;
+}
+
+// The rename is durable only once the directory entry is on disk. Best effort:
+// some filesystems refuse fsync on a directory, and the data is safe anyway.
+void sync_directory(const std::filesystem::path& directory) noexcept {
+  const int fd = ::open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+std::vector<std::byte> encode_framed(const Snapshot& snapshot) {
+  std::vector<std::byte> out(kFramingSize);
+  std::copy(kMagic.begin(), kMagic.end(), out.begin());
+  put_le<std::uint32_t>(out, kVersionOffset, kFormatVersion);
+  put_le<std::uint32_t>(out, kReservedOffset, 0);
+  {
+    detail::LittleEndianOutputArchive archive(out);
+    archive(snapshot);
+  }
+  put_le<std::uint64_t>(out, kBodySizeOffset, out.size() - kFramingSize);
+  return out;
+}
+
+}  // namespace
+
+void validate(const Snapshot& snapshot) {
+  for (std::size_t i = 0; i < snapshot.frames.size(); ++i) {
+    const Frame& frame = snapshot.frames[i];
+    const std::string where = "frame " + std::to_string(i);
+    check_string(frame.function, snapshot, where);
+    check_string(frame.file, snapshot, where);
+    check_string(frame.module, snapshot, where);
+  }
+  for (std::size_t i = 0; i < snapshot.stacks.size(); ++i) {
+    for (const FrameId frame : snapshot.stacks[i].frames) {
+      if (frame.value >= snapshot.frames.size()) {
+        inconsistent("stack " + std::to_string(i) + " references frame " + std::to_string(frame.value) +
+                     " but the frame table has " + std::to_string(snapshot.frames.size()) + " entries");
+      }
+    }
+  }
+  for (std::size_t s = 0; s < snapshot.segments.size(); ++s) {
+    const Segment& segment = snapshot.segments[s];
+    check_stack(segment.stack, snapshot, "segment " + std::to_string(s));
+    for (std::size_t b = 0; b < segment.blocks.size(); ++b) {
+      const Block& block = segment.blocks[b];
+      const std::string where = "block " + std::to_string(b) + " of segment " + std::to_string(s);
+      if (static_cast<std::uint8_t>(block.state) > static_cast<std::uint8_t>(BlockState::unmapped)) {
+        inconsistent(where + " has unknown state " + std::to_string(static_cast<int>(block.state)));
+      }
+      check_stack(block.stack, snapshot, where);
+    }
+  }
+  for (std::size_t i = 0; i < snapshot.events.size(); ++i) {
+    const Event& event = snapshot.events[i];
+    if (static_cast<int>(event.kind) >= kEventKindCount) {
+      inconsistent("event " + std::to_string(i) + " has unknown kind " + std::to_string(static_cast<int>(event.kind)));
+    }
+    if (!snapshot.threads.empty() && event.thread >= snapshot.threads.size()) {
+      inconsistent("event " + std::to_string(i) + " references thread " + std::to_string(event.thread) +
+                   " but the thread table has " + std::to_string(snapshot.threads.size()) + " entries");
+    }
+    check_stack(event.stack, snapshot, "event " + std::to_string(i));
+    if (event.kind == EventKind::annotation_begin || event.kind == EventKind::annotation_end) {
+      if (event.aux > UINT32_MAX) {
+        inconsistent("event " + std::to_string(i) + " names annotation string " + std::to_string(event.aux) +
+                     ", past 32 bits");
+      }
+      check_string(StringId{static_cast<std::uint32_t>(event.aux)}, snapshot, "event " + std::to_string(i));
+    }
+  }
+}
+
+std::vector<std::byte> encode(const Snapshot& snapshot) {
+  validate(snapshot);
+  return encode_framed(snapshot);
+}
+
+std::vector<std::byte> detail::encode_unvalidated(const Snapshot& snapshot) { return encode_framed(snapshot); }
+
+bool has_snapshot_magic(std::span<const std::byte> bytes) noexcept {
+  return bytes.size() >= kMagic.size() && std::equal(kMagic.begin(), kMagic.end(), bytes.begin());
+}
+
+Snapshot decode(std::span<const std::byte> bytes) {
+  if (bytes.empty()) truncated("the input is empty");
+  const std::size_t magic_bytes = std::min(bytes.size(), kMagic.size());
+  if (!std::equal(kMagic.begin(), kMagic.begin() + static_cast<std::ptrdiff_t>(magic_bytes), bytes.begin())) {
+    throw SnapshotError(ErrorCode::not_a_snapshot, "not a cachealloc snapshot");
+  }
+  if (bytes.size() < kReservedOffset) truncated("the input ends inside the magic and version");
+  const auto version = get_le<std::uint32_t>(bytes, kVersionOffset);
+  // Checked before anything else a newer writer may have changed.
+  if (version > kFormatVersion) {
+    throw SnapshotError(ErrorCode::newer_version, "snapshot format version " + std::to_string(version) +
+                                                      " is newer than this reader supports (" +
+                                                      std::to_string(kFormatVersion) + "); upgrade cachealloc");
+  }
+  if (bytes.size() < kFramingSize) {
+    truncated(std::to_string(bytes.size()) + " bytes is shorter than the " + std::to_string(kFramingSize) +
+              "-byte header");
+  }
+  if (const auto reserved = get_le<std::uint32_t>(bytes, kReservedOffset); reserved != 0) {
+    inconsistent("reserved header field is " + std::to_string(reserved) + ", not 0");
+  }
+  const auto body_size = get_le<std::uint64_t>(bytes, kBodySizeOffset);
+  const std::size_t present = bytes.size() - kFramingSize;
+  if (body_size > present) {
+    truncated("the header announces a body of " + std::to_string(body_size) + " bytes but only " +
+              std::to_string(present) + " follow");
+  }
+  if (body_size < present) {
+    inconsistent(std::to_string(present - body_size) + " bytes follow the " + std::to_string(body_size) +
+                 "-byte body the header announces");
+  }
+  Snapshot snapshot = decode_body(version, bytes.subspan(kFramingSize));
+  validate(snapshot);
+  return snapshot;
+}
+
+void write_snapshot(const Snapshot& snapshot, const std::filesystem::path& path) {
+  const std::vector<std::byte> bytes = encode(snapshot);  // may throw: nothing is on disk yet
+
+  // Beside the target, so rename() stays within one filesystem and is atomic.
+  // open(O_EXCL) with 0666 lets the umask decide the final permissions, as
+  // for any file the program creates; mkstemp would force 0600.
+  static std::atomic<unsigned> counter{0};
+  int fd = -1;
+  std::filesystem::path temporary_path;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    temporary_path = path;
+    temporary_path += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+    fd = ::open(temporary_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) io_error("write snapshot", path, errno);
+  }
+  if (fd < 0) io_error("write snapshot", path, EEXIST);
+  TemporaryFile temporary(temporary_path);
+  FileDescriptor file(fd);
+
+  if (const int error = write_all(file.get(), bytes); error != 0) io_error("write snapshot", path, error);
+  if (::fsync(file.get()) != 0) io_error("sync snapshot", path, errno);
+  if (const int error = file.close(); error != 0) io_error("write snapshot", path, error);
+  if (::rename(temporary.path().c_str(), path.c_str()) != 0) io_error("write snapshot", path, errno);
+  temporary.release();
+  sync_directory(path.parent_path());
+}
+
+Snapshot read_snapshot(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) io_error("open snapshot", path, errno);
+  FileDescriptor file(fd);
+  struct stat info {};
+  if (::fstat(file.get(), &info) != 0) io_error("read snapshot", path, errno);
+  if (S_ISDIR(info.st_mode)) io_error("read snapshot", path, EISDIR);
+
+  // Read to the end rather than trusting st_size: pipes and /proc files lie.
+  std::vector<std::byte> bytes;
+  if (S_ISREG(info.st_mode) && info.st_size > 0) bytes.reserve(static_cast<std::size_t>(info.st_size));
+  std::array<std::byte, 1 << 16> buffer{};
+  for (;;) {
+    const ssize_t got = ::read(file.get(), buffer.data(), buffer.size());
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      io_error("read snapshot", path, errno);
+    }
+    if (got == 0) break;
+    bytes.insert(bytes.end(), buffer.begin(), buffer.begin() + got);
+  }
+  return decode(bytes);
+}
+
+}  // namespace cachealloc::snapshot

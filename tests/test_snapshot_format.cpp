@@ -1,0 +1,685 @@
+// The binary snapshot format (snapshot/src/format.cpp, docs/FORMAT.md):
+// round trips, every rejection, atomic writes and compactness.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cachealloc/snapshot/format.hpp"
+
+namespace fs = std::filesystem;
+using namespace cachealloc::snapshot;
+
+namespace {
+
+// --- builders --------------------------------------------------------------
+
+Snapshot make_rich_snapshot() {
+  Snapshot s;
+  s.header.format_version = kFormatVersion;
+  s.header.writer_version = "0.1.0";
+  s.header.source = "cachealloc";
+  s.header.dump_time_unix_ns = 1'700'000'000'123'456'789ULL;
+  s.header.program = "/usr/bin/python3";
+  s.header.arguments = {"train.py", "--batch", "64", ""};
+  s.header.pid = 4242;
+  s.header.host = "node-7";
+  s.devices = {{0, "NVIDIA H200", 150'000'000'000ULL, 100'000'000'000ULL, 150'000'000'000ULL},
+               {1, "simulated", 1ULL << 34, 1ULL << 33, 1ULL << 34}};
+  s.settings = {{"max_split_size_mb", "128"}, {"config", "expandable_segments:True,max_split_size_mb:128"}};
+  s.stats = {{"allocated_bytes.all.current", 1 << 20}, {"num_ooms", 1}, {"negative.for.test", -5}};
+  s.strings = {"", "forward", "model.py", "libtorch.so", "step", "matmul"};
+  s.frames = {Frame{}, Frame{0x7f00'1234'5678ULL, StringId{1}, StringId{2}, 17, StringId{3}},
+              Frame{0x7f00'1234'9999ULL, StringId{5}, StringId{}, 0, StringId{3}},
+              Frame{0x4242ULL, StringId{}, StringId{}, 0, StringId{}}};
+  s.stacks = {Stack{}, Stack{{FrameId{1}, FrameId{2}}}, Stack{{FrameId{3}}}, Stack{{FrameId{2}, FrameId{1}, FrameId{3}}}};
+  s.threads = {12345, 12346, 99};
+  const std::uint64_t base = 0x7f00'0000'0000ULL;
+  s.segments = {
+      Segment{0, 0, base, 2 << 20, false, false, StackId{1},
+              {Block{base, 512, 300, BlockState::active_allocated, StackId{1}},
+               Block{base + 512, 1024, 1000, BlockState::active_pending_free, StackId{2}},
+               Block{base + 1536, (2 << 20) - 1536, 0, BlockState::inactive, StackId{}}}},
+      Segment{1, 0xdead, 0x7e00'0000'0000ULL, 20 << 20, true, true, StackId{3},
+              {Block{0x7e00'0000'0000ULL, 2 << 20, 2 << 20, BlockState::active_allocated, StackId{3}},
+               Block{0x7e00'0020'0000ULL, 18 << 20, 0, BlockState::unmapped, StackId{}}}},
+  };
+  s.dropped_events = 77;
+  std::uint64_t t = 1'000'000;
+  auto add = [&](EventKind kind, std::uint64_t address, std::uint64_t size, std::uint64_t aux, std::uint32_t stack,
+                 std::int32_t device = 0, std::uint32_t thread = 0, std::uint64_t stream = 0) {
+    t += 123;
+    s.events.push_back(Event{kind, device, thread, StackId{stack}, t, stream, address, size, aux});
+  };
+  add(EventKind::segment_alloc, base, 2 << 20, 0, 1);
+  add(EventKind::split, base, 512, (2 << 20) - 512, 1);
+  add(EventKind::alloc, base, 512, 300, 1);
+  add(EventKind::split, base + 512, 1024, (2 << 20) - 1536, 2);
+  add(EventKind::alloc, base + 512, 1024, 1000, 2, 0, 1);
+  add(EventKind::free_requested, base + 512, 1024, 1000, 2, 0, 1, 7);
+  add(EventKind::free_completed, base + 512, 1024, 1000, 2, 0, 2, 7);
+  add(EventKind::merge, base + 512, (2 << 20) - 512, (2 << 20) - 1536, 2);
+  add(EventKind::segment_alloc, 0x7e00'0000'0000ULL, 20 << 20, segment_flag_large_pool | segment_flag_expandable, 3,
+      1, 0, 0xdead);
+  add(EventKind::segment_map, 0x7e00'0000'0000ULL, 2 << 20, 0, 3, 1, 0, 0xdead);
+  add(EventKind::segment_unmap, 0x7e00'0020'0000ULL, 2 << 20, 0, 0, 1);
+  add(EventKind::segment_release, 0x7d00'0000'0000ULL, 2 << 20, 0, 0, -1);
+  add(EventKind::empty_cache, 0, 2 << 20, 0, 0);
+  add(EventKind::oom, 1 << 20, 1ULL << 40, 0, 3);
+  add(EventKind::annotation_begin, 0, 0, 4, 0);
+  add(EventKind::annotation_end, 0, 0, 4, 0);
+  add(EventKind::snapshot, 0, 0, 0, 0);
+  return s;
+}
+
+// A trace shaped like the recorder's output: a small caching allocator with
+// best-fit reuse, splitting and coalescing drives the events, so addresses,
+// sizes and stacks repeat the way a training loop makes them repeat.
+Snapshot make_realistic_trace(std::size_t event_count, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](std::uint64_t lo, std::uint64_t hi) {
+    return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+  };
+  auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+
+  Snapshot s;
+  s.header.format_version = kFormatVersion;
+  s.header.source = "cachealloc";
+  s.devices = {{0, "simulated", 80ULL << 30, 0, 80ULL << 30}};
+  s.threads = {1001, 1002, 1003};
+  for (int i = 1; i <= 500; ++i) s.strings.push_back("function_" + std::to_string(i));
+  for (std::uint32_t i = 1; i <= 2000; ++i) {
+    s.frames.push_back(Frame{0x5500'0000'0000ULL + i * 64, StringId{1 + i % 500}, StringId{}, i, StringId{}});
+  }
+  constexpr std::uint32_t kSites = 300;
+  struct Site {
+    std::uint64_t requested;
+    bool dynamic;  // dynamic shapes: a different size on every call
+  };
+  std::vector<Site> sites;
+  for (std::uint32_t i = 0; i < kSites; ++i) {
+    Stack stack;
+    const auto depth = uniform(8, 30);
+    for (std::uint64_t d = 0; d < depth; ++d) stack.frames.push_back(FrameId{static_cast<std::uint32_t>(uniform(1, 2000))});
+    s.stacks.push_back(stack);
+    const auto magnitude = uniform(8, 24);
+    sites.push_back(Site{(std::uint64_t{1} << magnitude) + uniform(0, std::uint64_t{1} << magnitude), chance(0.2)});
+  }
+
+  struct Live {
+    std::uint64_t address, size, requested;
+    StackId stack;
+  };
+  struct Pending {
+    Live block;
+    std::uint64_t countdown;
+  };
+  std::map<std::uint64_t, std::uint64_t> free_by_address;
+  std::set<std::pair<std::uint64_t, std::uint64_t>> free_by_size;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> segments;
+  std::vector<Live> live;
+  std::vector<Pending> pending;
+  std::uint64_t next_segment = 0x7f00'0000'0000ULL;
+  std::uint64_t time = 5'000'000'000ULL;
+  std::uint32_t thread = 0;
+  std::uint64_t stream = 0;
+  bool growing = true;
+
+  auto emit = [&](EventKind kind, std::uint64_t address, std::uint64_t size, std::uint64_t aux, StackId stack) {
+    time += static_cast<std::uint64_t>(std::exp(std::log(50.0) + unit(rng) * (std::log(2000.0) - std::log(50.0))));
+    s.events.push_back(Event{kind, 0, thread, stack, time, stream, address, size, aux});
+  };
+  auto add_free = [&](std::uint64_t address, std::uint64_t size) {
+    free_by_address[address] = size;
+    free_by_size.insert({size, address});
+  };
+  auto remove_free = [&](std::uint64_t address, std::uint64_t size) {
+    free_by_address.erase(address);
+    free_by_size.erase({size, address});
+  };
+  auto complete_free = [&](const Live& block) {
+    emit(EventKind::free_completed, block.address, block.size, block.requested, block.stack);
+    std::uint64_t address = block.address;
+    std::uint64_t size = block.size;
+    if (auto next = free_by_address.find(address + size); next != free_by_address.end()) {
+      const std::uint64_t absorbed = next->second;
+      remove_free(next->first, absorbed);
+      size += absorbed;
+      emit(EventKind::merge, address, size, absorbed, block.stack);
+    }
+    if (auto prev = free_by_address.lower_bound(address); prev != free_by_address.begin()) {
+      --prev;
+      if (prev->first + prev->second == address) {
+        const std::uint64_t prev_address = prev->first;
+        const std::uint64_t prev_size = prev->second;
+        remove_free(prev_address, prev_size);
+        emit(EventKind::merge, prev_address, prev_size + size, size, block.stack);
+        address = prev_address;
+        size += prev_size;
+      }
+    }
+    add_free(address, size);
+  };
+
+  std::uint64_t next_annotation = 3000;
+  while (s.events.size() < event_count) {
+    if (chance(0.01)) thread = static_cast<std::uint32_t>(uniform(0, 2));
+    if (chance(0.02)) stream = uniform(0, 3) * 0x1000;
+    for (std::size_t i = 0; i < pending.size();) {
+      if (--pending[i].countdown == 0) {
+        const Live block = pending[i].block;
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+        complete_free(block);
+      } else {
+        ++i;
+      }
+    }
+    if (s.events.size() >= next_annotation) {
+      const StringId name{static_cast<std::uint32_t>(uniform(1, 20))};
+      emit(EventKind::annotation_begin, 0, 0, name.value, StackId{});
+      emit(EventKind::annotation_end, 0, 0, name.value, StackId{});
+      next_annotation += uniform(1000, 5000);
+    }
+    if (chance(0.00002)) {  // empty_cache: release every wholly free segment
+      std::uint64_t released = 0;
+      for (std::size_t i = 0; i < segments.size();) {
+        const auto [base, size] = segments[i];
+        if (auto whole = free_by_address.find(base); whole != free_by_address.end() && whole->second == size) {
+          remove_free(base, size);
+          emit(EventKind::segment_release, base, size, 0, StackId{});
+          released += size;
+          segments.erase(segments.begin() + static_cast<std::ptrdiff_t>(i));
+        } else {
+          ++i;
+        }
+      }
+      emit(EventKind::empty_cache, 0, released, 0, StackId{});
+    }
+    if (chance(0.000005)) emit(EventKind::oom, 1ULL << 30, 1ULL << 32, 0, StackId{1});
+
+    if (live.size() >= 300) growing = false;
+    if (live.size() <= 60) growing = true;
+    if (live.empty() || chance(growing ? 0.6 : 0.4)) {
+      const auto site_index = static_cast<std::uint32_t>(kSites * std::pow(unit(rng), 2.5));
+      const Site& site = sites[site_index];
+      const StackId stack{site_index + 1};
+      const std::uint64_t requested = site.dynamic ? uniform(site.requested / 2, site.requested * 2) : site.requested;
+      const std::uint64_t size = (requested + 511) / 512 * 512;
+      auto fit = free_by_size.lower_bound({size, 0});
+      if (fit == free_by_size.end()) {
+        const std::uint64_t two_mib = 2 << 20;
+        const std::uint64_t segment_size =
+            size <= (1 << 20) ? two_mib : size < (10 << 20) ? 20 << 20 : (size + two_mib - 1) / two_mib * two_mib;
+        const std::uint64_t base = next_segment;
+        next_segment += segment_size + two_mib;  // a gap: neighbours never coalesce across segments
+        emit(EventKind::segment_alloc, base, segment_size, segment_size > two_mib ? std::uint64_t{segment_flag_large_pool} : 0, stack);
+        segments.push_back({base, segment_size});
+        add_free(base, segment_size);
+        fit = free_by_size.lower_bound({size, 0});
+      }
+      const auto [block_size, address] = *fit;
+      remove_free(address, block_size);
+      if (block_size > size) {
+        emit(EventKind::split, address, size, block_size - size, stack);
+        add_free(address + size, block_size - size);
+      }
+      emit(EventKind::alloc, address, size, requested, stack);
+      live.push_back(Live{address, size, requested, stack});
+    } else {
+      // Most frees hit a recent temporary; some a long-lived tensor.
+      const std::size_t index = live.size() > 8 && chance(0.7) ? live.size() - 1 - uniform(0, 7)
+                                                                : static_cast<std::size_t>(uniform(0, live.size() - 1));
+      const Live block = live[index];
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(index));
+      emit(EventKind::free_requested, block.address, block.size, block.requested, block.stack);
+      if (chance(0.8)) {
+        complete_free(block);
+      } else {
+        pending.push_back(Pending{block, uniform(1, 30)});
+      }
+    }
+  }
+  s.events.resize(event_count);
+  return s;
+}
+
+// --- helpers ---------------------------------------------------------------
+
+std::vector<std::byte> read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> bytes(chars.size());
+  std::memcpy(bytes.data(), chars.data(), chars.size());
+  return bytes;
+}
+
+void put_u32(std::vector<std::byte>& bytes, std::size_t offset, std::uint32_t value) {
+  for (std::size_t i = 0; i < 4; ++i) bytes[offset + i] = static_cast<std::byte>((value >> (8 * i)) & 0xff);
+}
+void put_u64(std::vector<std::byte>& bytes, std::size_t offset, std::uint64_t value) {
+  for (std::size_t i = 0; i < 8; ++i) bytes[offset + i] = static_cast<std::byte>((value >> (8 * i)) & 0xff);
+}
+
+ErrorCode decode_error(std::span<const std::byte> bytes, std::string* message = nullptr) {
+  try {
+    (void)decode(bytes);
+  } catch (const SnapshotError& error) {
+    if (message != nullptr) *message = error.what();
+    return error.code();
+  }
+  FAIL("decode accepted the input");
+  return ErrorCode::unsupported;
+}
+
+// A fresh directory per test, removed at the end.
+class ScratchDirectory {
+ public:
+  ScratchDirectory() {
+    path_ = fs::temp_directory_path() / ("cachealloc-format-test-" + std::to_string(::getpid()) + "-" +
+                                         std::to_string(counter_++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~ScratchDirectory() {
+    std::error_code ignored;
+    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ignored);
+    fs::remove_all(path_, ignored);
+  }
+  const fs::path& path() const { return path_; }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(path_)) names.push_back(entry.path().filename().string());
+    return names;
+  }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+constexpr std::size_t kBodySizeOffset = 16;
+constexpr std::size_t kVersionOffset = 8;
+
+}  // namespace
+
+// --- round trips -------------------------------------------------------------
+
+TEST_CASE("a rich snapshot survives a round trip unchanged") {
+  // Given a snapshot with every event kind, block state, table and device
+  const Snapshot original = make_rich_snapshot();
+  // When it is encoded and decoded
+  const Snapshot decoded = decode(encode(original));
+  // Then nothing changed
+  CHECK(decoded.header == original.header);
+  CHECK(decoded.segments == original.segments);
+  CHECK(decoded.events == original.events);
+  CHECK(decoded == original);
+}
+
+TEST_CASE("a default snapshot survives a round trip") {
+  Snapshot original;
+  original.header.format_version = kFormatVersion;
+  CHECK(decode(encode(original)) == original);
+}
+
+TEST_CASE("decode reports the format version the file was written with") {
+  // Given a snapshot whose header does not claim a version
+  Snapshot original = make_rich_snapshot();
+  original.header.format_version = 0;
+  // When it round-trips, then the reader fills in the file's version
+  CHECK(decode(encode(original)).header.format_version == kFormatVersion);
+}
+
+TEST_CASE("events with unusual field values survive a round trip") {
+  // Given events the recorder never writes: time going backwards, unaligned
+  // and extreme addresses, negative devices, repeats that do not match
+  Snapshot original;
+  original.header.format_version = kFormatVersion;
+  original.stacks = {Stack{}, Stack{}, Stack{}};
+  const std::uint64_t max = UINT64_MAX;
+  original.events = {
+      Event{EventKind::alloc, -3, 7, StackId{2}, max, max, max, max, max},
+      Event{EventKind::free_requested, INT32_MIN, UINT32_MAX, StackId{2}, 0, 0, max, max, max},
+      Event{EventKind::free_completed, INT32_MAX, 0, StackId{1}, 5, 1, max, max - 1, 3},
+      Event{EventKind::alloc, 0, 0, StackId{}, 5, 1, 1, 0, 1},
+      Event{EventKind::alloc, 0, 0, StackId{}, 4, 1, 513, 513, 1024},
+      Event{EventKind::free_completed, 0, 0, StackId{}, 4, 1, 513, 513, 1024},
+      Event{EventKind::free_completed, 0, 0, StackId{}, 4, 1, 513, 513, 1024},
+      Event{EventKind::split, 0, 0, StackId{1}, 1, 0, 0, 1ULL << 63, 1ULL << 63},
+  };
+  CHECK(decode(encode(original)) == original);
+}
+
+TEST_CASE("random events with valid references survive a round trip") {
+  // Given many snapshots of random events drawn from small value sets, so
+  // that the codec's predictions both hit and miss
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    Snapshot original;
+    original.header.format_version = kFormatVersion;
+    original.stacks.resize(6);
+    original.threads = {1, 2, 3};
+    auto pick = [&](std::initializer_list<std::uint64_t> values) {
+      return *(values.begin() + static_cast<std::ptrdiff_t>(rng() % values.size()));
+    };
+    const std::size_t count = rng() % 64;
+    for (std::size_t i = 0; i < count; ++i) {
+      Event e;
+      e.kind = static_cast<EventKind>(rng() % kEventKindCount);
+      e.device = static_cast<std::int32_t>(pick({0, 0, 1, static_cast<std::uint64_t>(-1)}));
+      e.thread = static_cast<std::uint32_t>(rng() % 3);
+      e.stack = StackId{static_cast<std::uint32_t>(rng() % 6)};
+      e.time_ns = pick({0, 100, 1000, 1ULL << 40, UINT64_MAX});
+      e.stream = pick({0, 0, 7});
+      e.address = pick({0, 512, 1024, 1025, 0x7f00'0000'0000ULL, UINT64_MAX});
+      e.size = pick({0, 512, 4096, 4095, UINT64_MAX});
+      e.aux = e.kind == EventKind::annotation_begin || e.kind == EventKind::annotation_end ? 0
+                                                                                            : pick({0, 300, 512, 4096, 4095, UINT64_MAX});
+      original.events.push_back(e);
+    }
+    // When encoded and decoded, then nothing changed
+    REQUIRE(decode(encode(original)) == original);
+  }
+}
+
+TEST_CASE("a realistic trace of 1M events costs at most 6 bytes per event") {
+  // Given a 1M-event trace shaped like the recorder's output
+  const auto started = std::chrono::steady_clock::now();
+  const Snapshot trace = make_realistic_trace(1'000'000, 2024);
+  Snapshot tables_only = trace;
+  tables_only.events.clear();
+  // When it is encoded
+  const std::vector<std::byte> bytes = encode(trace);
+  const std::size_t event_bytes = bytes.size() - encode(tables_only).size();
+  const double per_event = static_cast<double>(event_bytes) / static_cast<double>(trace.events.size());
+  const auto elapsed =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+  MESSAGE("realistic trace: " << trace.events.size() << " events, " << event_bytes << " bytes of events, "
+                              << per_event << " bytes/event; generate+encode took " << elapsed << " ms");
+  // Then the events cost at most 6 bytes each and decode back exactly
+  CHECK(per_event <= 6.0);
+  CHECK(decode(bytes) == trace);
+}
+
+// --- rejections --------------------------------------------------------------
+
+TEST_CASE("bytes without our magic are not a cachealloc snapshot") {
+  // Given a file that starts like something else
+  std::vector<std::byte> bytes = encode(make_rich_snapshot());
+  bytes[1] = std::byte{'X'};
+  // When decoded, then it is rejected with the one-line message
+  std::string message;
+  CHECK(decode_error(bytes, &message) == ErrorCode::not_a_snapshot);
+  CHECK(message == "not a cachealloc snapshot");
+  CHECK_FALSE(has_snapshot_magic(bytes));
+
+  const std::string text = "{\"segments\": []}";
+  std::vector<std::byte> json(text.size());
+  std::memcpy(json.data(), text.data(), text.size());
+  CHECK(decode_error(json) == ErrorCode::not_a_snapshot);
+}
+
+TEST_CASE("has_snapshot_magic recognizes what encode writes") {
+  const std::vector<std::byte> bytes = encode(Snapshot{});
+  CHECK(has_snapshot_magic(bytes));
+  CHECK_FALSE(has_snapshot_magic(std::span(bytes).first(7)));
+  CHECK_FALSE(has_snapshot_magic({}));
+}
+
+TEST_CASE("a newer format version is rejected with a message naming both versions") {
+  // Given a file that claims format version 7
+  std::vector<std::byte> bytes = encode(make_rich_snapshot());
+  put_u32(bytes, kVersionOffset, 7);
+  // When decoded, then the message names 7 and ours
+  std::string message;
+  CHECK(decode_error(bytes, &message) == ErrorCode::newer_version);
+  CHECK(message == "snapshot format version 7 is newer than this reader supports (1); upgrade cachealloc");
+
+  // And the very next version is rejected too, even with nothing after the version
+  put_u32(bytes, kVersionOffset, kFormatVersion + 1);
+  CHECK(decode_error(std::span(bytes).first(12)) == ErrorCode::newer_version);
+}
+
+TEST_CASE("format version 0 never existed and is rejected") {
+  std::vector<std::byte> bytes = encode(Snapshot{});
+  put_u32(bytes, kVersionOffset, 0);
+  CHECK(decode_error(bytes) == ErrorCode::inconsistent);
+}
+
+TEST_CASE("every prefix of a snapshot is rejected as truncated") {
+  // Given a small valid file
+  const std::vector<std::byte> bytes = encode(make_rich_snapshot());
+  // When any proper prefix is decoded, then it throws truncated (and never crashes)
+  for (std::size_t length = 0; length < bytes.size(); ++length) {
+    CAPTURE(length);
+    REQUIRE(decode_error(std::span(bytes).first(length)) == ErrorCode::truncated);
+  }
+}
+
+TEST_CASE("a body size that disagrees with the data is rejected") {
+  std::vector<std::byte> bytes = encode(make_rich_snapshot());
+  const std::uint64_t body = bytes.size() - 24;
+  SUBCASE("larger than the data: truncated") {
+    put_u64(bytes, kBodySizeOffset, body + 1);
+    CHECK(decode_error(bytes) == ErrorCode::truncated);
+    put_u64(bytes, kBodySizeOffset, UINT64_MAX);
+    CHECK(decode_error(bytes) == ErrorCode::truncated);
+  }
+  SUBCASE("smaller than the data: inconsistent") {
+    put_u64(bytes, kBodySizeOffset, body - 1);
+    std::string message;
+    CHECK(decode_error(bytes, &message) == ErrorCode::inconsistent);
+    CHECK(message.rfind("inconsistent snapshot: ", 0) == 0);
+  }
+  SUBCASE("trailing garbage after a correct body: inconsistent") {
+    bytes.push_back(std::byte{0});
+    CHECK(decode_error(bytes) == ErrorCode::inconsistent);
+  }
+}
+
+TEST_CASE("an event count that disagrees with the event columns is rejected") {
+  // Given a file whose event count (right after dropped_events and the
+  // EventColumns class version, docs/FORMAT.md) says 5 where there are 3
+  Snapshot original;
+  original.dropped_events = 0x1122'3344'5566'7788ULL;
+  original.events = {Event{}, Event{}, Event{}};
+  std::vector<std::byte> bytes = encode(original);
+  const std::vector<std::byte> marker = {std::byte{0x88}, std::byte{0x77}, std::byte{0x66}, std::byte{0x55},
+                                         std::byte{0x44}, std::byte{0x33}, std::byte{0x22}, std::byte{0x11}};
+  const auto found = std::search(bytes.begin(), bytes.end(), marker.begin(), marker.end());
+  REQUIRE(found != bytes.end());
+  const std::size_t count_offset = static_cast<std::size_t>(found - bytes.begin()) + 8 + 4;
+  REQUIRE(bytes[count_offset] == std::byte{3});
+  bytes[count_offset] = std::byte{5};
+  // When decoded, then it is inconsistent, and the message says why
+  std::string message;
+  CHECK(decode_error(bytes, &message) == ErrorCode::inconsistent);
+  CHECK(message == "inconsistent snapshot: 5 events declared but the flags column holds 3");
+}
+
+TEST_CASE("a huge container length is refused before anything is allocated") {
+  // Given a file whose first string (header.writer_version, at offset 32 after
+  // the framing and two class versions) claims 2^62 bytes
+  Snapshot original;
+  std::vector<std::byte> bytes = encode(original);
+  REQUIRE(bytes[32] == std::byte{0});
+  const std::vector<std::byte> huge = {std::byte{0x80}, std::byte{0x80}, std::byte{0x80}, std::byte{0x80},
+                                       std::byte{0x80}, std::byte{0x80}, std::byte{0x80}, std::byte{0x80},
+                                       std::byte{0x40}};
+  bytes.erase(bytes.begin() + 32);
+  bytes.insert(bytes.begin() + 32, huge.begin(), huge.end());
+  put_u64(bytes, kBodySizeOffset, bytes.size() - 24);
+  // When decoded, then it is rejected as inconsistent at once
+  std::string message;
+  CHECK(decode_error(bytes, &message) == ErrorCode::inconsistent);
+  CHECK(message.find("exceeds") != std::string::npos);
+}
+
+TEST_CASE("references past their tables are rejected by the writer and the reader") {
+  Snapshot bad = make_rich_snapshot();
+  SUBCASE("an event's stack") { bad.events[2].stack = StackId{99}; }
+  SUBCASE("an event's thread") { bad.events[2].thread = 3; }
+  SUBCASE("an event's kind") { bad.events[2].kind = static_cast<EventKind>(kEventKindCount); }
+  SUBCASE("an annotation's name") {
+    bad.events.back().kind = EventKind::annotation_begin;
+    bad.events.back().aux = 6;
+  }
+  SUBCASE("a block's stack") { bad.segments[0].blocks[1].stack = StackId{4}; }
+  SUBCASE("a block's state") { bad.segments[0].blocks[1].state = static_cast<BlockState>(4); }
+  SUBCASE("a segment's stack") { bad.segments[1].stack = StackId{1000}; }
+  SUBCASE("a stack's frame") { bad.stacks[2].frames.push_back(FrameId{4}); }
+  SUBCASE("a frame's string") { bad.frames[1].file = StringId{6}; }
+
+  // When the writer sees it, then it refuses
+  try {
+    (void)encode(bad);
+    FAIL("encode accepted a bad reference");
+  } catch (const SnapshotError& error) {
+    CHECK(error.code() == ErrorCode::inconsistent);
+    CHECK(std::string(error.what()).rfind("inconsistent snapshot: ", 0) == 0);
+  }
+  // And when a file holds it anyway, then the reader refuses
+  CHECK(decode_error(detail::encode_unvalidated(bad)) == ErrorCode::inconsistent);
+}
+
+TEST_CASE("random corruption is rejected with a SnapshotError or decodes, never crashes") {
+  // Given a valid file, flip bytes at random
+  const std::vector<std::byte> original = encode(make_rich_snapshot());
+  std::mt19937_64 rng(99);
+  for (int round = 0; round < 20000; ++round) {
+    std::vector<std::byte> bytes = original;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) {
+      // Keep the framing mostly intact so the body gets exercised.
+      const std::size_t at = 24 + rng() % (bytes.size() - 24);
+      bytes[at] = static_cast<std::byte>(rng());
+    }
+    // When decoded, then the only failure is a SnapshotError
+    try {
+      (void)decode(bytes);
+    } catch (const SnapshotError&) {
+    }
+  }
+}
+
+// --- files -------------------------------------------------------------------
+
+TEST_CASE("a written snapshot reads back equal and leaves no temporary file") {
+  ScratchDirectory dir;
+  const Snapshot original = make_rich_snapshot();
+  const fs::path path = dir.path() / "run.bin";
+  write_snapshot(original, path);
+  CHECK(read_snapshot(path) == original);
+  CHECK(dir.entries() == std::vector<std::string>{"run.bin"});
+
+  // And writing again replaces it
+  Snapshot second = original;
+  second.dropped_events = 1;
+  write_snapshot(second, path);
+  CHECK(read_snapshot(path) == second);
+  CHECK(dir.entries() == std::vector<std::string>{"run.bin"});
+}
+
+TEST_CASE("an empty file is rejected as truncated") {
+  ScratchDirectory dir;
+  const fs::path path = dir.path() / "empty.bin";
+  std::ofstream(path).close();
+  try {
+    (void)read_snapshot(path);
+    FAIL("read an empty file");
+  } catch (const SnapshotError& error) {
+    CHECK(error.code() == ErrorCode::truncated);
+  }
+}
+
+TEST_CASE("reading a directory is an io error naming the path") {
+  ScratchDirectory dir;
+  try {
+    (void)read_snapshot(dir.path());
+    FAIL("read a directory");
+  } catch (const SnapshotError& error) {
+    CHECK(error.code() == ErrorCode::io);
+    CHECK(std::string(error.what()).find(dir.path().string()) != std::string::npos);
+    CHECK(std::string(error.what()).find("Is a directory") != std::string::npos);
+  }
+}
+
+TEST_CASE("reading a missing file is an io error naming the path and the reason") {
+  ScratchDirectory dir;
+  const fs::path path = dir.path() / "missing.bin";
+  try {
+    (void)read_snapshot(path);
+    FAIL("read a missing file");
+  } catch (const SnapshotError& error) {
+    CHECK(error.code() == ErrorCode::io);
+    CHECK(std::string(error.what()) == "cannot open snapshot " + path.string() + ": No such file or directory");
+  }
+}
+
+TEST_CASE("a failed write leaves the existing file intact") {
+  // Given an existing snapshot file
+  ScratchDirectory dir;
+  const fs::path path = dir.path() / "keep.bin";
+  const Snapshot old = make_rich_snapshot();
+  write_snapshot(old, path);
+  const std::vector<std::byte> before = read_bytes(path);
+
+  SUBCASE("the new snapshot fails validation") {
+    Snapshot bad = old;
+    bad.events[0].stack = StackId{500};
+    try {
+      write_snapshot(bad, path);
+      FAIL("wrote an invalid snapshot");
+    } catch (const SnapshotError& error) {
+      CHECK(error.code() == ErrorCode::inconsistent);
+    }
+  }
+  SUBCASE("the directory is not writable") {
+    if (::geteuid() == 0) {
+      MESSAGE("running as root: permission bits do not stop us, skipped");
+      return;
+    }
+    fs::permissions(dir.path(), fs::perms::owner_read | fs::perms::owner_exec);
+    try {
+      write_snapshot(Snapshot{}, path);
+      FAIL("wrote into a read-only directory");
+    } catch (const SnapshotError& error) {
+      CHECK(error.code() == ErrorCode::io);
+      CHECK(std::string(error.what()).find(path.string()) != std::string::npos);
+    }
+    fs::permissions(dir.path(), fs::perms::owner_all);
+  }
+  SUBCASE("the rename fails because the target is a directory") {
+    const fs::path directory = dir.path() / "taken";
+    fs::create_directory(directory);
+    fs::path inner = directory / "x";
+    std::ofstream(inner).put('x');
+    try {
+      write_snapshot(Snapshot{}, directory);
+      FAIL("replaced a directory");
+    } catch (const SnapshotError& error) {
+      CHECK(error.code() == ErrorCode::io);
+    }
+    CHECK(fs::is_directory(directory));
+    CHECK(fs::exists(inner));
+    fs::remove_all(directory);
+  }
+  // Then the old file is untouched and no temporary is left beside it
+  CHECK(read_bytes(path) == before);
+  CHECK(read_snapshot(path) == old);
+  CHECK(dir.entries() == std::vector<std::string>{"keep.bin"});
+}
