@@ -4,7 +4,8 @@
 // kFormatVersion and rejects a newer one with SnapshotError{newer_version},
 // whose message names both versions.
 //
-// Thread safety: every function is reentrant; none keeps global state.
+// Thread safety: every function is reentrant and may run concurrently; the only
+// shared state is an atomic counter that keeps temporary file names unique.
 #pragma once
 
 #include <cstddef>
