@@ -266,6 +266,7 @@ Analysis run_analysis(const Snapshot& snapshot, const AnalysisOptions& options, 
 
   a.totals_at_end = replay.totals();
   a.cache_at_end = replay.cache_figures();
+  if (options.at_end) options.at_end(replay);
   const auto& live = replay.live_bytes_by_stack();
   const auto& live_blocks = replay.live_blocks_by_stack();
   if (a.sites.size() < live.size()) a.sites.resize(live.size());

@@ -57,6 +57,9 @@ struct AnalysisOptions {
   std::size_t oom_sites = 5;
   // Called every few million events with (events done, events total).
   std::function<void(std::size_t, std::size_t)> progress;
+  // Called once with the state after the window's last event, for reports
+  // that need the full layout or live set at the end in the same pass.
+  std::function<void(const Replay&)> at_end;
 };
 
 // Where a figure reached its maximum.

@@ -1,0 +1,157 @@
+// Reports as data, and the three renderers that print them.
+//
+// Every report builder returns a Document: groups of named fields, tables and
+// lines of text, each value tagged with its unit. The renderers decide how a
+// unit looks (1.50 GiB in a table, 1610612736 in JSON and CSV), so a report is
+// written once and every format stays consistent with the others.
+//
+// Formats:
+//   table  for people: titled sections, aligned columns, human units.
+//   json   one object: {"report": ..., fields..., "<group>": {...},
+//          "<table>": [{column: value}...], "lower_bounds": [...], "notes": [...]}.
+//          Fields of a group with an empty key sit at the top level.
+//   csv    RFC 4180 (CRLF, quoted when needed) with a header row: the
+//          document's csv_table, or its first table, or "key,value,lower_bound"
+//          rows of its fields when it has no table or asks for them.
+//
+// Thread safety: plain values; render() is reentrant.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace cachealloc::analyzer {
+
+enum class Unit : std::uint8_t {
+  none,
+  count,
+  bytes,    // table: 1.50 GiB; json/csv: the integer
+  ratio,    // 0..1; table: 12.3%; json/csv: 0.1234
+  time,     // ns since the first event; table: +1.234567s
+  address,  // hex text in every format
+  event,    // an event index; monostate means "the start of the window"
+};
+
+using Value = std::variant<std::monostate, bool, std::uint64_t, std::int64_t, double, std::string,
+                           std::vector<std::string>>;
+
+struct Field {
+  std::string key;
+  std::string label;
+  Value value;
+  Unit unit = Unit::none;
+  bool lower_bound = false;  // the true figure may be larger (events were lost)
+};
+
+struct FieldGroup {
+  std::string key;  // empty: the fields are top-level JSON keys
+  std::string title;
+  std::vector<Field> fields;
+  bool json_only = false;  // machine-readable duplicates of what a table shows
+  FieldGroup& add(std::string field_key, std::string label, Value value, Unit unit = Unit::none,
+                  bool lower_bound = false) {
+    fields.push_back(Field{std::move(field_key), std::move(label), std::move(value), unit, lower_bound});
+    return *this;
+  }
+};
+
+struct Column {
+  std::string key;
+  std::string title;
+  Unit unit = Unit::none;
+};
+
+struct Table {
+  std::string key;
+  std::string title;
+  std::vector<Column> columns;
+  std::vector<std::vector<Value>> rows;  // each row has columns.size() cells
+};
+
+struct Text {
+  std::string key;
+  std::string title;
+  std::vector<std::string> lines;
+};
+
+using Section = std::variant<FieldGroup, Table, Text>;
+
+struct Document {
+  std::string report;  // the subcommand that made it
+  std::string title;   // the first line of the table format
+  std::deque<Section> sections;  // a deque: references from group()/table() stay valid
+  std::vector<std::string> notes;  // warnings and caveats, shown last
+  std::string csv_table;           // the table CSV writes; empty: the first one
+  bool csv_fields = false;         // CSV writes the fields as key,value rows instead
+
+  FieldGroup& group(std::string key, std::string group_title) {
+    sections.emplace_back(FieldGroup{std::move(key), std::move(group_title), {}, false});
+    return std::get<FieldGroup>(sections.back());
+  }
+  Table& table(std::string key, std::string table_title, std::vector<Column> columns) {
+    sections.emplace_back(Table{std::move(key), std::move(table_title), std::move(columns), {}});
+    return std::get<Table>(sections.back());
+  }
+  Text& text(std::string key, std::string text_title) {
+    sections.emplace_back(Text{std::move(key), std::move(text_title), {}});
+    return std::get<Text>(sections.back());
+  }
+};
+
+enum class Format { table, csv, json };
+
+// "table", "csv" or "json".
+std::optional<Format> parse_format(std::string_view name) noexcept;
+
+void render(const Document& document, Format format, std::ostream& out);
+
+// Human byte counts: "512 B", "1.50 KiB", ... "2.00 TiB".
+std::string format_bytes(std::uint64_t bytes);
+// "+1.234567s" for a duration in ns.
+std::string format_time(std::uint64_t ns);
+std::string format_address(std::uint64_t address);
+
+// A streaming JSON writer: the caller nests begin/end calls; commas and
+// escaping are handled here. Doubles are written with up to 6 significant
+// decimals; NaN and infinities become null.
+class JsonWriter {
+ public:
+  explicit JsonWriter(std::ostream& out) : out_(out) {}
+  void begin_object();
+  void end_object();
+  void begin_array();
+  void end_array();
+  void key(std::string_view name);
+  void value(std::string_view text);
+  void value(const char* text) { value(std::string_view(text)); }
+  void value(std::uint64_t number);
+  void value(std::int64_t number);
+  void value(double number);
+  void value(bool flag);
+  void null();
+
+ private:
+  void separate();
+  std::ostream& out_;
+  std::vector<bool> first_;  // per open container: nothing written yet
+  bool after_key_ = false;
+};
+
+// Writes RFC 4180 records: fields quoted when they hold a comma, quote, CR or
+// LF; quotes doubled; records end with CRLF.
+class CsvWriter {
+ public:
+  explicit CsvWriter(std::ostream& out) : out_(out) {}
+  void row(const std::vector<std::string>& fields);
+
+ private:
+  std::ostream& out_;
+};
+
+}  // namespace cachealloc::analyzer

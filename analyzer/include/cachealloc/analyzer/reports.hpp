@@ -1,0 +1,68 @@
+// The reports of cachealloc-analyze, one builder per subcommand. Each takes
+// a snapshot and options and returns a Document (document.hpp) for any of
+// the three renderers. Builders never print and never exit.
+//
+// Exactness: when the ring overflowed (dropped_events > 0) the state before
+// the ring is derived from the final layout (derive_initial_layout), so
+// layouts, live sets and figures at the end are exact, while counts, peaks and
+// per-site totals are exact for the ring but only lower bounds for the whole
+// run. Builders mark such fields lower_bound and say so in the notes.
+//
+// Cost: summary, fragmentation, timeline, top and oom make one pass over the
+// events; peak, segments --at and leaks make at most two.
+//
+// Thread safety: reentrant.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cachealloc/analyzer/analysis.hpp"
+#include "cachealloc/analyzer/document.hpp"
+#include "cachealloc/snapshot/model.hpp"
+
+namespace cachealloc::analyzer {
+
+struct ReportOptions {
+  std::int32_t device = -1;  // -1: pick_device()
+  EventWindow window;
+  std::size_t buckets = 0;  // timeline / fragmentation over time: 0 = the report's default
+  std::size_t limit = 0;    // longest listing, 0 = no limit
+  std::optional<std::size_t> at;  // segments: the state just after this event
+  bool peak_reserved = false;     // peak: the reserved peak instead of the allocated one
+  std::uint64_t min_size = 0;     // leaks
+  std::vector<snapshot::EventKind> kinds;  // events: empty = all
+  enum class SiteOrder { bytes, count, peak } order = SiteOrder::bytes;  // top
+  std::function<void(std::size_t, std::size_t)> progress;
+};
+
+Document summary_report(const snapshot::Snapshot& snapshot, const ReportOptions& options);
+Document segments_report(const snapshot::Snapshot& snapshot, const ReportOptions& options);
+Document fragmentation_report(const snapshot::Snapshot& snapshot, const ReportOptions& options);
+Document timeline_report(const snapshot::Snapshot& snapshot, const ReportOptions& options);
+Document peak_report(const snapshot::Snapshot& snapshot, const ReportOptions& options);
+Document top_report(const snapshot::Snapshot& snapshot, const ReportOptions& options);
+Document leaks_report(const snapshot::Snapshot& snapshot, const ReportOptions& options);
+Document oom_report(const snapshot::Snapshot& snapshot, const ReportOptions& options);
+Document events_report(const snapshot::Snapshot& snapshot, const ReportOptions& options);
+
+// What `export --what` can write, and the table of which report it writes.
+enum class ExportTable { timeline, events, segments, sites };
+std::optional<ExportTable> parse_export_table(const std::string& name) noexcept;
+Document export_report(const snapshot::Snapshot& snapshot, ExportTable what, const ReportOptions& options);
+
+// Symbolized stacks, from the snapshot's tables.
+// "function (file:line)", or the hex ip and module when unresolved.
+std::string frame_text(const snapshot::Snapshot& snapshot, snapshot::FrameId frame);
+// The first frame outside cachealloc itself (namespace cachealloc:: or module
+// libcachealloc*), else the first frame; "<unknown site>" for an empty stack.
+std::string top_frame(const snapshot::Snapshot& snapshot, snapshot::StackId stack);
+// The frames from the top frame outwards.
+std::vector<std::string> stack_lines(const snapshot::Snapshot& snapshot, snapshot::StackId stack);
+// Open annotations joined with '/', "" when none.
+std::string phase_text(const snapshot::Snapshot& snapshot, const std::vector<snapshot::StringId>& phase);
+
+}  // namespace cachealloc::analyzer

@@ -1,0 +1,422 @@
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+
+#include "cachealloc/analyzer/document.hpp"
+
+namespace cachealloc::analyzer {
+
+namespace {
+
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+std::string format_double(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
+  return buffer;
+}
+
+bool is_numeric(const Value& value) {
+  return std::holds_alternative<std::uint64_t>(value) || std::holds_alternative<std::int64_t>(value) ||
+         std::holds_alternative<double>(value);
+}
+
+// The text of a value in the table format.
+std::string human(const Value& value, Unit unit) {
+  return std::visit(
+      Overloaded{
+          [&](std::monostate) -> std::string { return unit == Unit::event ? "start" : "-"; },
+          [](bool flag) -> std::string { return flag ? "yes" : "no"; },
+          [&](std::uint64_t n) -> std::string {
+            switch (unit) {
+              case Unit::bytes: return format_bytes(n);
+              case Unit::time: return format_time(n);
+              case Unit::address: return format_address(n);
+              case Unit::event: return "#" + std::to_string(n);
+              default: return std::to_string(n);
+            }
+          },
+          [](std::int64_t n) -> std::string { return std::to_string(n); },
+          [&](double d) -> std::string {
+            if (!std::isfinite(d)) return "-";
+            return unit == Unit::ratio ? format_double(d * 100.0, 1) + "%" : format_double(d, 3);
+          },
+          [](const std::string& s) -> std::string { return s; },
+          [](const std::vector<std::string>& lines) -> std::string { return lines.empty() ? "" : lines.front(); },
+      },
+      value);
+}
+
+// The text of a value in CSV: raw numbers, lists joined with " <- " (callee
+// to caller, the way stacks read).
+std::string raw(const Value& value, Unit unit) {
+  return std::visit(Overloaded{
+                        [](std::monostate) -> std::string { return ""; },
+                        [](bool flag) -> std::string { return flag ? "true" : "false"; },
+                        [&](std::uint64_t n) -> std::string {
+                          return unit == Unit::address ? format_address(n) : std::to_string(n);
+                        },
+                        [](std::int64_t n) -> std::string { return std::to_string(n); },
+                        [](double d) -> std::string { return std::isfinite(d) ? format_double(d, 6) : ""; },
+                        [](const std::string& s) -> std::string { return s; },
+                        [](const std::vector<std::string>& lines) -> std::string {
+                          std::string joined;
+                          for (const std::string& line : lines) {
+                            if (!joined.empty()) joined += " <- ";
+                            joined += line;
+                          }
+                          return joined;
+                        },
+                    },
+                    value);
+}
+
+void json_value(JsonWriter& json, const Value& value, Unit unit) {
+  std::visit(Overloaded{
+                 [&](std::monostate) { json.null(); },
+                 [&](bool flag) { json.value(flag); },
+                 [&](std::uint64_t n) {
+                   if (unit == Unit::address) {
+                     json.value(format_address(n));
+                   } else {
+                     json.value(n);
+                   }
+                 },
+                 [&](std::int64_t n) { json.value(n); },
+                 [&](double d) { json.value(d); },
+                 [&](const std::string& s) { json.value(std::string_view(s)); },
+                 [&](const std::vector<std::string>& lines) {
+                   json.begin_array();
+                   for (const std::string& line : lines) json.value(std::string_view(line));
+                   json.end_array();
+                 },
+             },
+             value);
+}
+
+void render_json(const Document& document, std::ostream& out) {
+  JsonWriter json(out);
+  json.begin_object();
+  json.key("report");
+  json.value(std::string_view(document.report));
+  std::vector<std::string> lower_bounds;
+  for (const Section& section : document.sections) {
+    std::visit(Overloaded{
+                   [&](const FieldGroup& group) {
+                     if (!group.key.empty()) {
+                       json.key(group.key);
+                       json.begin_object();
+                     }
+                     for (const Field& field : group.fields) {
+                       json.key(field.key);
+                       json_value(json, field.value, field.unit);
+                       if (field.lower_bound)
+                         lower_bounds.push_back(group.key.empty() ? field.key : group.key + "." + field.key);
+                     }
+                     if (!group.key.empty()) json.end_object();
+                   },
+                   [&](const Table& table) {
+                     json.key(table.key);
+                     json.begin_array();
+                     for (const auto& row : table.rows) {
+                       json.begin_object();
+                       for (std::size_t c = 0; c < table.columns.size() && c < row.size(); ++c) {
+                         json.key(table.columns[c].key);
+                         json_value(json, row[c], table.columns[c].unit);
+                       }
+                       json.end_object();
+                     }
+                     json.end_array();
+                   },
+                   [&](const Text& text) {
+                     json.key(text.key);
+                     json.begin_array();
+                     for (const std::string& line : text.lines) json.value(std::string_view(line));
+                     json.end_array();
+                   },
+               },
+               section);
+  }
+  json.key("lower_bounds");
+  json.begin_array();
+  for (const std::string& key : lower_bounds) json.value(std::string_view(key));
+  json.end_array();
+  json.key("notes");
+  json.begin_array();
+  for (const std::string& note : document.notes) json.value(std::string_view(note));
+  json.end_array();
+  json.end_object();
+  out << '\n';
+}
+
+void render_csv(const Document& document, std::ostream& out) {
+  CsvWriter csv(out);
+  const Table* chosen = nullptr;
+  for (const Section& section : document.sections) {
+    if (const Table* table = std::get_if<Table>(&section)) {
+      if (chosen == nullptr || table->key == document.csv_table) chosen = table;
+      if (document.csv_table.empty() || table->key == document.csv_table) break;
+    }
+  }
+  if (chosen != nullptr && !document.csv_fields) {
+    std::vector<std::string> cells;
+    for (const Column& column : chosen->columns) cells.push_back(column.key);
+    csv.row(cells);
+    for (const auto& row : chosen->rows) {
+      cells.assign(chosen->columns.size(), std::string());
+      for (std::size_t c = 0; c < chosen->columns.size() && c < row.size(); ++c)
+        cells[c] = raw(row[c], chosen->columns[c].unit);
+      csv.row(cells);
+    }
+    return;
+  }
+  csv.row({"key", "value", "lower_bound"});
+  for (const Section& section : document.sections) {
+    if (const FieldGroup* group = std::get_if<FieldGroup>(&section)) {
+      for (const Field& field : group->fields) {
+        csv.row({group->key.empty() ? field.key : group->key + "." + field.key, raw(field.value, field.unit),
+                 field.lower_bound ? "true" : "false"});
+      }
+    }
+  }
+}
+
+void render_table(const Document& document, std::ostream& out) {
+  out << document.title << '\n';
+  for (const Section& section : document.sections) {
+    std::visit(Overloaded{
+                   [&](const FieldGroup& group) {
+                     if (group.json_only) return;
+                     out << '\n' << group.title << '\n';
+                     std::size_t width = 0;
+                     for (const Field& field : group.fields) width = std::max(width, field.label.size());
+                     for (const Field& field : group.fields) {
+                       out << "  " << field.label << std::string(width - field.label.size() + 2, ' ')
+                           << (field.lower_bound ? ">= " : "") << human(field.value, field.unit) << '\n';
+                       if (const auto* lines = std::get_if<std::vector<std::string>>(&field.value)) {
+                         for (std::size_t i = 1; i < lines->size(); ++i)
+                           out << "  " << std::string(width + 2, ' ') << (*lines)[i] << '\n';
+                       }
+                     }
+                   },
+                   [&](const Table& table) {
+                     out << '\n' << table.title << '\n';
+                     if (table.rows.empty()) {
+                       out << "  (none)\n";
+                       return;
+                     }
+                     const std::size_t columns = table.columns.size();
+                     std::vector<std::vector<std::string>> cells(table.rows.size(), std::vector<std::string>(columns));
+                     std::vector<std::size_t> width(columns);
+                     std::vector<bool> right(columns, false);
+                     for (std::size_t c = 0; c < columns; ++c) width[c] = table.columns[c].title.size();
+                     for (std::size_t r = 0; r < table.rows.size(); ++r) {
+                       for (std::size_t c = 0; c < columns && c < table.rows[r].size(); ++c) {
+                         cells[r][c] = human(table.rows[r][c], table.columns[c].unit);
+                         if (is_numeric(table.rows[r][c])) right[c] = true;
+                       }
+                     }
+                     // The last column may be long (stacks); it is never padded.
+                     for (std::size_t r = 0; r < cells.size(); ++r) {
+                       for (std::size_t c = 0; c + 1 < columns; ++c) width[c] = std::max(width[c], cells[r][c].size());
+                     }
+                     auto line = [&](const std::vector<std::string>& row) {
+                       std::string text = " ";
+                       for (std::size_t c = 0; c < columns; ++c) {
+                         const std::size_t pad = c + 1 < columns ? width[c] - std::min(width[c], row[c].size()) : 0;
+                         text += ' ';
+                         if (right[c]) text.append(pad, ' ');
+                         text += row[c];
+                         if (!right[c]) text.append(pad, ' ');
+                       }
+                       while (!text.empty() && text.back() == ' ') text.pop_back();
+                       out << text << '\n';
+                     };
+                     std::vector<std::string> header;
+                     for (const Column& column : table.columns) header.push_back(column.title);
+                     line(header);
+                     for (std::size_t r = 0; r < cells.size(); ++r) {
+                       line(cells[r]);
+                       // Lists (stacks) continue below their row, one item per line.
+                       for (std::size_t c = 0; c < columns && c < table.rows[r].size(); ++c) {
+                         if (const auto* lines = std::get_if<std::vector<std::string>>(&table.rows[r][c])) {
+                           for (std::size_t i = 1; i < lines->size(); ++i) out << "        " << (*lines)[i] << '\n';
+                         }
+                       }
+                     }
+                   },
+                   [&](const Text& text) {
+                     out << '\n';
+                     if (!text.title.empty()) out << text.title << '\n';
+                     for (const std::string& line : text.lines) out << "  " << line << '\n';
+                   },
+               },
+               section);
+  }
+  if (!document.notes.empty()) {
+    out << "\nnotes\n";
+    for (const std::string& note : document.notes) out << "  - " << note << '\n';
+  }
+}
+
+}  // namespace
+
+std::optional<Format> parse_format(std::string_view name) noexcept {
+  if (name == "table") return Format::table;
+  if (name == "csv") return Format::csv;
+  if (name == "json") return Format::json;
+  return std::nullopt;
+}
+
+void render(const Document& document, Format format, std::ostream& out) {
+  switch (format) {
+    case Format::table: render_table(document, out); break;
+    case Format::csv: render_csv(document, out); break;
+    case Format::json: render_json(document, out); break;
+  }
+}
+
+std::string format_bytes(std::uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double value = static_cast<double>(bytes);
+  std::size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return format_double(value, 2) + " " + kUnits[unit];
+}
+
+std::string format_time(std::uint64_t ns) {
+  char buffer[48];
+  std::snprintf(buffer, sizeof buffer, "+%" PRIu64 ".%06" PRIu64 "s", ns / 1'000'000'000, (ns / 1000) % 1'000'000);
+  return buffer;
+}
+
+std::string format_address(std::uint64_t address) {
+  char buffer[24];
+  std::snprintf(buffer, sizeof buffer, "0x%" PRIx64, address);
+  return buffer;
+}
+
+// ---------------------------------------------------------------------------
+
+void JsonWriter::separate() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (!first_.empty()) {
+    if (!first_.back()) out_ << ',';
+    first_.back() = false;
+  }
+}
+
+void JsonWriter::begin_object() {
+  separate();
+  out_ << '{';
+  first_.push_back(true);
+}
+
+void JsonWriter::end_object() {
+  first_.pop_back();
+  out_ << '}';
+}
+
+void JsonWriter::begin_array() {
+  separate();
+  out_ << '[';
+  first_.push_back(true);
+}
+
+void JsonWriter::end_array() {
+  first_.pop_back();
+  out_ << ']';
+}
+
+void JsonWriter::key(std::string_view name) {
+  value(name);
+  out_ << ':';
+  after_key_ = true;
+}
+
+void JsonWriter::value(std::string_view text) {
+  separate();
+  out_ << '"';
+  for (const char c : text) {
+    switch (c) {
+      case '"': out_ << "\\\""; break;
+      case '\\': out_ << "\\\\"; break;
+      case '\n': out_ << "\\n"; break;
+      case '\r': out_ << "\\r"; break;
+      case '\t': out_ << "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buffer[8];
+          std::snprintf(buffer, sizeof buffer, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          out_ << buffer;
+        } else {
+          out_ << c;
+        }
+    }
+  }
+  out_ << '"';
+}
+
+void JsonWriter::value(std::uint64_t number) {
+  separate();
+  out_ << number;
+}
+
+void JsonWriter::value(std::int64_t number) {
+  separate();
+  out_ << number;
+}
+
+void JsonWriter::value(double number) {
+  separate();
+  if (!std::isfinite(number)) {
+    out_ << "null";
+    return;
+  }
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.6g", number);
+  out_ << buffer;
+}
+
+void JsonWriter::value(bool flag) {
+  separate();
+  out_ << (flag ? "true" : "false");
+}
+
+void JsonWriter::null() {
+  separate();
+  out_ << "null";
+}
+
+void CsvWriter::row(const std::vector<std::string>& fields) {
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (i != 0) out_ << ',';
+    const std::string& field = fields[i];
+    if (field.find_first_of(",\"\r\n") == std::string::npos) {
+      out_ << field;
+      continue;
+    }
+    out_ << '"';
+    for (const char c : field) {
+      if (c == '"') out_ << '"';
+      out_ << c;
+    }
+    out_ << '"';
+  }
+  out_ << "\r\n";
+}
+
+}  // namespace cachealloc::analyzer

@@ -1,0 +1,123 @@
+#include "report_helpers.hpp"
+
+namespace cachealloc::analyzer {
+
+using snapshot::Snapshot;
+
+namespace detail {
+
+AnalysisOptions analysis_options(const ReportOptions& options) {
+  AnalysisOptions result;
+  result.device = options.device;
+  result.window = options.window;
+  result.progress = options.progress;
+  return result;
+}
+
+std::string title(const Snapshot& snapshot, std::int32_t device, const std::string& what) {
+  std::string line = what + ": ";
+  line += snapshot.header.program.empty() ? std::string("unknown program") : snapshot.header.program;
+  if (snapshot.header.pid != 0) line += " (pid " + std::to_string(snapshot.header.pid) + ")";
+  line += ", device " + std::to_string(device);
+  for (const snapshot::DeviceInfo& info : snapshot.devices) {
+    if (info.index == device && !info.name.empty()) line += " (" + info.name + ")";
+  }
+  return line;
+}
+
+void add_common_notes(Document& document, const Snapshot& snapshot, const Analysis& analysis) {
+  if (analysis.truncated()) {
+    document.notes.push_back(
+        "the ring overflowed: " + std::to_string(analysis.dropped_events) +
+        " earlier events were lost. The state before the ring was derived from the final layout; layouts and "
+        "figures at the end are exact, counts, peaks and per-site totals are lower bounds (marked >=).");
+  }
+  if (analysis.blocks_from_before_ring != 0) {
+    document.notes.push_back(std::to_string(analysis.blocks_from_before_ring) +
+                             " blocks were allocated before the ring began; their sites come from their free events.");
+  }
+  if (analysis.anomalies.total() != 0 || analysis.unplaced_blocks != 0) {
+    document.notes.push_back(std::to_string(analysis.anomalies.total() + analysis.unplaced_blocks) +
+                             " events did not fit the replayed state and were ignored; figures may be off.");
+  }
+  if (analysis.layout_check.checked && analysis.layout_check.differences != 0) {
+    std::string note = "the replayed final layout differs from the stored one in " +
+                       std::to_string(analysis.layout_check.differences) + " places";
+    if (!analysis.layout_check.first_differences.empty()) note += ", e.g. " + analysis.layout_check.first_differences[0];
+    document.notes.push_back(note);
+  }
+  if (analysis.window.begin != 0 || analysis.window.end != snapshot.events.size()) {
+    document.notes.push_back("limited to events #" + std::to_string(analysis.window.begin) + " to #" +
+                             std::to_string(analysis.window.end == 0 ? 0 : analysis.window.end - 1) + " of " +
+                             std::to_string(snapshot.events.size()));
+  }
+}
+
+}  // namespace detail
+
+std::string frame_text(const Snapshot& snapshot, snapshot::FrameId id) {
+  if (id.value >= snapshot.frames.size()) return "<bad frame>";
+  const snapshot::Frame& frame = snapshot.frames[id.value];
+  auto text = [&](snapshot::StringId s) -> std::string {
+    return s.value < snapshot.strings.size() ? snapshot.strings[s.value] : std::string();
+  };
+  const std::string function = text(frame.function);
+  const std::string file = text(frame.file);
+  if (function.empty()) {
+    const std::string module = text(frame.module);
+    return format_address(frame.ip) + (module.empty() ? "" : " (" + module + ")");
+  }
+  if (file.empty()) return function;
+  return function + " (" + file + (frame.line != 0 ? ":" + std::to_string(frame.line) : "") + ")";
+}
+
+namespace {
+
+bool is_own_frame(const Snapshot& snapshot, snapshot::FrameId id) {
+  if (id.value >= snapshot.frames.size()) return false;
+  const snapshot::Frame& frame = snapshot.frames[id.value];
+  auto text = [&](snapshot::StringId s) -> std::string_view {
+    return s.value < snapshot.strings.size() ? std::string_view(snapshot.strings[s.value]) : std::string_view();
+  };
+  const std::string_view function = text(frame.function);
+  std::string_view module = text(frame.module);
+  if (const auto slash = module.rfind('/'); slash != std::string_view::npos) module.remove_prefix(slash + 1);
+  return function.starts_with("cachealloc::") || module.starts_with("libcachealloc");
+}
+
+std::size_t top_frame_index(const Snapshot& snapshot, const snapshot::Stack& stack) {
+  for (std::size_t i = 0; i < stack.frames.size(); ++i) {
+    if (!is_own_frame(snapshot, stack.frames[i])) return i;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string top_frame(const Snapshot& snapshot, snapshot::StackId id) {
+  if (id.value == 0 || id.value >= snapshot.stacks.size() || snapshot.stacks[id.value].frames.empty())
+    return "<unknown site>";
+  const snapshot::Stack& stack = snapshot.stacks[id.value];
+  return frame_text(snapshot, stack.frames[top_frame_index(snapshot, stack)]);
+}
+
+std::vector<std::string> stack_lines(const Snapshot& snapshot, snapshot::StackId id) {
+  if (id.value == 0 || id.value >= snapshot.stacks.size() || snapshot.stacks[id.value].frames.empty())
+    return {"<unknown site>"};
+  const snapshot::Stack& stack = snapshot.stacks[id.value];
+  std::vector<std::string> lines;
+  for (std::size_t i = top_frame_index(snapshot, stack); i < stack.frames.size(); ++i)
+    lines.push_back(frame_text(snapshot, stack.frames[i]));
+  return lines;
+}
+
+std::string phase_text(const Snapshot& snapshot, const std::vector<snapshot::StringId>& phase) {
+  std::string text;
+  for (const snapshot::StringId id : phase) {
+    if (!text.empty()) text += '/';
+    text += id.value < snapshot.strings.size() ? snapshot.strings[id.value] : std::string("?");
+  }
+  return text;
+}
+
+}  // namespace cachealloc::analyzer

@@ -1,0 +1,31 @@
+// Shared pieces of the report builders; private to analyzer/.
+#pragma once
+
+#include <string>
+
+#include "cachealloc/analyzer/analysis.hpp"
+#include "cachealloc/analyzer/document.hpp"
+#include "cachealloc/analyzer/reports.hpp"
+
+namespace cachealloc::analyzer::detail {
+
+AnalysisOptions analysis_options(const ReportOptions& options);
+
+// "<program> (pid N), device D (name)": the first line of every table report.
+std::string title(const snapshot::Snapshot& snapshot, std::int32_t device, const std::string& what);
+
+// Warnings every report shares: ring overflow and lower bounds, anomalies,
+// a replayed layout that disagrees with the stored one, a partial window.
+void add_common_notes(Document& document, const snapshot::Snapshot& snapshot, const Analysis& analysis);
+
+inline Value event_value(std::size_t event) {
+  return event == kNoEvent ? Value{} : Value{static_cast<std::uint64_t>(event)};
+}
+inline std::uint64_t since_origin(const Analysis& analysis, std::uint64_t time_ns) {
+  return time_ns > analysis.time_origin_ns ? time_ns - analysis.time_origin_ns : 0;
+}
+inline std::size_t listed(std::size_t available, std::size_t limit) {
+  return limit == 0 ? available : std::min(available, limit);
+}
+
+}  // namespace cachealloc::analyzer::detail

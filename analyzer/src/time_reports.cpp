@@ -1,0 +1,98 @@
+// timeline and events: what happened when.
+#include <algorithm>
+
+#include "cachealloc/analyzer/reports.hpp"
+#include "report_helpers.hpp"
+
+namespace cachealloc::analyzer {
+
+using snapshot::Snapshot;
+
+Document timeline_report(const Snapshot& snapshot, const ReportOptions& options) {
+  AnalysisOptions analysis = detail::analysis_options(options);
+  analysis.timeline = options.buckets != 0 ? AnalysisOptions::Timeline::buckets : AnalysisOptions::Timeline::per_event;
+  analysis.buckets = options.buckets;
+  const Analysis a = analyze(snapshot, analysis);
+  const bool bucketed = options.buckets != 0;
+
+  Document doc;
+  doc.report = "timeline";
+  doc.title = detail::title(snapshot, a.device, "timeline");
+  Table& table = doc.table("timeline",
+                           bucketed ? "largest value in each of " + std::to_string(a.timeline.size() - 1) + " slices"
+                                    : "after each event",
+                           {{"first_event", "from", Unit::event},
+                            {"event", "to", Unit::event},
+                            {"time_ns", "time", Unit::time},
+                            {"kind", "kind"},
+                            {"allocated", "allocated", Unit::bytes},
+                            {"reserved", "reserved", Unit::bytes},
+                            {"active", "active", Unit::bytes},
+                            {"requested", "requested", Unit::bytes},
+                            {"peak", "peak"}});
+  // A peak belongs to the row whose range holds its event; the start row has none.
+  auto holds = [](const TimelineRow& row, std::size_t event) {
+    if (row.last_event == kNoEvent) return event == kNoEvent;
+    return event != kNoEvent && event >= row.first_event && event <= row.last_event;
+  };
+  bool marked[4] = {false, false, false, false};
+  for (const TimelineRow& row : a.timeline) {
+    std::string peaks;
+    const Peak* all[4] = {&a.peak_allocated, &a.peak_reserved, &a.peak_active, &a.peak_requested};
+    static constexpr const char* kNames[4] = {"allocated", "reserved", "active", "requested"};
+    for (int m = 0; m < 4; ++m) {
+      if (!marked[m] && holds(row, all[m]->event)) {
+        marked[m] = true;
+        if (!peaks.empty()) peaks += ' ';
+        peaks += kNames[m];
+      }
+    }
+    const bool start = row.last_event == kNoEvent;
+    table.rows.push_back({start ? Value{} : detail::event_value(row.first_event), detail::event_value(row.last_event),
+                          detail::since_origin(a, row.time_ns),
+                          start ? std::string("start") : bucketed ? std::string() : std::string(snapshot::to_string(row.kind)),
+                          row.max.allocated, row.max.reserved, row.max.active, row.max.requested, peaks});
+  }
+  detail::add_common_notes(doc, snapshot, a);
+  return doc;
+}
+
+Document events_report(const Snapshot& snapshot, const ReportOptions& options) {
+  const Analysis a = analyze(snapshot, detail::analysis_options(options));
+  Document doc;
+  doc.report = "events";
+  doc.title = detail::title(snapshot, a.device, "events");
+  Table& table = doc.table("events", "events",
+                           {{"event", "event", Unit::event},
+                            {"time_ns", "time", Unit::time},
+                            {"kind", "kind"},
+                            {"address", "address", Unit::address},
+                            {"size", "size", Unit::bytes},
+                            {"aux", "aux", Unit::count},
+                            {"stream", "stream", Unit::address},
+                            {"thread", "thread", Unit::count},
+                            {"site", "site"}});
+  std::size_t shown = 0;
+  for (std::size_t i = a.window.begin; i < a.window.end; ++i) {
+    const snapshot::Event& e = snapshot.events[i];
+    const bool annotation =
+        e.kind == snapshot::EventKind::annotation_begin || e.kind == snapshot::EventKind::annotation_end;
+    if (e.device != a.device && !annotation) continue;
+    if (!options.kinds.empty() && std::find(options.kinds.begin(), options.kinds.end(), e.kind) == options.kinds.end())
+      continue;
+    if (options.limit != 0 && shown == options.limit) {
+      doc.notes.push_back("listing stops at " + std::to_string(options.limit) + " events (--limit)");
+      break;
+    }
+    ++shown;
+    Value aux = e.aux;
+    if (annotation && e.aux < snapshot.strings.size()) aux = snapshot.strings[e.aux];
+    table.rows.push_back({static_cast<std::uint64_t>(i), detail::since_origin(a, e.time_ns),
+                          std::string(snapshot::to_string(e.kind)), e.address, e.size, aux, e.stream,
+                          static_cast<std::uint64_t>(e.thread), e.stack ? Value{top_frame(snapshot, e.stack)} : Value{}});
+  }
+  detail::add_common_notes(doc, snapshot, a);
+  return doc;
+}
+
+}  // namespace cachealloc::analyzer

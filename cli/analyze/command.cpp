@@ -1,0 +1,103 @@
+#include "command.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "cachealloc/analyzer/analysis.hpp"
+#include "cachealloc/analyzer/load.hpp"
+
+namespace cachealloc::cli {
+
+namespace {
+
+// "\r<name>: 42%" on a terminal, redrawn only when the percentage changes.
+std::function<void(std::size_t, std::size_t)> progress_indicator(const std::string& name) {
+  if (!isatty(STDERR_FILENO)) return {};
+  auto last = std::make_shared<int>(-1);
+  return [name, last](std::size_t done, std::size_t total) {
+    const int percent = total == 0 ? 100 : static_cast<int>(done * 100 / total);
+    if (percent == *last) return;
+    *last = percent;
+    std::fprintf(stderr, "\r%s: %3d%%", name.c_str(), percent);
+    if (percent >= 100) std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+  };
+}
+
+}  // namespace
+
+void add_common_options(CLI::App& command, CommonOptions& options, bool file_required) {
+  CLI::Option* file = command.add_option("FILE", options.file, "snapshot file written by cachealloc");
+  if (file_required) file->required();
+  command.add_option("--format", options.format, "output format")
+      ->check(CLI::IsMember({"table", "csv", "json"}))
+      ->capture_default_str();
+  command.add_option("-o,--output", options.output, "write to this file instead of stdout");
+  command.add_option("--from", options.from, "first event: an index, or a time since the first event (1.5s, 200ms)");
+  command.add_option("--to", options.to, "last event, inclusive: an index or a time");
+  command.add_option("--device", options.device, "device index (default: the first in the snapshot)");
+  command.add_flag_callback(
+      "--version", [] { throw CLI::CallForVersion("cachealloc-analyze " CACHEALLOC_VERSION, 0); },
+      "print the version and exit");
+}
+
+std::size_t event_point(const snapshot::Snapshot& snapshot, const std::string& text, const char* option) {
+  std::string error;
+  const std::optional<std::size_t> point = analyzer::parse_event_point(snapshot, text, error);
+  if (!point) throw UsageError(std::string(option) + ": " + error);
+  return *point;
+}
+
+std::uint64_t byte_count(const std::string& text, const char* option) {
+  std::size_t used = 0;
+  unsigned long long value = 0;
+  try {
+    value = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    throw UsageError(std::string(option) + ": '" + text + "' is not a byte count");
+  }
+  std::string suffix = text.substr(used);
+  if (!suffix.empty() && (suffix.back() == 'B' || suffix.back() == 'b')) suffix.pop_back();
+  if (suffix.size() > 1 && suffix.back() == 'i') suffix.pop_back();
+  static const std::string kSuffixes = "KMGT";
+  if (suffix.empty()) return value;
+  const auto power = kSuffixes.find(static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0]))));
+  if (suffix.size() != 1 || power == std::string::npos)
+    throw UsageError(std::string(option) + ": '" + text + "' is not a byte count");
+  return value << (10 * (power + 1));
+}
+
+void Runner::run() const {
+  const std::optional<analyzer::Format> format = analyzer::parse_format(common.format);
+  if (!format) throw UsageError("--format: expected table, csv or json");
+  // The only place a file is read: load() sniffs the content.
+  const snapshot::Snapshot snapshot = analyzer::load(common.file);
+
+  analyzer::ReportOptions options;
+  options.device = common.device;
+  if (!common.from.empty()) options.window.begin = event_point(snapshot, common.from, "--from");
+  if (!common.to.empty()) {
+    const std::size_t to = event_point(snapshot, common.to, "--to");
+    // A time names the first event at or after it; an index is inclusive.
+    options.window.end = to < snapshot.events.size() ? to + 1 : to;
+  }
+  if (options.window.begin > options.window.end) throw UsageError("--from is after --to");
+  options.progress = progress_indicator(name_);
+  const analyzer::Document document = build_(snapshot, options);
+
+  if (common.output.empty()) {
+    analyzer::render(document, *format, std::cout);
+    std::cout.flush();
+    return;
+  }
+  std::ofstream out(common.output, std::ios::binary | std::ios::trunc);
+  if (!out) throw UsageError("cannot write " + common.output);
+  analyzer::render(document, *format, out);
+  out.close();
+  if (!out) throw UsageError("cannot write " + common.output);
+}
+
+}  // namespace cachealloc::cli

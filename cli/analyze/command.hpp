@@ -1,0 +1,72 @@
+// What every cachealloc-analyze subcommand shares: the common options, and
+// the one path from a file name to printed output (load, build the report,
+// render, write). A subcommand file only declares its own options and says
+// which report to build.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#include "cachealloc/analyzer/document.hpp"
+#include "cachealloc/analyzer/reports.hpp"
+#include "cachealloc/snapshot/model.hpp"
+
+namespace cachealloc::cli {
+
+// Bad usage found after parsing (a bad --from, an unwritable -o): exit code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct CommonOptions {
+  std::string file;
+  std::string format = "table";
+  std::string output;
+  std::string from;
+  std::string to;
+  int device = -1;
+};
+
+using BuildReport = std::function<analyzer::Document(const snapshot::Snapshot&, analyzer::ReportOptions&)>;
+
+class Runner {
+ public:
+  explicit Runner(std::string default_format = "table") { common.format = std::move(default_format); }
+  CommonOptions common;
+  // Remembers what to build; main() calls run() after parsing succeeded.
+  void select(std::string name, BuildReport build) {
+    name_ = std::move(name);
+    build_ = std::move(build);
+  }
+  bool selected() const { return static_cast<bool>(build_); }
+  // Loads, builds, renders and writes. Throws UsageError or SnapshotError.
+  void run() const;
+
+ private:
+  std::string name_;
+  BuildReport build_;
+};
+
+// Adds FILE (optional for the top level, where it means summary), --format, -o, --from, --to, --device, --version to `command`.
+void add_common_options(CLI::App& command, CommonOptions& options, bool file_required = true);
+
+// Parses an event index or a time ("1.5s"); throws UsageError naming `option`.
+std::size_t event_point(const snapshot::Snapshot& snapshot, const std::string& text, const char* option);
+// Parses a byte count with an optional K, M, G or T suffix (powers of 1024).
+std::uint64_t byte_count(const std::string& text, const char* option);
+
+void add_summary_command(CLI::App& app, Runner& runner);
+void add_segments_command(CLI::App& app, Runner& runner);
+void add_fragmentation_command(CLI::App& app, Runner& runner);
+void add_timeline_command(CLI::App& app, Runner& runner);
+void add_peak_command(CLI::App& app, Runner& runner);
+void add_top_command(CLI::App& app, Runner& runner);
+void add_leaks_command(CLI::App& app, Runner& runner);
+void add_oom_command(CLI::App& app, Runner& runner);
+void add_events_command(CLI::App& app, Runner& runner);
+void add_export_command(CLI::App& app, Runner& runner);
+
+}  // namespace cachealloc::cli

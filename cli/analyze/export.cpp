@@ -1,0 +1,30 @@
+#include <memory>
+
+#include "command.hpp"
+
+namespace cachealloc::cli {
+
+void add_export_command(CLI::App& app, Runner& runner) {
+  CLI::App* command = app.add_subcommand("export", "Write one table as RFC 4180 CSV with a header row");
+  add_common_options(*command, runner.common);
+  auto what = std::make_shared<std::string>();
+  auto buckets = std::make_shared<std::size_t>(0);
+  command->add_option("--what", *what, "timeline, events, segments (one row per block) or sites")
+      ->check(CLI::IsMember({"timeline", "events", "segments", "sites"}))
+      ->required();
+  command->add_option("--buckets", *buckets, "timeline: N slices instead of one row per event");
+  command->footer(
+      "Examples:\n"
+      "  cachealloc-analyze export run.bin --what timeline -o timeline.csv\n"
+      "  cachealloc-analyze export run.bin --what sites -o sites.csv");
+  command->callback([&runner, what, buckets, command] {
+    // CSV unless --format was given explicitly.
+    if (command->get_option("--format")->count() == 0) runner.common.format = "csv";
+    runner.select("export", [what, buckets](const snapshot::Snapshot& snapshot, analyzer::ReportOptions& options) {
+      options.buckets = *buckets;
+      return analyzer::export_report(snapshot, *analyzer::parse_export_table(*what), options);
+    });
+  });
+}
+
+}  // namespace cachealloc::cli

@@ -1,0 +1,16 @@
+#include "command.hpp"
+
+namespace cachealloc::cli {
+
+void add_oom_command(CLI::App& app, Runner& runner) {
+  CLI::App* command = app.add_subcommand(
+      "oom", "Each out-of-memory event: the figures, whether empty_cache would have helped, a verdict, the holders");
+  add_common_options(*command, runner.common);
+  command->footer(
+      "Examples:\n"
+      "  cachealloc-analyze oom run.bin\n"
+      "  cachealloc-analyze oom run.bin --format json");
+  command->callback([&runner] { runner.select("oom", analyzer::oom_report); });
+}
+
+}  // namespace cachealloc::cli

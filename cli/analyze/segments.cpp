@@ -1,0 +1,34 @@
+#include <memory>
+
+#include "command.hpp"
+
+namespace cachealloc::cli {
+
+void add_segments_command(CLI::App& app, Runner& runner) {
+  CLI::App* command = app.add_subcommand("segments", "Every segment's layout: a page map, then each block");
+  add_common_options(*command, runner.common);
+  auto at = std::make_shared<std::string>();
+  auto at_time = std::make_shared<std::string>();
+  CLI::Option* at_option = command->add_option("--at", *at, "the state just after this event index (default: the end)");
+  command->add_option("--at-time", *at_time, "the state at this time since the first event (1.5s, 200ms)")
+      ->excludes(at_option);
+  command->footer(
+      "Examples:\n"
+      "  cachealloc-analyze segments run.bin\n"
+      "  cachealloc-analyze segments run.bin --at 1200\n"
+      "  cachealloc-analyze segments run.bin --at-time 2.5s --format csv -o blocks.csv");
+  command->callback([&runner, at, at_time] {
+    runner.select("segments", [at, at_time](const snapshot::Snapshot& snapshot, analyzer::ReportOptions& options) {
+      if (!at->empty()) options.at = event_point(snapshot, *at, "--at");
+      if (!at_time->empty()) {
+        // A time names the first event at or after it; the state is just before that event.
+        const std::size_t next = event_point(snapshot, *at_time + (at_time->back() == 's' ? "" : "s"), "--at-time");
+        options.at = next == 0 ? analyzer::kNoEvent : next - 1;
+      }
+      if (options.at == analyzer::kNoEvent) options.at = std::nullopt, options.window.end = 0;
+      return analyzer::segments_report(snapshot, options);
+    });
+  });
+}
+
+}  // namespace cachealloc::cli

@@ -1,0 +1,17 @@
+#include "command.hpp"
+
+namespace cachealloc::cli {
+
+void add_summary_command(CLI::App& app, Runner& runner) {
+  CLI::App* command = app.add_subcommand(
+      "summary", "Device and allocator totals, the peaks and when they happened, event counts, fragmentation");
+  add_common_options(*command, runner.common);
+  command->footer(
+      "Examples:\n"
+      "  cachealloc-analyze summary run.bin\n"
+      "  cachealloc-analyze run.bin --format json        # the same: summary is the default\n"
+      "  cachealloc-analyze summary run.bin --from 2s --to 5s");
+  command->callback([&runner] { runner.select("summary", analyzer::summary_report); });
+}
+
+}  // namespace cachealloc::cli
