@@ -1,0 +1,77 @@
+/* The C ABI of cachealloc: a process-wide caching allocator with memory
+ * history, for use from other languages (a PyTorch pluggable allocator, ctypes).
+ *
+ * The allocator is created on first use on the device that CACHEALLOC_DEVICE
+ * selects (auto: the GPU when there is one) with the settings of
+ * CACHEALLOC_CONF. No function throws or aborts; failures are reported by the
+ * return value, and cachealloc_last_error() describes the last one on the
+ * calling thread.
+ *
+ * Thread safety: every function may be called from any thread. */
+#ifndef CACHEALLOC_CACHEALLOC_H
+#define CACHEALLOC_CACHEALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes. */
+enum {
+  CACHEALLOC_OK = 0,
+  CACHEALLOC_INVALID_ARGUMENT = 1, /* a bad option or argument */
+  CACHEALLOC_IO_ERROR = 2,         /* the snapshot could not be written; recording is now off */
+  CACHEALLOC_DEVICE_ERROR = 3,     /* the allocator could not be created or the device failed */
+};
+
+enum {
+  CACHEALLOC_STACKS_NONE = 0,
+  CACHEALLOC_STACKS_NATIVE = 1,
+};
+
+typedef struct cachealloc_history_options {
+  int enabled;              /* 0: stop recording */
+  uint64_t max_entries;     /* ring capacity in events, >= 1 */
+  int stacks;               /* CACHEALLOC_STACKS_NONE or CACHEALLOC_STACKS_NATIVE */
+  uint32_t max_frames;      /* 1..256 */
+  int stacks_on_free;       /* also capture stacks for frees */
+  const char* dump_on_oom;  /* NULL or "": no dump on OOM; else the snapshot path */
+} cachealloc_history_options;
+
+/* Fills `options` with the defaults: enabled, 1,000,000 entries, native
+ * stacks, 32 frames, no stacks on free, no dump on OOM. */
+void cachealloc_history_options_init(cachealloc_history_options* options);
+
+/* Starts (or, with enabled == 0, stops) recording. Restarting clears the
+ * recorded events. Returns a status code. */
+int cachealloc_record_history(const cachealloc_history_options* options);
+void cachealloc_stop_history(void);
+
+/* Phases such as "step 3" or "forward". An end closes the calling thread's
+ * innermost open begin. NULL names are ignored. */
+void cachealloc_annotate_begin(const char* name);
+void cachealloc_annotate_end(void);
+
+/* Writes a snapshot atomically to `path`. Returns a status code; on
+ * CACHEALLOC_IO_ERROR recording has been switched off. */
+int cachealloc_dump_snapshot(const char* path);
+
+/* Device memory of at least `size` bytes for use on `stream` (0 = the
+ * default stream; for cuda, a cudaStream_t). NULL when out of memory or on
+ * error (see cachealloc_last_error). */
+void* cachealloc_malloc(size_t size, uintptr_t stream);
+/* Returns memory from cachealloc_malloc. `size` and `stream` are accepted
+ * for PyTorch's signature and not needed: the allocator knows both. */
+void cachealloc_free(void* ptr, size_t size, uintptr_t stream);
+
+/* The last error on this thread, "" if none. Valid until the next call on
+ * this thread. */
+const char* cachealloc_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CACHEALLOC_CACHEALLOC_H */

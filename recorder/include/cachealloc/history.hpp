@@ -1,0 +1,159 @@
+// Memory history: a ring of allocator events with native stacks, dumped as a
+// snapshot (cachealloc/snapshot/format.hpp).
+//
+// HistoryRecorder is a layer, not part of the allocator: it is an
+// AllocatorObserver that CachingAllocator::set_observer installs. When no
+// recorder is installed the allocator pays one atomic load per event.
+//
+// What the hot path does per event (docs/PERFORMANCE.md has the figures):
+//   - reads CLOCK_MONOTONIC (vDSO, ~20 ns, no system call);
+//   - with stacks == native, walks the frame-pointer chain (~1 ns a frame)
+//     and interns the return addresses in a lock-sharded table, so each
+//     unique stack is stored once and the event carries a small id;
+//   - appends to a fixed-capacity ring under a spinlock, overwriting the
+//     oldest event when full and counting it as dropped.
+// Symbolizing (function, file, line, module) happens once per unique frame,
+// at dump time.
+//
+// Native stacks need frame pointers: build code whose frames you want to see
+// with -fno-omit-frame-pointer (our own targets are). The walk stops at the
+// first frame that does not look like one (outside the thread's stack, not
+// increasing, misaligned), so code without frame pointers shortens a stack
+// but never crashes the walk. When the walk finds fewer than two frames it
+// falls back to the DWARF unwinder (~4 us).
+//
+// Failure policy: recording never takes down the host program. A dump that
+// cannot be written prints one line on stderr and switches recording off.
+//
+// Thread safety: every member function may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "cachealloc/allocator.hpp"
+#include "cachealloc/snapshot/model.hpp"
+
+namespace cachealloc {
+
+enum class StackCapture : std::uint8_t {
+  none,    // events carry no stack (StackId 0)
+  native,  // raw return addresses, symbolized at dump
+};
+
+// Parses "none" or "native". Throws InvalidArgument naming the value.
+StackCapture parse_stack_capture(std::string_view text);
+const char* to_string(StackCapture capture) noexcept;
+
+struct HistoryOptions {
+  // false: record_history() stops recording, as stop_history() does.
+  bool enabled = true;
+  // Ring capacity in events (at least 1). Each slot costs sizeof(snapshot::Event) = 56 B.
+  std::size_t max_entries = 1'000'000;
+  StackCapture stacks = StackCapture::native;
+  // Innermost frames kept per stack (1..256).
+  std::uint32_t max_frames = 32;
+  // Also capture a stack for free_requested events (allocs, segment
+  // allocations, OOMs and empty_cache always get one when stacks != none).
+  bool stacks_on_free = false;
+  // When not empty, an OOM event triggers a dump to this path. The dump runs
+  // on a helper thread once the allocator has released its locks (an observer
+  // may not call back into the allocator); flush() waits for it.
+  std::filesystem::path dump_on_oom;
+};
+
+class HistoryRecorder final : public AllocatorObserver {
+ public:
+  // Records the events of `allocator`, which must outlive the recorder.
+  // Starts recording at once when options.enabled. Throws InvalidArgument
+  // for out-of-range options.
+  explicit HistoryRecorder(CachingAllocator& allocator, const HistoryOptions& options = {});
+  // Stops recording and waits for any OOM dump in progress.
+  ~HistoryRecorder() override;
+  HistoryRecorder(const HistoryRecorder&) = delete;
+  HistoryRecorder& operator=(const HistoryRecorder&) = delete;
+
+  // (Re)starts recording with `options`: clears the ring and the dropped
+  // count, keeps interned stacks (live blocks may still refer to them).
+  // options.enabled == false is stop(). Throws InvalidArgument.
+  void start(const HistoryOptions& options);
+  // Stops recording; what was recorded stays available to take_snapshot().
+  // Returns once no event is being recorded on any thread.
+  void stop() noexcept;
+  bool recording() const noexcept;
+
+  // Marks the start and end of a phase ("step 3", "forward"). Ends pair with
+  // the innermost open begin of the calling thread. Ignored while not recording.
+  void annotate_begin(std::string_view name) noexcept;
+  void annotate_end() noexcept;
+
+  // Builds the snapshot: header, device, settings, stats, the layout, the
+  // ring oldest first, and the symbolized tables. The layout, the stats and
+  // the events agree exactly when no allocator event raced the dump (see
+  // history.cpp, "the cut"); settings["history.cut"] says "exact" or
+  // "approximate". Throws std::exception subclasses (device errors, bad_alloc).
+  snapshot::Snapshot take_snapshot() const;
+  // take_snapshot() + snapshot::write_snapshot() (atomic). Never throws: on
+  // failure prints one line on stderr, stops recording, and returns false.
+  bool dump_snapshot(const std::filesystem::path& path) noexcept;
+
+  // Waits until a dump triggered by an OOM has finished.
+  void flush() noexcept;
+
+  // Events appended since start(), and those lost to ring overflow.
+  std::uint64_t recorded_events() const noexcept;
+  std::uint64_t dropped_events() const noexcept;
+  HistoryOptions options() const;
+
+  // AllocatorObserver: called by the allocator under its pool lock.
+  std::uint32_t on_event(const AllocatorEvent& event) noexcept override;
+
+  struct State;
+
+ private:
+  void oom_dump_loop() noexcept;
+  std::unique_ptr<State> state_;
+};
+
+// Marks a phase for the lifetime of the scope.
+class AnnotationScope {
+ public:
+  AnnotationScope(HistoryRecorder& recorder, std::string_view name) noexcept : recorder_(&recorder) {
+    recorder_->annotate_begin(name);
+  }
+  // On the process-wide recorder (global_history()).
+  explicit AnnotationScope(std::string_view name) noexcept;
+  ~AnnotationScope() {
+    if (recorder_) recorder_->annotate_end();
+  }
+  AnnotationScope(const AnnotationScope&) = delete;
+  AnnotationScope& operator=(const AnnotationScope&) = delete;
+
+ private:
+  HistoryRecorder* recorder_ = nullptr;
+};
+
+// --- The process-wide default, behind the C ABI (cachealloc.h) -------------
+
+// The process-wide allocator, created on first use on
+// make_device_from_environment() with config_from_environment(). Never
+// destroyed, so it stays usable from static destructors and foreign runtimes.
+// Throws DeviceError or ConfigError when it cannot be created (and again on
+// the next call).
+CachingAllocator& global_allocator();
+// The recorder of global_allocator(), created (not recording) on first use.
+HistoryRecorder& global_history();
+
+// Shorthands for global_history(). record_history throws InvalidArgument and
+// whatever global_allocator() throws; the others never throw.
+void record_history(const HistoryOptions& options);
+void stop_history() noexcept;
+void annotate_begin(std::string_view name) noexcept;
+void annotate_end() noexcept;
+bool dump_snapshot(const std::filesystem::path& path) noexcept;
+
+}  // namespace cachealloc

@@ -1,0 +1,302 @@
+// HistoryRecorder: the hot path (on_event, annotations) and the ring.
+// Building the snapshot is in history_dump.cpp.
+#include "history_state.hpp"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+
+#include "cachealloc/errors.hpp"
+
+namespace cachealloc {
+
+using snapshot::EventKind;
+
+namespace detail {
+
+namespace {
+std::mutex g_threads_mutex;
+std::vector<std::uint64_t> g_threads;
+
+std::uint32_t register_thread() noexcept {
+  const auto tid = static_cast<std::uint64_t>(::syscall(SYS_gettid));
+  std::lock_guard lock(g_threads_mutex);
+  try {
+    g_threads.push_back(tid);
+  } catch (...) {
+    return 0;  // out of memory: attribute to the first thread rather than fail
+  }
+  return static_cast<std::uint32_t>(g_threads.size() - 1);
+}
+}  // namespace
+
+std::uint32_t thread_index() noexcept {
+  thread_local const std::uint32_t index = register_thread();
+  return index;
+}
+
+std::vector<std::uint64_t> registered_threads() {
+  std::lock_guard lock(g_threads_mutex);
+  return g_threads;
+}
+
+// CLOCK_MONOTONIC through the vDSO: ~20 ns and no system call, the clock the
+// snapshot model names, comparable across processes and with other tools'
+// traces, and immune to the TSC calibration and migration questions that an
+// rdtsc-based clock would raise for a gain of ~10 ns per event.
+std::uint64_t monotonic_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace detail
+
+namespace {
+
+void validate(const HistoryOptions& options) {
+  if (options.max_entries == 0) throw InvalidArgument("record_history: max_entries must be at least 1");
+  if (options.max_frames == 0 || options.max_frames > detail::kMaxStackFrames)
+    throw InvalidArgument("record_history: max_frames must be within [1, " +
+                          std::to_string(detail::kMaxStackFrames) + "], not " + std::to_string(options.max_frames));
+}
+
+bool wants_stack(EventKind kind, bool stacks_on_free) noexcept {
+  switch (kind) {
+    case EventKind::alloc:
+    case EventKind::segment_alloc:
+    case EventKind::oom:
+    case EventKind::empty_cache:
+      return true;
+    case EventKind::free_requested:
+      return stacks_on_free;
+    default:
+      return false;
+  }
+}
+
+// Open annotations of this thread, innermost last, for annotate_end().
+struct OpenAnnotation {
+  const void* recorder;
+  std::uint32_t name;
+};
+thread_local std::vector<OpenAnnotation> t_open_annotations;
+
+}  // namespace
+
+StackCapture parse_stack_capture(std::string_view text) {
+  if (text == "none") return StackCapture::none;
+  if (text == "native") return StackCapture::native;
+  throw InvalidArgument("unknown stack capture '" + std::string(text) + "' (expected none or native)");
+}
+
+const char* to_string(StackCapture capture) noexcept {
+  return capture == StackCapture::native ? "native" : "none";
+}
+
+void HistoryRecorder::State::append(snapshot::Event& event, bool from_allocator) noexcept {
+  std::lock_guard lock(ring_lock);
+  // Times are read before the lock; clamping keeps them non-decreasing
+  // along the ring, as the model promises, at the cost of a few ns of skew.
+  if (event.time_ns < last_time) event.time_ns = last_time;
+  last_time = event.time_ns;
+  ring[head] = event;
+  if (++head == ring.size()) head = 0;
+  ++appended;
+  allocator_appended += from_allocator;
+}
+
+std::uint32_t HistoryRecorder::State::string_id(std::string_view text) {
+  std::lock_guard lock(strings_mutex);
+  auto [it, inserted] = string_ids.try_emplace(std::string(text), static_cast<std::uint32_t>(strings.size()));
+  if (inserted) strings.emplace_back(text);
+  return it->second;
+}
+
+void HistoryRecorder::State::request_oom_dump() noexcept {
+  std::lock_guard lock(oom_mutex);
+  if (!oom_worker.joinable()) return;
+  oom_requested = true;
+  oom_cv.notify_all();
+}
+
+HistoryRecorder::HistoryRecorder(CachingAllocator& allocator, const HistoryOptions& options)
+    : state_(std::make_unique<State>(allocator)) {
+  state_->device = allocator.device().index();
+  if (options.enabled) {
+    start(options);
+  } else {
+    validate(options);
+    std::lock_guard lock(state_->control);
+    state_->options = options;
+  }
+}
+
+HistoryRecorder::~HistoryRecorder() {
+  stop();
+  {
+    std::lock_guard lock(state_->oom_mutex);
+    state_->quitting = true;
+    state_->oom_cv.notify_all();
+  }
+  if (state_->oom_worker.joinable()) state_->oom_worker.join();
+}
+
+void HistoryRecorder::start(const HistoryOptions& options) {
+  if (!options.enabled) {
+    stop();
+    return;
+  }
+  validate(options);
+  State& s = *state_;
+  std::lock_guard control(s.control);
+  std::vector<snapshot::Event> ring(options.max_entries);
+  {
+    std::lock_guard lock(s.ring_lock);
+    s.ring.swap(ring);
+    s.head = 0;
+    s.appended = 0;
+    s.allocator_appended = 0;
+  }
+  s.options = options;
+  s.stacks.store(options.stacks, std::memory_order_relaxed);
+  s.max_frames.store(options.max_frames, std::memory_order_relaxed);
+  s.stacks_on_free.store(options.stacks_on_free, std::memory_order_relaxed);
+  if (!options.dump_on_oom.empty()) {
+    std::lock_guard lock(s.oom_mutex);
+    if (!s.oom_worker.joinable()) s.oom_worker = std::thread([this] { oom_dump_loop(); });
+  }
+  s.recording.store(true, std::memory_order_release);
+  s.allocator.set_observer(this);
+}
+
+void HistoryRecorder::stop() noexcept {
+  State& s = *state_;
+  s.recording.store(false, std::memory_order_release);
+  s.allocator.set_observer(nullptr);
+  // Every on_event runs under a pool lock, so once layout() has held them
+  // all, no call is left in flight and the caller may destroy us.
+  try {
+    (void)s.allocator.layout();
+  } catch (...) {
+  }
+}
+
+bool HistoryRecorder::recording() const noexcept { return state_->recording.load(std::memory_order_acquire); }
+
+std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
+  State& s = *state_;
+  if (!s.recording.load(std::memory_order_relaxed)) return 0;
+  snapshot::Event record;
+  record.kind = event.kind;
+  record.device = s.device;
+  record.thread = detail::thread_index();
+  record.time_ns = detail::monotonic_ns();
+  record.stream = event.stream.handle;
+  record.address = event.address;
+  record.size = event.size;
+  record.aux = event.aux;
+  if (s.stacks.load(std::memory_order_relaxed) == StackCapture::native &&
+      wants_stack(event.kind, s.stacks_on_free.load(std::memory_order_relaxed))) {
+    std::uintptr_t frames[detail::kMaxStackFrames];
+    const std::uint32_t count = detail::capture_native_stack(frames, s.max_frames.load(std::memory_order_relaxed));
+    record.stack = snapshot::StackId{s.table.intern(frames, count)};
+  }
+  s.append(record, /*from_allocator=*/true);
+  if (event.kind == EventKind::oom) [[unlikely]]
+    s.request_oom_dump();
+  return record.stack.value;
+}
+
+void HistoryRecorder::annotate_begin(std::string_view name) noexcept {
+  State& s = *state_;
+  if (!s.recording.load(std::memory_order_relaxed)) return;
+  try {
+    const std::uint32_t id = s.string_id(name);
+    t_open_annotations.push_back(OpenAnnotation{this, id});
+    snapshot::Event record;
+    record.kind = EventKind::annotation_begin;
+    record.device = s.device;
+    record.thread = detail::thread_index();
+    record.time_ns = detail::monotonic_ns();
+    record.aux = id;
+    s.append(record, /*from_allocator=*/false);
+  } catch (...) {
+    // Out of memory for a name: the phase goes unmarked, the program goes on.
+  }
+}
+
+void HistoryRecorder::annotate_end() noexcept {
+  State& s = *state_;
+  auto& open = t_open_annotations;
+  for (auto it = open.rbegin(); it != open.rend(); ++it) {
+    if (it->recorder != this) continue;
+    const std::uint32_t id = it->name;
+    open.erase(std::next(it).base());
+    if (!s.recording.load(std::memory_order_relaxed)) return;
+    snapshot::Event record;
+    record.kind = EventKind::annotation_end;
+    record.device = s.device;
+    record.thread = detail::thread_index();
+    record.time_ns = detail::monotonic_ns();
+    record.aux = id;
+    s.append(record, /*from_allocator=*/false);
+    return;
+  }
+}
+
+std::uint64_t HistoryRecorder::recorded_events() const noexcept {
+  std::lock_guard lock(state_->ring_lock);
+  return state_->appended;
+}
+
+std::uint64_t HistoryRecorder::dropped_events() const noexcept {
+  std::lock_guard lock(state_->ring_lock);
+  return state_->appended > state_->ring.size() ? state_->appended - state_->ring.size() : 0;
+}
+
+HistoryOptions HistoryRecorder::options() const {
+  std::lock_guard lock(state_->control);
+  return state_->options;
+}
+
+void HistoryRecorder::oom_dump_loop() noexcept {
+  State& s = *state_;
+  std::unique_lock lock(s.oom_mutex);
+  for (;;) {
+    s.oom_cv.wait(lock, [&] { return s.oom_requested || s.quitting; });
+    if (!s.oom_requested) return;
+    s.oom_requested = false;
+    s.oom_busy = true;
+    std::filesystem::path path;
+    try {
+      path = options().dump_on_oom;
+    } catch (...) {
+    }
+    lock.unlock();
+    // Blocks until the allocator thread that reported the OOM has left its locks.
+    if (!path.empty()) dump_snapshot(path);
+    lock.lock();
+    s.oom_busy = false;
+    s.oom_cv.notify_all();
+  }
+}
+
+void HistoryRecorder::flush() noexcept {
+  State& s = *state_;
+  std::unique_lock lock(s.oom_mutex);
+  s.oom_cv.wait(lock, [&] { return (!s.oom_requested && !s.oom_busy) || !s.oom_worker.joinable(); });
+}
+
+AnnotationScope::AnnotationScope(std::string_view name) noexcept {
+  try {
+    recorder_ = &global_history();
+    recorder_->annotate_begin(name);
+  } catch (...) {
+    recorder_ = nullptr;
+  }
+}
+
+}  // namespace cachealloc

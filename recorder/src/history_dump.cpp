@@ -1,0 +1,248 @@
+// Building a snapshot from the recorder's ring, stacks and the allocator.
+// Runs at dump time only: symbolizing and every allocation live here.
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "cachealloc/config.hpp"
+#include "cachealloc/snapshot/format.hpp"
+#include "history_state.hpp"
+#include "stack_symbols.hpp"
+
+#ifndef CACHEALLOC_VERSION
+#define CACHEALLOC_VERSION "unknown"
+#endif
+
+namespace cachealloc {
+
+namespace {
+
+// How often we retry for an exact cut before settling for an approximate one.
+constexpr int kCutAttempts = 64;
+
+std::vector<std::string> command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (start < all.size()) {
+    const std::size_t end = all.find('\0', start);
+    parts.push_back(all.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return parts;
+}
+
+snapshot::Header make_header() {
+  snapshot::Header header;
+  header.writer_version = CACHEALLOC_VERSION;
+  header.source = "cachealloc";
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  header.dump_time_unix_ns =
+      static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(now.tv_nsec);
+  std::vector<std::string> cmdline = command_line();
+  if (!cmdline.empty()) {
+    header.program = cmdline.front();
+    header.arguments.assign(cmdline.begin() + 1, cmdline.end());
+  }
+  header.pid = static_cast<std::int64_t>(::getpid());
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) == 0) header.host = host;
+  return header;
+}
+
+// "k:v,k:[a,b],k2:v2" -> {k: v, ...}; commas inside brackets stay.
+void add_config_pairs(const std::string& text, std::map<std::string, std::string>& out) {
+  int depth = 0;
+  std::string item;
+  auto flush = [&] {
+    const std::size_t colon = item.find(':');
+    if (colon != std::string::npos) out[item.substr(0, colon)] = item.substr(colon + 1);
+    item.clear();
+  };
+  for (char c : text) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == ',' && depth == 0)
+      flush();
+    else
+      item += c;
+  }
+  flush();
+}
+
+// Dense snapshot ids for the recorder's shard-encoded stack ids, and the
+// frame and string tables, each unique frame symbolized once.
+class TableBuilder {
+ public:
+  TableBuilder(snapshot::Snapshot& out, std::vector<std::string> annotation_strings) : out_(out) {
+    out_.strings = std::move(annotation_strings);
+    for (std::uint32_t i = 0; i < out_.strings.size(); ++i) string_ids_.emplace(out_.strings[i], i);
+  }
+  void add_stacks(const std::vector<detail::StackTable::Entry>& entries,
+                  const std::unordered_map<std::uint32_t, bool>& referenced) {
+    for (const auto& entry : entries) {
+      if (!referenced.count(entry.id)) continue;
+      snapshot::Stack stack;
+      for (std::uintptr_t ip : entry.frames) stack.frames.push_back(frame_id(ip));
+      stack_ids_[entry.id] = static_cast<std::uint32_t>(out_.stacks.size());
+      out_.stacks.push_back(std::move(stack));
+    }
+  }
+  snapshot::StackId map(snapshot::StackId internal) const {
+    auto it = stack_ids_.find(internal.value);
+    return snapshot::StackId{it == stack_ids_.end() ? 0u : it->second};
+  }
+
+ private:
+  snapshot::StringId string_id(const std::string& text) {
+    if (text.empty()) return {};
+    auto [it, inserted] = string_ids_.try_emplace(text, static_cast<std::uint32_t>(out_.strings.size()));
+    if (inserted) out_.strings.push_back(text);
+    return snapshot::StringId{it->second};
+  }
+  snapshot::FrameId frame_id(std::uintptr_t ip) {
+    auto [it, inserted] = frame_ids_.try_emplace(ip, static_cast<std::uint32_t>(out_.frames.size()));
+    if (inserted) {
+      const detail::SymbolizedFrame symbol = detail::symbolize(ip);
+      snapshot::Frame frame;
+      frame.ip = ip;
+      frame.function = string_id(symbol.function);
+      frame.file = string_id(symbol.file);
+      frame.line = symbol.line;
+      frame.module = string_id(symbol.module);
+      out_.frames.push_back(frame);
+    }
+    return snapshot::FrameId{it->second};
+  }
+
+  snapshot::Snapshot& out_;
+  std::unordered_map<std::string, std::uint32_t> string_ids_;
+  std::unordered_map<std::uintptr_t, std::uint32_t> frame_ids_;
+  std::unordered_map<std::uint32_t, std::uint32_t> stack_ids_;
+};
+
+}  // namespace
+
+// The cut. The layout, the stats and the ring must describe the same moment,
+// or a replay of the events will not end in the layout. Every allocator event
+// is appended under a pool lock, and layout() holds all of them at once. The
+// allocator updates its stats under the same pool lock, some before and some
+// after the event it reports. So when no allocator event is appended between
+// a count taken first and one taken last, and the stats read before and
+// after layout() are equal, the three agree exactly. Under heavy concurrent
+// allocation that window may never stay quiet; after kCutAttempts we keep the
+// last layout and mark the cut "approximate". (An allocator hook that ran a
+// callback inside layout()'s locks would make every cut exact.)
+snapshot::Snapshot HistoryRecorder::take_snapshot() const {
+  State& s = *state_;
+  snapshot::Snapshot out;
+  out.header = make_header();
+
+  std::map<std::string, std::int64_t> stats;
+  std::vector<snapshot::Segment> layout;
+  std::uint64_t cut = 0;  // events numbered below `cut` are in the snapshot
+  bool exact = false;
+  for (int attempt = 0; attempt < kCutAttempts && !exact; ++attempt) {
+    std::uint64_t before = 0;
+    {
+      std::lock_guard lock(s.ring_lock);
+      before = s.allocator_appended;
+    }
+    std::map<std::string, std::int64_t> stats_before = s.allocator.stats().to_map();
+    layout = s.allocator.layout();
+    stats = s.allocator.stats().to_map();
+    {
+      std::lock_guard lock(s.ring_lock);
+      exact = s.allocator_appended == before && stats == stats_before;
+      cut = s.appended;
+    }
+    if (!exact) std::this_thread::yield();
+  }
+  {
+    std::lock_guard lock(s.ring_lock);
+    const std::uint64_t capacity = s.ring.size();
+    const std::uint64_t oldest = s.appended > capacity ? s.appended - capacity : 0;
+    out.dropped_events = oldest;
+    if (cut > oldest) {
+      out.events.reserve(cut - oldest);
+      for (std::uint64_t q = oldest; q < cut; ++q) out.events.push_back(s.ring[q % capacity]);
+    }
+  }
+
+  Device& device = s.allocator.device();
+  snapshot::DeviceInfo info;
+  info.index = device.index();
+  info.name = device.name();
+  try {
+    const MemoryInfo memory = device.memory_info();
+    info.total_bytes = memory.total;
+    info.driver_free_at_dump = memory.free;
+    info.driver_total_at_dump = memory.total;
+  } catch (const std::exception&) {
+    // A device that cannot report memory still gets its history dumped.
+  }
+  out.devices.push_back(info);
+
+  const AllocatorConfig& config = s.allocator.config();
+  const std::string canonical = to_string(config);
+  add_config_pairs(canonical, out.settings);
+  out.settings["config"] = config.source.empty() ? canonical : config.source;
+  out.settings["device.backend"] = device.backend();
+  {
+    const HistoryOptions options = this->options();
+    out.settings["history.max_entries"] = std::to_string(options.max_entries);
+    out.settings["history.stacks"] = to_string(options.stacks);
+    out.settings["history.max_frames"] = std::to_string(options.max_frames);
+    out.settings["history.stacks_on_free"] = options.stacks_on_free ? "true" : "false";
+  }
+  out.settings["history.cut"] = exact ? "exact" : "approximate";
+  out.stats = std::move(stats);
+
+  std::vector<std::string> annotation_strings;
+  {
+    std::lock_guard lock(s.strings_mutex);
+    annotation_strings = s.strings;
+  }
+  std::unordered_map<std::uint32_t, bool> referenced;
+  for (const auto& event : out.events)
+    if (event.stack) referenced[event.stack.value] = true;
+  for (const auto& segment : layout) {
+    if (segment.stack) referenced[segment.stack.value] = true;
+    for (const auto& block : segment.blocks)
+      if (block.stack) referenced[block.stack.value] = true;
+  }
+  TableBuilder tables(out, std::move(annotation_strings));
+  tables.add_stacks(s.table.entries(), referenced);
+  for (auto& event : out.events) event.stack = tables.map(event.stack);
+  for (auto& segment : layout) {
+    segment.stack = tables.map(segment.stack);
+    for (auto& block : segment.blocks) block.stack = tables.map(block.stack);
+  }
+  out.segments = std::move(layout);
+  out.threads = detail::registered_threads();
+  return out;
+}
+
+bool HistoryRecorder::dump_snapshot(const std::filesystem::path& path) noexcept {
+  try {
+    snapshot::write_snapshot(take_snapshot(), path);
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cachealloc: cannot dump the memory snapshot to %s: %s; deactivating history recording\n",
+                 path.c_str(), e.what());
+  } catch (...) {
+    std::fprintf(stderr, "cachealloc: cannot dump the memory snapshot to %s; deactivating history recording\n",
+                 path.c_str());
+  }
+  stop();
+  return false;
+}
+
+}  // namespace cachealloc
