@@ -1,0 +1,282 @@
+// Report builders: the figures agree with each other (peaks with the
+// timeline, the identities at every sample, one-pass and two-pass site
+// figures), exactness after a ring overflow, OOM verdicts, and the output of
+// every report in every format parses.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "../analyzer/testing/parsers.hpp"
+#include "../analyzer/testing/trace_builder.hpp"
+#include "cachealloc/analyzer/reports.hpp"
+
+using namespace cachealloc;
+using analyzer::Document;
+using analyzer::Format;
+using analyzer::ReportOptions;
+using analyzer::testing::TraceBuilder;
+
+namespace {
+
+constexpr std::uint64_t kMiB = 1ull << 20;
+constexpr std::uint64_t kBase = 0x7f0000000000ull;
+
+std::string rendered(const Document& document, Format format) {
+  std::ostringstream out;
+  analyzer::render(document, format, out);
+  return out.str();
+}
+
+analyzer::testing::Json json_of(const Document& document) {
+  return analyzer::testing::parse_json(rendered(document, Format::json));
+}
+
+const analyzer::Table& table_of(const Document& document, const std::string& key) {
+  for (const auto& section : document.sections) {
+    if (const auto* table = std::get_if<analyzer::Table>(&section); table && table->key == key) return *table;
+  }
+  throw std::runtime_error("no table " + key);
+}
+
+std::uint64_t cell(const analyzer::Table& table, std::size_t row, const std::string& column) {
+  for (std::size_t c = 0; c < table.columns.size(); ++c) {
+    if (table.columns[c].key == column) {
+      const auto* value = std::get_if<std::uint64_t>(&table.rows[row][c]);
+      return value ? *value : 0;
+    }
+  }
+  throw std::runtime_error("no column " + column);
+}
+
+using Builder = Document (*)(const snapshot::Snapshot&, const ReportOptions&);
+const std::pair<const char*, Builder> kReports[] = {
+    {"summary", analyzer::summary_report}, {"segments", analyzer::segments_report},
+    {"fragmentation", analyzer::fragmentation_report}, {"timeline", analyzer::timeline_report},
+    {"peak", analyzer::peak_report},       {"top", analyzer::top_report},
+    {"leaks", analyzer::leaks_report},     {"oom", analyzer::oom_report},
+    {"events", analyzer::events_report}};
+
+}  // namespace
+
+TEST_CASE("summary --format json has every documented key") {
+  // given a random trace
+  const auto snap = analyzer::testing::random_trace(1, 3000);
+  // when the summary is rendered as JSON
+  const auto json = json_of(analyzer::summary_report(snap, {}));
+  // then it parses and has the keys users script against
+  for (const char* key : {"events", "dropped_events", "segments_at_end", "reserved_at_end", "allocated_at_end",
+                          "peak_allocated", "peak_reserved", "peak_requested", "peak_allocated_event", "device_total",
+                          "device_free_at_dump"}) {
+    CAPTURE(key);
+    CHECK(json.has(key));
+  }
+  CHECK(json["events"].is_object());
+  CHECK(json["events"]["alloc"].number() > 0);
+  CHECK(json["segments_at_end"].number() == static_cast<double>(snap.segments.size()));
+}
+
+TEST_CASE("every report parses as JSON and writes CSV with a header and one column count") {
+  const auto snap = analyzer::testing::random_trace(2, 2000, 6, 4);
+  for (const auto& [name, build] : kReports) {
+    CAPTURE(name);
+    // given a report of a random trace
+    ReportOptions options;
+    options.buckets = 7;
+    const Document document = build(snap, options);
+    // when it is rendered as JSON and CSV
+    // then the JSON is one object and the CSV rectangular
+    CHECK(json_of(document).is_object());
+    const auto rows = analyzer::testing::parse_csv(rendered(document, Format::csv));
+    REQUIRE(!rows.empty());
+    for (const auto& row : rows) CHECK(row.size() == rows.front().size());
+    CHECK(!rendered(document, Format::table).empty());
+  }
+}
+
+TEST_CASE("the reported peak equals the maximum of the timeline") {
+  const auto snap = analyzer::testing::random_trace(3, 4000);
+  for (std::size_t buckets : {0ul, 1ul, 13ul, 100ul}) {
+    CAPTURE(buckets);
+    // given the summary and a timeline, per event or bucketed
+    ReportOptions options;
+    options.buckets = buckets;
+    const auto summary = json_of(analyzer::summary_report(snap, {}));
+    const Document timeline = analyzer::timeline_report(snap, options);
+    const auto& table = table_of(timeline, "timeline");
+    // when the largest value of each column is taken
+    std::uint64_t allocated = 0;
+    std::uint64_t reserved = 0;
+    std::uint64_t requested = 0;
+    for (std::size_t r = 0; r < table.rows.size(); ++r) {
+      allocated = std::max(allocated, cell(table, r, "allocated"));
+      reserved = std::max(reserved, cell(table, r, "reserved"));
+      requested = std::max(requested, cell(table, r, "requested"));
+    }
+    // then it is the peak the summary reports
+    CHECK(static_cast<double>(allocated) == summary["peak_allocated"].number());
+    CHECK(static_cast<double>(reserved) == summary["peak_reserved"].number());
+    CHECK(static_cast<double>(requested) == summary["peak_requested"].number());
+  }
+}
+
+TEST_CASE("allocated + free in cache = reserved and allocated = requested + rounding at every sampled event") {
+  // given the fragmentation figures over time
+  const auto snap = analyzer::testing::random_trace(4, 6000);
+  ReportOptions options;
+  options.buckets = 50;
+  const auto& table = table_of(analyzer::fragmentation_report(snap, options), "over_time");
+  REQUIRE(table.rows.size() == 51);
+  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+    CAPTURE(r);
+    // when each sample is read
+    // then the identities hold
+    CHECK(cell(table, r, "allocated") + cell(table, r, "free_in_cache") == cell(table, r, "reserved"));
+    CHECK(cell(table, r, "requested") + cell(table, r, "rounding_waste") == cell(table, r, "allocated"));
+    CHECK(cell(table, r, "largest_free") <= cell(table, r, "free_in_cache"));
+  }
+}
+
+TEST_CASE("the sites at the peak from the one-pass analysis equal a replay to the peak") {
+  // given a random trace
+  const auto snap = analyzer::testing::random_trace(5, 8000, 16, 8);
+  // when the one-pass per-site bytes at the peak and the peak report's listing are compared
+  const analyzer::Analysis a = analyzer::analyze(snap, {});
+  const Document peak = analyzer::peak_report(snap, {});
+  const auto json = json_of(peak);
+  // then they agree site by site, and add up to the peak
+  std::uint64_t one_pass_total = 0;
+  for (const auto& site : a.sites) one_pass_total += site.bytes_at_peak_allocated;
+  CHECK(one_pass_total == a.peak_allocated.bytes);
+  CHECK(json["allocated_bytes"].number() == static_cast<double>(a.peak_allocated.bytes));
+  const auto& sites = table_of(peak, "sites");
+  std::uint64_t listed = 0;
+  for (std::size_t r = 0; r < sites.rows.size(); ++r) listed += cell(sites, r, "bytes");
+  CHECK(listed == a.peak_allocated.bytes);
+}
+
+TEST_CASE("after a ring overflow the layout at the end is exact and peaks are marked lower bounds") {
+  // given a trace whose first 2000 events were lost
+  auto snap = analyzer::testing::random_trace(6, 6000);
+  snap.events.erase(snap.events.begin(), snap.events.begin() + 2000);
+  snap.dropped_events = 2000;
+  // when it is summarised
+  const Document summary = analyzer::summary_report(snap, {});
+  const auto json = json_of(summary);
+  // then the end figures match the stored layout, the peaks are lower bounds, and the notes say so
+  std::uint64_t reserved = 0;
+  for (const auto& segment : snap.segments) reserved += segment.total_size;
+  CHECK(json["reserved_at_end"].number() == static_cast<double>(reserved));
+  std::vector<std::string> lower;
+  for (const auto& key : json["lower_bounds"].array()) lower.push_back(std::get<std::string>(key.value));
+  CHECK(std::find(lower.begin(), lower.end(), "peak_allocated") != lower.end());
+  CHECK(std::find(lower.begin(), lower.end(), "reserved_at_end") == lower.end());
+  const std::string text = rendered(summary, Format::table);
+  CHECK(text.find("ring overflowed") != std::string::npos);
+  CHECK(text.find("differs from the stored") == std::string::npos);
+}
+
+TEST_CASE("an OOM with enough memory but no large enough free block is blamed on fragmentation") {
+  // given a 20 MiB segment with every other MiB allocated and a 4 MiB request that finds no room
+  TraceBuilder b;
+  b.segment(kBase, 20 * kMiB);
+  for (std::uint64_t i = 0; i < 20; ++i) b.alloc(kBase + i * kMiB, kMiB, kMiB, b.stack({"f"}));
+  for (std::uint64_t i = 0; i < 20; i += 2) b.free(kBase + i * kMiB);
+  b.oom(4 * kMiB, 2 * kMiB, 0);
+  // when the OOM report is built
+  const auto json = json_of(analyzer::oom_report(b.build(), {}));
+  // then the verdict is fragmentation and emptying the cache would not have helped
+  REQUIRE(json["ooms"].array().size() == 1);
+  const auto& oom = json["ooms"].array()[0];
+  CHECK(std::get<std::string>(oom["verdict"].value) == "fragmentation");
+  CHECK(std::get<bool>(oom["empty_cache_helps"].value) == false);
+  CHECK(oom["largest_free"].number() == static_cast<double>(kMiB));
+}
+
+TEST_CASE("an OOM above the allocator cap with room on the device is blamed on the cap") {
+  // given 10 MiB live under a 12 MiB cap and a 4 MiB request, with the device mostly free
+  TraceBuilder b;
+  b.segment(kBase, 10 * kMiB).alloc(kBase, 10 * kMiB, 10 * kMiB).oom(4 * kMiB, 1ull << 30, 12 * kMiB);
+  // when the OOM report is built
+  const auto json = json_of(analyzer::oom_report(b.build(), {}));
+  // then the verdict names the cap
+  CHECK(std::get<std::string>(json["ooms"].array()[0]["verdict"].value) == "the cap");
+}
+
+TEST_CASE("an OOM whose live data does not fit on the device is real demand, and a releasable cache is noticed") {
+  // given an idle cached segment of 8 MiB, 10 MiB live, 1 MiB device free and a 6 MiB request
+  TraceBuilder b;
+  b.segment(kBase, 10 * kMiB).alloc(kBase, 10 * kMiB, 10 * kMiB);
+  b.segment(kBase + 64 * kMiB, 8 * kMiB).oom(6 * kMiB, kMiB, 0);
+  b.oom(40 * kMiB, kMiB, 0);
+  // when the OOM report is built
+  const auto json = json_of(analyzer::oom_report(b.build(), {}));
+  // then the first could have been saved by empty_cache, the second is real demand
+  const auto& ooms = json["ooms"].array();
+  REQUIRE(ooms.size() == 2);
+  CHECK(std::get<bool>(ooms[0]["empty_cache_helps"].value) == true);
+  CHECK(std::get<std::string>(ooms[1]["verdict"].value) == "real demand");
+}
+
+TEST_CASE("leaks lists only live allocations of at least --min-size, with their sites") {
+  // given three allocations, one freed, one small and one large
+  TraceBuilder b;
+  const auto big = b.stack({"cachealloc::malloc", "make_big"});
+  b.segment(kBase, 20 * kMiB).alloc(kBase, kMiB, kMiB).alloc(kBase + kMiB, 512, 500).alloc(kBase + 2 * kMiB, 4 * kMiB, 4 * kMiB, big);
+  b.free(kBase);
+  ReportOptions options;
+  options.min_size = kMiB;
+  // when the leaks report is built
+  const Document leaks = analyzer::leaks_report(b.build(), options);
+  // then only the large one is listed, under its first non-cachealloc frame
+  const auto& list = table_of(leaks, "allocations");
+  REQUIRE(list.rows.size() == 1);
+  CHECK(cell(list, 0, "size") == 4 * kMiB);
+  CHECK(std::get<std::string>(list.rows[0][3]).rfind("make_big", 0) == 0);
+}
+
+TEST_CASE("segments --at shows the layout just after that event") {
+  // given a segment split in two by the second event
+  const auto snap = TraceBuilder().segment(kBase, 20 * kMiB).alloc(kBase, 2 * kMiB, 2 * kMiB).build();
+  for (auto [at, blocks] : {std::pair{0ul, 1ul}, std::pair{2ul, 2ul}}) {
+    ReportOptions options;
+    options.at = at;
+    // when the segments report is built at event `at`
+    const auto& table = table_of(analyzer::segments_report(snap, options), "blocks");
+    // then it shows the blocks of that moment
+    CAPTURE(at);
+    CHECK(table.rows.size() == blocks);
+  }
+}
+
+TEST_CASE("events --kind lists only those kinds") {
+  const auto snap = analyzer::testing::random_trace(8, 1000);
+  ReportOptions options;
+  options.kinds = {snapshot::EventKind::segment_alloc};
+  const auto& table = table_of(analyzer::events_report(snap, options), "events");
+  CHECK(table.rows.size() == static_cast<std::size_t>(std::count_if(snap.events.begin(), snap.events.end(), [](const auto& e) {
+          return e.kind == snapshot::EventKind::segment_alloc;
+        })));
+}
+
+TEST_CASE("an event point is an index or a time since the first event") {
+  const auto snap = TraceBuilder().segment(kBase, 2 * kMiB).alloc(kBase, kMiB, kMiB).free(kBase).build();
+  std::string error;
+  CHECK(analyzer::parse_event_point(snap, "2", error) == 2u);
+  CHECK(analyzer::parse_event_point(snap, "1us", error) == 1u);   // events are 1 us apart
+  CHECK(analyzer::parse_event_point(snap, "0.0000015s", error) == 2u);
+  CHECK(analyzer::parse_event_point(snap, "99", error) == snap.events.size());
+  CHECK_FALSE(analyzer::parse_event_point(snap, "soon", error).has_value());
+  CHECK(!error.empty());
+}
+
+TEST_CASE("the top frame skips cachealloc's own frames") {
+  TraceBuilder b;
+  const auto stack = b.stack({"cachealloc::CachingAllocator::malloc", "cachealloc::record", "user_fn", "main"});
+  const auto own_only = b.stack({"cachealloc::record"});
+  const auto snap = b.build();
+  CHECK(analyzer::top_frame(snap, stack).rfind("user_fn (", 0) == 0);
+  CHECK(analyzer::top_frame(snap, own_only).rfind("cachealloc::record", 0) == 0);
+  CHECK(analyzer::top_frame(snap, {}) == "<unknown site>");
+  CHECK(analyzer::stack_lines(snap, stack).size() == 2);
+}
