@@ -34,7 +34,8 @@ void add_common_notes(Document& document, const Snapshot& snapshot, const Analys
   }
   if (analysis.blocks_from_before_ring != 0) {
     document.notes.push_back(std::to_string(analysis.blocks_from_before_ring) +
-                             " blocks were allocated before the ring began; their sites come from their free events.");
+                             (analysis.blocks_from_before_ring == 1 ? " block was" : " blocks were") +
+                             std::string(" allocated before the ring began; their sites come from their free events."));
   }
   if (analysis.anomalies.total() != 0 || analysis.unplaced_blocks != 0) {
     document.notes.push_back(std::to_string(analysis.anomalies.total() + analysis.unplaced_blocks) +
