@@ -42,6 +42,21 @@ CachingAllocator::Impl::~Impl() {
     // Return every segment, live blocks included: the allocator owns them.
     std::lock_guard guard(segments_mutex);
     for (auto& [address, head] : segments) {
+      if (ExpandableSegment* es = head->expandable) {
+        // Unmap each maximal mapped run, then give back the address range.
+        for (Block* b = head; b;) {
+          if (!b->mapped) {
+            b = b->next;
+            continue;
+          }
+          const std::uintptr_t start = b->ptr;
+          std::size_t length = 0;
+          for (; b && b->mapped; b = b->next) length += b->size;
+          device->unmap(reinterpret_cast<void*>(start), length, es->chunk);
+        }
+        device->release_address_range(reinterpret_cast<void*>(es->ptr), es->size);
+        continue;
+      }
       std::size_t size = 0;
       for (Block* b = head; b; b = b->next) size += b->size;
       device->release(reinterpret_cast<void*>(address), size);
@@ -54,6 +69,8 @@ CachingAllocator::Impl::~Impl() {
     for (Block* b : shard->spare_blocks) delete b;
     shard->small_blocks.clear();
     shard->large_blocks.clear();
+    shard->small_unmapped.clear();
+    shard->large_unmapped.clear();
   }
   for (auto& [address, head] : segments) {
     for (Block* b = head; b;) {
@@ -131,6 +148,15 @@ Block* CachingAllocator::Impl::get_free_block(Shard& shard, bool small, std::siz
   FreeSet& pool = shard.pool(small);
   auto it = pool.lower_bound(size, SizeKey{});
   if (it == pool.end()) return nullptr;
+  if (it->expandable) {
+    // Rule (expandable segments): a block at the end of a segment's mapped
+    // part counts as large as it could grow, so best fit prefers later blocks
+    // that would fit more snugly.
+    auto expandable_size = [](const Block& b) { return b.size + (b.next && !b.next->mapped ? b.next->size : 0); };
+    for (auto next = std::next(it); it->expandable && next != pool.end() && expandable_size(*next) < expandable_size(*it);
+         ++next)
+      it = next;
+  }
   const std::size_t max_split = config.max_split_size;
   if (size < max_split && it->size >= max_split) return nullptr;
   if (size >= max_split && it->size >= size + config.max_non_split_rounding) return nullptr;
@@ -143,7 +169,7 @@ Block* CachingAllocator::Impl::get_free_block(Shard& shard, bool small, std::siz
 // when more than 1 MiB remains and the request is below max_split_size.
 bool CachingAllocator::Impl::should_split(const Block& block, std::size_t size) const noexcept {
   const std::size_t remaining = block.size - size;
-  if (block.small) return remaining >= kMinBlockSize;
+  if (block.small || config.expandable_segments) return remaining >= kMinBlockSize;
   return size < config.max_split_size && remaining > kSmallSize;
 }
 
@@ -160,6 +186,7 @@ void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t s
     rest->size = block->size - size;
     rest->shard = &shard;
     rest->small = block->small;
+    rest->expandable = block->expandable;
     rest->prev = block;
     rest->next = block->next;
     if (rest->next) rest->next->prev = rest;
@@ -167,13 +194,16 @@ void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t s
     block->size = size;
     cache(rest);
     emit(EventKind::split, shard.stream, block->ptr, size, rest->size);
-    if (already_split) {
+    if (block->expandable) {
+      // Inactive split bytes exclude expandable segments, as in PyTorch:
+      // their free pages can always be unmapped.
+    } else if (already_split) {
       inactive_split_bytes = -static_cast<std::int64_t>(size);  // a free split block shrinks
     } else {
       inactive_split_count = 1;  // a whole segment becomes split
       inactive_split_bytes = static_cast<std::int64_t>(rest->size);
     }
-  } else if (already_split) {
+  } else if (already_split && !block->expandable) {
     inactive_split_count = -1;  // a free split block becomes active
     inactive_split_bytes = -static_cast<std::int64_t>(block->size);
   }
@@ -215,7 +245,7 @@ void* CachingAllocator::Impl::allocate(std::size_t requested, Stream stream) {
   // stream), try a new segment under this stream's lock alone.
   bool device_tried = false;
   if (!gc_active()) {
-    if (Block* block = reserve_segment(shard, small, allocation_size(size), /*is_retry=*/false))
+    if (Block* block = reserve_segment(shard, small, size, /*is_retry=*/false))
       return hand_out(shard, block, size, requested);
     device_tried = true;
   }
@@ -308,9 +338,13 @@ void CachingAllocator::Impl::process_events(Shard& shard) {
 // Merges `src` into `dst` when src is a free, settled neighbour. Returns the
 // surviving block (the lower-addressed one), or nullptr when no merge happened.
 Block* CachingAllocator::Impl::try_merge(Block* dst, Block* src) {
-  if (!src || src->allocated || src->event_count > 0 || !src->stream_uses.empty()) return nullptr;
+  if (!src || src->allocated || src->event_count > 0 || !src->stream_uses.empty() || src->mapped != dst->mapped)
+    return nullptr;
   Shard& shard = *dst->shard;
-  shard.pool(src->small).erase(FreeSet::s_iterator_to(*src));
+  if (src->mapped)
+    shard.pool(src->small).erase(FreeSet::s_iterator_to(*src));
+  else
+    shard.unmapped(src->small).erase(UnmappedSet::s_iterator_to(*src));
   Block* low = dst->prev == src ? src : dst;
   Block* high = low == src ? dst : src;
   // `low` survives so that a segment's head block object never changes.
@@ -351,6 +385,7 @@ void CachingAllocator::Impl::free_block(Block* block) {
     ++split_count_change;
     split_bytes_change += static_cast<std::int64_t>(block->size);
   }
+  if (block->expandable) split_count_change = split_bytes_change = 0;  // see hand_out
   const std::size_t type = block->small ? stat_small_pool : stat_large_pool;
   std::lock_guard lock(stats_lock);
   for (std::size_t t : {std::size_t{stat_all}, type}) {

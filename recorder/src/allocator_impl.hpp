@@ -38,6 +38,16 @@ inline constexpr std::size_t kMaxRequest = std::size_t{1} << 56;
 
 struct Shard;
 
+// The address range of one expandable segment: reserved once, with memory
+// mapped into it in chunks (2 MiB small pool, 20 MiB large pool) as needed.
+struct ExpandableSegment {
+  std::uintptr_t ptr = 0;
+  std::size_t size = 0;   // reserved address space
+  std::size_t chunk = 0;  // mapping granularity
+  std::size_t mapped = 0; // bytes mapped now
+  std::size_t chunk_index(std::uintptr_t address) const noexcept { return (address - ptr) / chunk; }
+};
+
 struct Block {
   std::uintptr_t ptr = 0;
   std::size_t size = 0;
@@ -47,6 +57,8 @@ struct Block {
   Shard* shard = nullptr;     // owning stream pool
   bool small = false;         // small pool (else large)
   bool allocated = false;
+  bool mapped = true;         // false: expandable address range with no memory
+  ExpandableSegment* expandable = nullptr;
   int event_count = 0;        // outstanding cross-stream events
   std::vector<Stream> stream_uses;  // streams from record_stream
   std::size_t gc_count_base = 0;    // pool's get_free_block count when cached
@@ -72,6 +84,14 @@ struct SizeKey {
 using FreeSet = boost::intrusive::multiset<
     Block, boost::intrusive::member_hook<Block, decltype(Block::free_hook), &Block::free_hook>,
     boost::intrusive::compare<BlockBySize>, boost::intrusive::constant_time_size<true>>;
+// Unmapped ranges of expandable segments, by address. A block is in a
+// FreeSet or an UnmappedSet, never both, so they share the hook.
+struct BlockByAddress {
+  bool operator()(const Block& a, const Block& b) const noexcept { return a.ptr < b.ptr; }
+};
+using UnmappedSet = boost::intrusive::multiset<
+    Block, boost::intrusive::member_hook<Block, decltype(Block::free_hook), &Block::free_hook>,
+    boost::intrusive::compare<BlockByAddress>, boost::intrusive::constant_time_size<true>>;
 
 struct PendingFree {
   DeviceEvent event;
@@ -90,7 +110,11 @@ struct Shard {
   std::vector<DeviceEvent> spare_events;
   std::vector<Block*> spare_blocks;  // recycled Block objects: no heap allocation per split
 
+  UnmappedSet small_unmapped;
+  UnmappedSet large_unmapped;
+
   FreeSet& pool(bool small_pool) noexcept { return small_pool ? small_blocks : large_blocks; }
+  UnmappedSet& unmapped(bool small_pool) noexcept { return small_pool ? small_unmapped : large_unmapped; }
 };
 
 struct CachingAllocator::Impl {
@@ -125,7 +149,9 @@ struct CachingAllocator::Impl {
   }
 
   // --- slow path (allocator_slow.cpp) ---
-  Block* reserve_segment(Shard& shard, bool small, std::size_t alloc_size, bool is_retry);
+  // `size` is the rounded request; the segment is allocation_size(size), or,
+  // with expandable segments, just enough mapped memory for `size`.
+  Block* reserve_segment(Shard& shard, bool small, std::size_t size, bool is_retry);
   void* allocate_slow(Shard& shard, std::size_t size, std::size_t requested, bool device_tried);
   void garbage_collect();
   bool release_available_cached_blocks(Shard& shard, bool small, std::size_t size);
@@ -133,6 +159,14 @@ struct CachingAllocator::Impl {
   void synchronize_and_free_events();
   void release_block(Block* block);
   std::size_t release_unsplit(FreeSet& set);
+
+  // --- expandable segments (allocator_expandable.cpp) ---
+  Block* allocate_expandable(Shard& shard, bool small, std::size_t size);
+  Block* find_expandable_block(Shard& shard, bool small, std::size_t size);
+  Block* map_block(Block* to_map, std::size_t size);
+  void unmap_block(Block* block);
+  void release_expandable_segment(Block* block);
+  void release_expandable(std::vector<Block*>& blocks);
   [[noreturn]] void throw_out_of_memory(Stream stream, std::size_t requested);
   std::vector<Shard*> lock_all(std::vector<std::unique_lock<std::mutex>>& locks);
   Block* find_free_block_at(std::uintptr_t address);
@@ -152,6 +186,7 @@ struct CachingAllocator::Impl {
 
   std::mutex segments_mutex;
   std::map<std::uintptr_t, Block*> segments;  // head block of every segment
+  std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments;  // under segments_mutex
 
   // PyTorch's total_allocated_memory: bytes reserved from the device. Kept
   // apart from the stats so the cap can be charged with one CAS.

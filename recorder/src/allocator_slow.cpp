@@ -21,14 +21,20 @@ std::vector<Shard*> CachingAllocator::Impl::lock_all(std::vector<std::unique_loc
 
 // Reserves a new segment of `alloc_size` bytes (cudaMalloc), charging the
 // memory-fraction cap first. Returns nullptr when the cap or the device says no.
-Block* CachingAllocator::Impl::reserve_segment(Shard& shard, bool small, std::size_t alloc_size, bool is_retry) {
+Block* CachingAllocator::Impl::reserve_segment(Shard& shard, bool small, std::size_t size, bool is_retry) {
   if (is_retry) {
     std::lock_guard lock(stats_lock);
     ++stats.num_alloc_retries;
   }
+  const std::size_t alloc_size = allocation_size(size);
   const bool capped = fraction_set_.load(std::memory_order_relaxed);
   const std::size_t cap = allowed_memory_maximum.load(std::memory_order_relaxed);
   std::size_t reserved = total_reserved.load(std::memory_order_relaxed);
+  if (config.expandable_segments) {
+    // PyTorch checks the cap against the plain segment size even here.
+    if (capped && reserved + alloc_size > cap) return nullptr;
+    return allocate_expandable(shard, small, size);
+  }
   do {
     if (capped && reserved + alloc_size > cap) return nullptr;
   } while (!total_reserved.compare_exchange_weak(reserved, reserved + alloc_size, std::memory_order_relaxed));
@@ -75,19 +81,18 @@ void* CachingAllocator::Impl::allocate_slow(Shard& shard, std::size_t size, std:
   std::vector<std::unique_lock<std::mutex>> locks;
   lock_all(locks);
   const bool small = size <= kSmallSize;
-  const std::size_t alloc_size = allocation_size(size);
   if (!shard.pending.empty()) process_events(shard);
   // Another thread may have freed a fitting block while we held no lock;
   // this second look is not a new request, so it does not age blocks.
   Block* block = get_free_block(shard, small, size, /*count_for_gc=*/false);
   if (!block) {
     if (gc_active()) garbage_collect();
-    if (!device_tried) block = reserve_segment(shard, small, alloc_size, false);
+    if (!device_tried) block = reserve_segment(shard, small, size, false);
     if (!block && release_available_cached_blocks(shard, small, size))
-      block = reserve_segment(shard, small, alloc_size, false);
+      block = reserve_segment(shard, small, size, false);
     if (!block) {
       release_cached_blocks();
-      block = reserve_segment(shard, small, alloc_size, /*is_retry=*/true);
+      block = reserve_segment(shard, small, size, /*is_retry=*/true);
     }
   }
   if (!block) throw_out_of_memory(shard.stream, requested);
@@ -125,7 +130,7 @@ void CachingAllocator::Impl::garbage_collect() {
     for (Shard* s : shards) {
       for (auto it = s->large_blocks.begin(); it != s->large_blocks.end();) {
         Block& b = *it++;
-        if (b.is_split() || static_cast<double>(age(b)) < age_threshold) continue;
+        if (b.is_split() || b.expandable || static_cast<double>(age(b)) < age_threshold) continue;
         freed_one = true;
         reclaimed += b.size;
         total_age -= age(b);
@@ -145,7 +150,7 @@ bool CachingAllocator::Impl::release_available_cached_blocks(Shard& shard, bool 
   FreeSet& pool = shard.pool(small);
   const std::size_t key = std::max(size, max_split);
   auto it = pool.lower_bound(key, SizeKey{});
-  if (it != pool.end()) {
+  if (it != pool.end() && !it->expandable) {
     release_block(&*it);
     return true;
   }
@@ -156,8 +161,10 @@ bool CachingAllocator::Impl::release_available_cached_blocks(Shard& shard, bool 
     auto current = it;
     const bool first = current == pool.begin();
     if (!first) --it;
-    released += current->size;
-    release_block(&*current);
+    if (!current->expandable) {
+      released += current->size;
+      release_block(&*current);
+    }
     if (first) break;
   }
   return released >= key;
@@ -182,18 +189,23 @@ void CachingAllocator::Impl::synchronize_and_free_events() {
 
 std::size_t CachingAllocator::Impl::release_unsplit(FreeSet& set) {
   std::size_t released = 0;
+  std::vector<Block*> expandable;
   for (auto it = set.begin(); it != set.end();) {
     Block& b = *it++;
-    if (!b.is_split()) {
+    if (b.expandable) {
+      expandable.push_back(&b);  // unmapping changes the set: after the walk
+    } else if (!b.is_split()) {
       released += b.size;
       release_block(&b);
     }
   }
+  release_expandable(expandable);
   return released;
 }
 
 // Rule (empty_cache and the last OOM step): wait for outstanding events, then
-// release every cached block that is a whole segment, large pools first.
+// release every cached block that is a whole segment, large pools first; for
+// expandable segments, unmap every free whole chunk.
 void CachingAllocator::Impl::release_cached_blocks() {
   synchronize_and_free_events();
   for (Shard* s : shards) release_unsplit(s->large_blocks);
@@ -305,13 +317,22 @@ std::vector<snapshot::Segment> CachingAllocator::layout() const {
   std::lock_guard guard(impl_->segments_mutex);
   out.reserve(impl_->segments.size());
   for (const auto& [address, head] : impl_->segments) {
+    // An expandable segment shows as one segment per mapped run, as PyTorch
+    // reports it; its unmapped address space holds no memory.
+    for (const Block* run = head; run;) {
+      if (!run->mapped) {
+        run = run->next;
+        continue;
+      }
     snapshot::Segment segment;
     segment.device = impl_->device->index();
     segment.stream = head->shard->stream.handle;
-    segment.address = address;
+    segment.address = run->ptr;
     segment.large_pool = !head->small;
+    segment.expandable = head->expandable != nullptr;
     segment.stack = snapshot::StackId{head->segment_stack};
-    for (const Block* b = head; b; b = b->next) {
+    const Block* b = run;
+    for (; b && b->mapped; b = b->next) {
       snapshot::Block block;
       block.address = b->ptr;
       block.size = b->size;
@@ -324,7 +345,10 @@ std::vector<snapshot::Segment> CachingAllocator::layout() const {
       segment.blocks.push_back(block);
     }
     out.push_back(std::move(segment));
+    run = b;
+    }
   }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
   return out;
 }
 

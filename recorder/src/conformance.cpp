@@ -133,6 +133,11 @@ class AddressRecorder final : public Device {
     return ptr;
   }
   void release(void* ptr, std::size_t bytes) override { inner_->release(ptr, bytes); }
+  bool supports_virtual_memory() noexcept override { return inner_->supports_virtual_memory(); }
+  void* reserve_address_range(std::size_t bytes) override { return inner_->reserve_address_range(bytes); }
+  void release_address_range(void* ptr, std::size_t bytes) override { inner_->release_address_range(ptr, bytes); }
+  bool map(void* ptr, std::size_t bytes, std::size_t chunk) override { return inner_->map(ptr, bytes, chunk); }
+  void unmap(void* ptr, std::size_t bytes, std::size_t chunk) override { inner_->unmap(ptr, bytes, chunk); }
   Stream create_stream() override { return inner_->create_stream(); }
   void destroy_stream(Stream stream) noexcept override { inner_->destroy_stream(stream); }
   void synchronize_stream(Stream stream) override { inner_->synchronize_stream(stream); }

@@ -1,9 +1,13 @@
 // The cuda backend: cudart only. We never link libcuda, so a binary built
 // with this backend still starts on a machine without a driver; there
 // cudaGetDeviceCount fails and we report "no CUDA device".
+#include <cuda.h>  // driver API types only; the functions come from cudaGetDriverEntryPointByVersion
 #include <cuda_runtime_api.h>
 
+#include <map>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "cachealloc/device.hpp"
 #include "cachealloc/errors.hpp"
@@ -46,6 +50,48 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
+// Driver virtual-memory entry points, looked up through cudart so that we
+// never link libcuda (a binary linked to it would not start without a driver).
+struct DriverApi {
+  CUresult (*mem_address_reserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long) = nullptr;
+  CUresult (*mem_address_free)(CUdeviceptr, size_t) = nullptr;
+  CUresult (*mem_create)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long) = nullptr;
+  CUresult (*mem_release)(CUmemGenericAllocationHandle) = nullptr;
+  CUresult (*mem_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = nullptr;
+  CUresult (*mem_unmap)(CUdeviceptr, size_t) = nullptr;
+  CUresult (*mem_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) = nullptr;
+  CUresult (*get_error_string)(CUresult, const char**) = nullptr;
+
+  template <typename F>
+  static void load(const char* symbol, F& function) {
+    void* address = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    CACHEALLOC_CUDA_TRY(cudaGetDriverEntryPointByVersion(symbol, &address, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || !address)
+      throw DeviceError(std::string("driver entry point ") + symbol + " not found");
+    function = reinterpret_cast<F>(address);
+  }
+
+  DriverApi() {
+    load("cuMemAddressReserve", mem_address_reserve);
+    load("cuMemAddressFree", mem_address_free);
+    load("cuMemCreate", mem_create);
+    load("cuMemRelease", mem_release);
+    load("cuMemMap", mem_map);
+    load("cuMemUnmap", mem_unmap);
+    load("cuMemSetAccess", mem_set_access);
+    load("cuGetErrorString", get_error_string);
+  }
+
+  void check(CUresult status, const char* call, const char* file, int line) const {
+    if (status == CUDA_SUCCESS) return;
+    const char* text = "unknown error";
+    if (get_error_string) (void)get_error_string(status, &text);
+    throw DeviceError(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " + text);
+  }
+};
+#define CACHEALLOC_CU_TRY(api, call) (api).check((call), #call, __FILE__, __LINE__)
+
 cudaStream_t to_cuda(Stream stream) { return reinterpret_cast<cudaStream_t>(stream.handle); }
 cudaEvent_t to_cuda(DeviceEvent event) { return reinterpret_cast<cudaEvent_t>(event.handle); }
 
@@ -84,6 +130,65 @@ class CudaDevice final : public Device {
   void release(void* ptr, std::size_t /*bytes*/) override {
     DeviceGuard guard(index_);
     CACHEALLOC_CUDA_TRY(cudaFree(ptr));
+  }
+
+  bool supports_virtual_memory() noexcept override { return true; }
+
+  void* reserve_address_range(std::size_t bytes) override {
+    const DriverApi& api = driver();
+    CUdeviceptr ptr = 0;
+    CACHEALLOC_CU_TRY(api, api.mem_address_reserve(&ptr, bytes, 0, 0, 0));
+    return reinterpret_cast<void*>(ptr);
+  }
+  void release_address_range(void* ptr, std::size_t bytes) override {
+    const DriverApi& api = driver();
+    CACHEALLOC_CU_TRY(api, api.mem_address_free(reinterpret_cast<CUdeviceptr>(ptr), bytes));
+  }
+
+  bool map(void* ptr, std::size_t bytes, std::size_t chunk) override {
+    const DriverApi& api = driver();
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = index_;
+    const auto base = reinterpret_cast<CUdeviceptr>(ptr);
+    std::vector<CUmemGenericAllocationHandle> created;
+    for (std::size_t offset = 0; offset < bytes; offset += chunk) {
+      CUmemGenericAllocationHandle handle = 0;
+      const CUresult status = api.mem_create(&handle, chunk, &prop, 0);
+      if (status == CUDA_ERROR_OUT_OF_MEMORY) {
+        for (auto h : created) (void)api.mem_release(h);
+        return false;
+      }
+      CACHEALLOC_CU_TRY(api, status);
+      created.push_back(handle);
+    }
+    CUmemAccessDesc access{};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    std::lock_guard lock(handles_mutex_);
+    for (std::size_t i = 0; i < created.size(); ++i) {
+      const CUdeviceptr at = base + i * chunk;
+      CACHEALLOC_CU_TRY(api, api.mem_map(at, chunk, 0, created[i], 0));
+      handles_[at] = created[i];
+    }
+    CACHEALLOC_CU_TRY(api, api.mem_set_access(base, bytes, &access, 1));
+    return true;
+  }
+
+  void unmap(void* ptr, std::size_t bytes, std::size_t chunk) override {
+    const DriverApi& api = driver();
+    // Memory may still be in use by queued work until the device is idle.
+    synchronize();
+    const auto base = reinterpret_cast<CUdeviceptr>(ptr);
+    CACHEALLOC_CU_TRY(api, api.mem_unmap(base, bytes));
+    std::lock_guard lock(handles_mutex_);
+    for (CUdeviceptr at = base; at < base + bytes; at += chunk) {
+      auto it = handles_.find(at);
+      if (it == handles_.end()) throw DeviceError("unmap of a range that was not mapped");
+      CACHEALLOC_CU_TRY(api, api.mem_release(it->second));
+      handles_.erase(it);
+    }
   }
 
   Stream create_stream() override {
@@ -127,8 +232,15 @@ class CudaDevice final : public Device {
   void synchronize_event(DeviceEvent event) override { CACHEALLOC_CUDA_TRY(cudaEventSynchronize(to_cuda(event))); }
 
  private:
+  static const DriverApi& driver() {
+    static const DriverApi api;
+    return api;
+  }
+
   int index_;
   std::string name_;
+  std::mutex handles_mutex_;
+  std::map<CUdeviceptr, CUmemGenericAllocationHandle> handles_;
 };
 
 }  // namespace

@@ -16,7 +16,7 @@ constexpr std::size_t kAlignment = 512;
 // on a real device can be replayed; expandable segments' ranges above that.
 constexpr std::uintptr_t kSpaceStart = std::uintptr_t{1} << 32;
 constexpr std::uintptr_t kVirtualStart = std::uintptr_t{128} << 40;
-constexpr std::size_t kVirtualSize = std::size_t{4} << 40;
+constexpr std::size_t kVirtualSize = std::size_t{64} << 40;
 
 // First-fit allocation of address ranges; lowest address wins, so the same
 // sequence of calls always yields the same addresses.
@@ -130,7 +130,7 @@ class SimulatedDevice final : public Device {
     reservations_.erase(it);
   }
 
-  std::size_t granularity() noexcept override { return options_.granularity; }
+  bool supports_virtual_memory() noexcept override { return true; }
 
   void* reserve_address_range(std::size_t bytes) override {
     std::lock_guard lock(mutex_);
@@ -140,13 +140,13 @@ class SimulatedDevice final : public Device {
     std::lock_guard lock(mutex_);
     virtual_addresses_.give_back(reinterpret_cast<std::uintptr_t>(ptr), round_up(bytes));
   }
-  bool map(void* /*ptr*/, std::size_t bytes) override {
+  bool map(void* /*ptr*/, std::size_t bytes, std::size_t /*chunk*/) override {
     std::lock_guard lock(mutex_);
     if (bytes > options_.capacity - used_) return false;
     used_ += bytes;
     return true;
   }
-  void unmap(void* /*ptr*/, std::size_t bytes) override {
+  void unmap(void* /*ptr*/, std::size_t bytes, std::size_t /*chunk*/) override {
     std::lock_guard lock(mutex_);
     used_ -= bytes;
   }

@@ -52,15 +52,17 @@ class Device {
   // Returns memory from reserve(). Throws DeviceError.
   virtual void release(void* ptr, std::size_t bytes) = 0;
 
-  // Virtual-memory calls behind expandable segments. `granularity()` is 0
-  // when the backend cannot map memory in pieces.
-  virtual std::size_t granularity() noexcept { return 0; }
-  // Reserves an address range with no memory behind it; nullptr if none.
-  virtual void* reserve_address_range(std::size_t /*bytes*/) { return nullptr; }
-  virtual void release_address_range(void* /*ptr*/, std::size_t /*bytes*/) {}
-  // Backs [ptr, ptr + bytes) with memory. Returns false when out of memory.
-  virtual bool map(void* /*ptr*/, std::size_t /*bytes*/) { return false; }
-  virtual void unmap(void* /*ptr*/, std::size_t /*bytes*/) {}
+  // Virtual-memory calls behind expandable segments (cuMemAddressReserve,
+  // cuMemCreate + cuMemMap). Memory is mapped in handles of `chunk` bytes so
+  // that any chunk can later be unmapped on its own.
+  virtual bool supports_virtual_memory() noexcept { return false; }
+  // Reserves an address range with no memory behind it. Throws DeviceError.
+  virtual void* reserve_address_range(std::size_t bytes) = 0;
+  virtual void release_address_range(void* ptr, std::size_t bytes) = 0;
+  // Backs [ptr, ptr + bytes) with memory, `chunk` bytes per handle. Returns
+  // false, having mapped nothing, when the device is out of memory.
+  virtual bool map(void* ptr, std::size_t bytes, std::size_t chunk) = 0;
+  virtual void unmap(void* ptr, std::size_t bytes, std::size_t chunk) = 0;
 
   virtual Stream create_stream() = 0;
   virtual void destroy_stream(Stream stream) noexcept = 0;
@@ -90,8 +92,6 @@ struct SimulatedDeviceOptions {
   std::string name = "simulated";
   // Address of the first reservation.
   std::uintptr_t base_address = 0x7f0000000000ull;
-  // Granularity for expandable segments.
-  std::size_t granularity = 2u << 20;
   // Addresses for the first reservations, in order, as a real device handed
   // them out (see cachealloc-conformance --record-addresses). PyTorch's best
   // fit breaks ties between equal-sized blocks by address, so replaying a
