@@ -135,14 +135,15 @@ TEST_CASE("a dumped snapshot reads back unchanged") {
     AnnotationScope step(recorder, "step 0");
     mixed_workload(allocator, *device, 3, 500);
   }
+  snapshot::Snapshot written = recorder.take_snapshot();
   const auto path = temp_path("roundtrip.snap");
+  snapshot::write_snapshot(written, path);
+  const snapshot::Snapshot read = snapshot::read_snapshot(path);
+  written.header.format_version = snapshot::kFormatVersion;  // set by the reader
+  CHECK(read == written);
+  // dump_snapshot writes the same kind of file.
   REQUIRE(recorder.dump_snapshot(path));
-  snapshot::Snapshot expected = recorder.take_snapshot();
-  expected.header.format_version = snapshot::kFormatVersion;
-  snapshot::Snapshot read = snapshot::read_snapshot(path);
-  // Two snapshots taken apart differ only in their dump time.
-  read.header.dump_time_unix_ns = expected.header.dump_time_unix_ns;
-  CHECK(read == expected);
+  CHECK(snapshot::read_snapshot(path).events.size() == written.events.size());
   CHECK(read.header.source == "cachealloc");
   CHECK(read.header.pid > 0);
   CHECK(!read.header.program.empty());

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 
 #include "cachealloc/errors.hpp"
@@ -50,6 +51,28 @@ std::uint64_t monotonic_ns() noexcept {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+bool tsc_is_invariant() noexcept {
+  static const bool invariant = [] {
+#if defined(__x86_64__)
+    std::FILE* cpuinfo = std::fopen("/proc/cpuinfo", "r");
+    if (!cpuinfo) return false;
+    char line[4096];
+    bool constant = false, nonstop = false;
+    while (std::fgets(line, sizeof(line), cpuinfo)) {
+      if (std::strncmp(line, "flags", 5) != 0) continue;
+      constant = std::strstr(line, " constant_tsc") != nullptr;
+      nonstop = std::strstr(line, " nonstop_tsc") != nullptr;
+      break;
+    }
+    std::fclose(cpuinfo);
+    return constant && nonstop;
+#else
+    return false;
+#endif
+  }();
+  return invariant;
 }
 
 }  // namespace detail
@@ -98,8 +121,9 @@ const char* to_string(StackCapture capture) noexcept {
 
 void HistoryRecorder::State::append(snapshot::Event& event, bool from_allocator) noexcept {
   std::lock_guard lock(ring_lock);
-  // Times are read before the lock; clamping keeps them non-decreasing
-  // along the ring, as the model promises, at the cost of a few ns of skew.
+  // Times (ticks) are read before the lock; clamping keeps them
+  // non-decreasing along the ring, as the model promises, at the cost of a
+  // few ns of skew.
   if (event.time_ns < last_time) event.time_ns = last_time;
   last_time = event.time_ns;
   ring[head] = event;
@@ -159,6 +183,8 @@ void HistoryRecorder::start(const HistoryOptions& options) {
     s.head = 0;
     s.appended = 0;
     s.allocator_appended = 0;
+    s.last_time = 0;
+    s.anchor = detail::TickAnchor::now(s.use_tsc);
   }
   s.options = options;
   s.stacks.store(options.stacks, std::memory_order_relaxed);
@@ -193,7 +219,7 @@ std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
   record.kind = event.kind;
   record.device = s.device;
   record.thread = detail::thread_index();
-  record.time_ns = detail::monotonic_ns();
+  record.time_ns = detail::now_ticks(s.use_tsc);
   record.stream = event.stream.handle;
   record.address = event.address;
   record.size = event.size;
@@ -220,7 +246,7 @@ void HistoryRecorder::annotate_begin(std::string_view name) noexcept {
     record.kind = EventKind::annotation_begin;
     record.device = s.device;
     record.thread = detail::thread_index();
-    record.time_ns = detail::monotonic_ns();
+    record.time_ns = detail::now_ticks(s.use_tsc);
     record.aux = id;
     s.append(record, /*from_allocator=*/false);
   } catch (...) {
@@ -240,7 +266,7 @@ void HistoryRecorder::annotate_end() noexcept {
     record.kind = EventKind::annotation_end;
     record.device = s.device;
     record.thread = detail::thread_index();
-    record.time_ns = detail::monotonic_ns();
+    record.time_ns = detail::now_ticks(s.use_tsc);
     record.aux = id;
     s.append(record, /*from_allocator=*/false);
     return;

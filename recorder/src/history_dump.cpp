@@ -165,8 +165,11 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
     }
     if (!exact) std::this_thread::yield();
   }
+  detail::TickAnchor anchor;
+  const detail::TickAnchor dump_anchor = detail::TickAnchor::now(s.use_tsc);
   {
     std::lock_guard lock(s.ring_lock);
+    anchor = s.anchor;
     const std::uint64_t capacity = s.ring.size();
     const std::uint64_t oldest = s.appended > capacity ? s.appended - capacity : 0;
     out.dropped_events = oldest;
@@ -174,6 +177,16 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
       out.events.reserve(cut - oldest);
       for (std::uint64_t q = oldest; q < cut; ++q) out.events.push_back(s.ring[q % capacity]);
     }
+  }
+
+  // Ticks to CLOCK_MONOTONIC ns (history_state.hpp).
+  const long double tick_ns =
+      dump_anchor.ticks > anchor.ticks
+          ? static_cast<long double>(dump_anchor.ns - anchor.ns) / static_cast<long double>(dump_anchor.ticks - anchor.ticks)
+          : 1.0L;
+  for (auto& event : out.events) {
+    const auto delta = static_cast<long double>(static_cast<std::int64_t>(event.time_ns - anchor.ticks));
+    event.time_ns = anchor.ns + static_cast<std::uint64_t>(static_cast<std::int64_t>(delta * tick_ns));
   }
 
   Device& device = s.allocator.device();

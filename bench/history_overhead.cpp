@@ -1,0 +1,81 @@
+// bench_history_overhead: what memory history costs per alloc+free pair on the
+// cached path (4 KiB, one thread), side by side in one run: history off, on
+// without stacks, on with native stacks. Each pair makes 5 events (split,
+// alloc, free_requested, free_completed, merge); only the alloc gets a stack.
+//
+// Rounds interleave the modes so that frequency changes and neighbours on a
+// shared machine hit all three alike; each mode reports its best round.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "cachealloc/history.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Mode {
+  const char* name;
+  bool history;
+  cachealloc::StackCapture stacks;
+};
+
+// A few frames between main and the allocator, as in a real program.
+__attribute__((noinline)) void pairs(cachealloc::CachingAllocator& allocator, long count) {
+  for (long i = 0; i < count; ++i) {
+    void* p = allocator.allocate(4096);
+    asm volatile("" : : "r"(p) : "memory");
+    allocator.deallocate(p);
+  }
+}
+
+__attribute__((noinline)) double ns_per_pair(cachealloc::CachingAllocator& allocator, long count) {
+  const auto start = Clock::now();
+  pairs(allocator, count);
+  const auto elapsed = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+  return elapsed / static_cast<double>(count);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const long pairs_per_round = argc > 1 ? std::atol(argv[1]) : 500'000;
+  const int rounds = argc > 2 ? std::atoi(argv[2]) : 9;
+  const Mode modes[] = {
+      {"history off", false, cachealloc::StackCapture::none},
+      {"history on, no stacks", true, cachealloc::StackCapture::none},
+      {"history on, native stacks", true, cachealloc::StackCapture::native},
+  };
+  std::vector<std::unique_ptr<cachealloc::CachingAllocator>> allocators;
+  std::vector<std::unique_ptr<cachealloc::HistoryRecorder>> recorders;
+  for (const Mode& mode : modes) {
+    allocators.push_back(std::make_unique<cachealloc::CachingAllocator>(cachealloc::make_simulated_device()));
+    allocators.back()->deallocate(allocators.back()->allocate(4096));  // the segment exists: cached path from here
+    if (mode.history) {
+      cachealloc::HistoryOptions options;
+      options.stacks = mode.stacks;
+      options.max_entries = 1u << 20;  // overflows: the steady state of a long run
+      recorders.push_back(std::make_unique<cachealloc::HistoryRecorder>(*allocators.back(), options));
+    }
+  }
+  std::vector<std::vector<double>> results(std::size(modes));
+  for (int round = 0; round < rounds; ++round)
+    for (std::size_t m = 0; m < std::size(modes); ++m) results[m].push_back(ns_per_pair(*allocators[m], pairs_per_round));
+
+  std::printf("alloc+free pairs of 4 KiB on the cached path, one thread, %ld pairs x %d rounds\n", pairs_per_round,
+              rounds);
+  std::printf("%-28s %12s %12s %10s\n", "mode", "best ns/pair", "median", "vs off");
+  double off = 0;
+  for (std::size_t m = 0; m < std::size(modes); ++m) {
+    std::vector<double>& r = results[m];
+    std::sort(r.begin(), r.end());
+    const double best = r.front();
+    if (m == 0) off = best;
+    std::printf("%-28s %12.1f %12.1f %9.2fx\n", modes[m].name, best, r[r.size() / 2], best / off);
+  }
+  return 0;
+}

@@ -1,0 +1,183 @@
+#include "workload.hpp"
+
+#include <atomic>
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cachealloc/errors.hpp"
+
+namespace cachealloc::synthetic {
+namespace {
+
+constexpr std::size_t KiB = 1024;
+constexpr std::size_t MiB = 1024 * KiB;
+
+// One training loop on one thread. The functions are noinline on purpose:
+// each is a distinct call site, so native stacks vary as a real model's do.
+class TrainingLoop {
+ public:
+  TrainingLoop(CachingAllocator& allocator, HistoryRecorder& recorder, std::uint64_t seed, std::uint64_t limit,
+               std::atomic<bool>& done)
+      : allocator_(allocator), recorder_(recorder), random_(seed), limit_(limit), done_(done) {
+    Device& device = allocator.device();
+    compute_ = device.create_stream();
+    copy_ = device.create_stream();
+    layers_ = 8 + static_cast<int>(random_() % 17);
+    batch_bytes_ = (4 + random_() % 28) * MiB;
+  }
+
+  WorkloadResult run() {
+    WorkloadResult result;
+    while (!finished()) {
+      step(result.steps++, result);
+    }
+    return result;
+  }
+
+ private:
+  bool finished() {
+    if (done_.load(std::memory_order_relaxed)) return true;
+    if (recorder_.recorded_events() < limit_) return false;
+    done_.store(true, std::memory_order_relaxed);
+    return true;
+  }
+
+  std::size_t activation_size() {
+    // Most activations are a few MiB; some are large, some tiny.
+    const unsigned pick = random_() % 100;
+    if (pick < 15) return 512 + random_() % (64 * KiB);
+    if (pick < 55) return (1 + random_() % 8) * MiB + random_() % MiB;
+    if (pick < 90) return (8 + random_() % 24) * MiB;
+    return (32 + random_() % 64) * MiB;
+  }
+
+  __attribute__((noinline)) void* load_batch() {
+    void* batch = allocator_.allocate(batch_bytes_, copy_);
+    allocator_.record_stream(batch, compute_);  // consumed on the compute stream
+    return batch;
+  }
+
+  __attribute__((noinline)) void* module_forward(int depth, std::size_t bytes) {
+    if (depth > 0) return module_forward(depth - 1, bytes);
+    void* scratch = allocator_.allocate(512 + random_() % (256 * KiB), compute_);
+    void* out = allocator_.allocate(bytes, compute_);
+    allocator_.deallocate(scratch);
+    return out;
+  }
+
+  __attribute__((noinline)) void* layer_forward(int layer) {
+    return module_forward(layer % 4, activation_size());
+  }
+
+  __attribute__((noinline)) void layer_backward(void* activation, std::vector<void*>& grads) {
+    void* grad_input = allocator_.allocate(activation_size(), compute_);
+    void* weight_grad = allocator_.allocate(64 * KiB + random_() % (2 * MiB), compute_);
+    allocator_.deallocate(activation);
+    allocator_.deallocate(grad_input);
+    grads.push_back(weight_grad);
+  }
+
+  __attribute__((noinline)) void optimizer_step(std::vector<void*>& grads) {
+    for (void* g : grads) {
+      void* state = allocator_.allocate(4 * KiB + random_() % (512 * KiB), compute_);
+      allocator_.deallocate(state);
+      allocator_.deallocate(g);
+    }
+    grads.clear();
+  }
+
+  __attribute__((noinline)) void try_too_large(WorkloadResult& result) {
+    // A request beyond the memory-fraction cap: the allocator frees its
+    // cache, retries, and throws; the loop goes on, as a training script
+    // that catches OOM and lowers its batch size would.
+    try {
+      void* p = allocator_.allocate(allocator_.memory_cap() + (1 + random_() % 8) * 1024 * MiB, compute_);
+      allocator_.deallocate(p);
+    } catch (const OutOfMemoryError&) {
+      ++result.ooms;
+    }
+  }
+
+  void step(std::uint64_t number, WorkloadResult& result) {
+    AnnotationScope step_scope(recorder_, "step " + std::to_string(number));
+    std::vector<void*> activations;
+    std::vector<void*> grads;
+    void* batch = load_batch();
+    {
+      AnnotationScope phase(recorder_, "forward");
+      for (int layer = 0; layer < layers_ && !finished(); ++layer) activations.push_back(layer_forward(layer));
+    }
+    allocator_.deallocate(batch);  // waits for the compute stream's event
+    {
+      AnnotationScope phase(recorder_, "backward");
+      while (!activations.empty()) {
+        layer_backward(activations.back(), grads);
+        activations.pop_back();
+      }
+    }
+    {
+      AnnotationScope phase(recorder_, "optimizer");
+      optimizer_step(grads);
+    }
+    if (random_() % 4 == 0) allocator_.device().synchronize_stream(compute_);
+    if (random_() % 53 == 0) allocator_.empty_cache();
+    if (random_() % 97 == 0) try_too_large(result);
+  }
+
+  CachingAllocator& allocator_;
+  HistoryRecorder& recorder_;
+  std::mt19937_64 random_;
+  std::uint64_t limit_;
+  std::atomic<bool>& done_;
+  Stream compute_{};
+  Stream copy_{};
+  int layers_ = 12;
+  std::size_t batch_bytes_ = 0;
+};
+
+}  // namespace
+
+WorkloadResult run_workload(const WorkloadOptions& options, const std::filesystem::path& output) {
+  if (options.events == 0) throw InvalidArgument("--events must be at least 1");
+  if (options.threads == 0) throw InvalidArgument("--threads must be at least 1");
+  SimulatedDeviceOptions device_options;  // an H200
+  device_options.events_complete_immediately = false;
+  auto device = make_simulated_device(device_options);
+  CachingAllocator allocator(device);
+  allocator.set_memory_fraction(0.1);
+  HistoryOptions history;
+  history.max_entries = options.events;
+  history.stacks = options.stacks;
+  HistoryRecorder recorder(allocator, history);
+
+  std::atomic<bool> done{false};
+  std::vector<WorkloadResult> results(options.threads);
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < options.threads; ++t) {
+    threads.emplace_back([&, t] {
+      TrainingLoop loop(allocator, recorder, options.seed * 1000003 + t, options.events, done);
+      results[t] = loop.run();
+    });
+  }
+  {
+    TrainingLoop loop(allocator, recorder, options.seed * 1000003, options.events, done);
+    results[0] = loop.run();
+  }
+  for (auto& thread : threads) thread.join();
+  recorder.stop();
+  if (!recorder.dump_snapshot(output)) throw std::runtime_error("the snapshot could not be written");
+
+  WorkloadResult total;
+  total.recorded = recorder.recorded_events();
+  for (const auto& r : results) {
+    total.steps += r.steps;
+    total.ooms += r.ooms;
+  }
+  return total;
+}
+
+}  // namespace cachealloc::synthetic

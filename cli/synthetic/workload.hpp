@@ -1,0 +1,34 @@
+// The synthetic training-loop workload behind cachealloc-synthetic.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+#include "cachealloc/history.hpp"
+
+namespace cachealloc::synthetic {
+
+struct WorkloadOptions {
+  std::uint64_t events = 100'000;  // stop once this many events are recorded
+  std::uint64_t seed = 1;
+  StackCapture stacks = StackCapture::native;
+  unsigned threads = 1;
+};
+
+struct WorkloadResult {
+  std::uint64_t recorded = 0;  // events appended, annotations included
+  std::uint64_t steps = 0;
+  std::uint64_t ooms = 0;
+};
+
+// Drives a real CachingAllocator on a simulated H200 with history recording
+// (ring of `events` entries), then dumps to `output`. Phases like a training
+// loop ("step N" > "forward" / "backward" / "optimizer" annotations), sizes
+// from 512 B to 96 MiB, a copy stream whose input batches are handed to the
+// compute stream with record_stream, an occasional empty_cache, and an OOM
+// under a memory-fraction cap now and then. With threads == 1 the recorded
+// events (all but times and stack addresses) are a function of the seed.
+// Throws on a failed dump or a bad option.
+WorkloadResult run_workload(const WorkloadOptions& options, const std::filesystem::path& output);
+
+}  // namespace cachealloc::synthetic
