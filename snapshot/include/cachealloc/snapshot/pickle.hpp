@@ -1,0 +1,79 @@
+// Reading and writing the pickles of PyTorch's memory snapshots
+// (`torch.cuda.memory._dump_snapshot`), without Python.
+//
+// The reader is a restricted unpickler: it understands the opcodes of
+// protocols 2 to 5 that build plain data (dicts, lists, tuples, str, bytes,
+// int of any length, float, bool, None, the memo and framing) and rejects
+// every opcode that would import or call something (GLOBAL, STACK_GLOBAL,
+// REDUCE, BUILD, NEWOBJ, INST, OBJ, EXT*, PERSID...) with
+// SnapshotError{unsupported} naming the opcode. Nothing from the file is
+// ever executed. docs/FORMAT.md ("PyTorch pickles") gives the mapping onto
+// the model in both directions.
+//
+// Cost on hostile input: time and memory stay linear in the input size. The
+// memo holds references, never copies, so a container referenced a million
+// times costs a million references; the value stack is capped (deep nesting
+// is rejected); every declared length is checked against the bytes left
+// before anything is allocated; and the model built from the tree is capped
+// at one segment, block or event per input byte.
+//
+// Thread safety: every function is reentrant and may run concurrently.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <vector>
+
+#include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/model.hpp"
+
+namespace cachealloc::snapshot {
+
+// Header::source of every snapshot read from a PyTorch pickle.
+inline constexpr const char* kPytorchPickleSource = "pytorch-pickle";
+
+// True when `bytes` start like a pickle this reader may read: the PROTO
+// opcode (0x80) followed by a protocol from 2 to 5.
+bool has_pickle_header(std::span<const std::byte> bytes) noexcept;
+
+// Parses a PyTorch memory snapshot pickle and maps it onto the model.
+// The result passes validate(). Errors (SnapshotError):
+//   not_a_snapshot  not a pickle of protocol 2+, or the pickle is not a dict
+//                   with 'segments' / 'device_traces'
+//   newer_version   a pickle protocol above 5
+//   truncated       the data ends before STOP or inside an argument
+//   unsupported     an opcode that would execute code, or one this reader
+//                   does not implement; the message names it and its offset
+//   inconsistent    a bad memo index, a mark missing, an opcode applied to the
+//                   wrong type, nesting past the limit, a field of the wrong
+//                   type, an integer out of range, an unknown block state
+Snapshot decode_pytorch_pickle(std::span<const std::byte> bytes);
+
+// Reads the whole file, then decode_pytorch_pickle(). SnapshotError{io}
+// naming the path when it cannot be opened or read.
+Snapshot read_pytorch_pickle(const std::filesystem::path& path);
+
+// Serializes `snapshot` the way `_dump_snapshot` does (protocol 4, only the
+// opcodes the reader accepts), for PyTorch's viewer and for pickle.load.
+// Events with no PyTorch action (split, merge, empty_cache) are left out;
+// annotation events go to 'external_annotations'. Throws
+// SnapshotError{inconsistent} when validate() fails.
+std::vector<std::byte> encode_pytorch_pickle(const Snapshot& snapshot);
+
+// encode_pytorch_pickle() written atomically (temporary file beside `path`,
+// fsync, rename). SnapshotError{io} naming the path when the disk fails; no
+// temporary file is left behind.
+void write_pytorch_pickle(const Snapshot& snapshot, const std::filesystem::path& path);
+
+namespace detail {
+// PyTorch's CUDACachingAllocator round_size(): the block size it carves for a
+// request of `requested` bytes. `divisions_by_interval[i]` is the
+// roundup_power2_divisions setting for sizes in [2^i MiB, 2^(i+1) MiB)
+// (index 0 also covers everything below 1 MiB, index 15 everything above).
+std::uint64_t pytorch_round_size(std::uint64_t requested,
+                                 std::span<const std::uint64_t, 16> divisions_by_interval) noexcept;
+}  // namespace detail
+
+}  // namespace cachealloc::snapshot

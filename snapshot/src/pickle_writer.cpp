@@ -1,0 +1,445 @@
+// The pickle writer: a Snapshot as `_dump_snapshot` would have written it.
+// Protocol 4, only opcodes that our reader accepts, strings, frames and
+// stacks memoized so each is written once (PyTorch's own dumps share them the
+// same way).
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "cachealloc/snapshot/pickle.hpp"
+#include "pickle_file.hpp"
+
+namespace cachealloc::snapshot {
+
+namespace {
+
+// The pickler batches APPENDS and SETITEMS like Python's, so a reader's
+// stack never holds more than this many items per container.
+constexpr std::size_t kBatch = 1000;
+
+class PickleWriter {
+ public:
+  std::vector<std::byte> bytes;
+
+  void op(std::uint8_t code) { bytes.push_back(std::byte{code}); }
+  void le(std::uint64_t value, int width) {
+    for (int i = 0; i < width; ++i) bytes.push_back(std::byte{static_cast<std::uint8_t>(value >> (8 * i))});
+  }
+
+  void integer(std::int64_t value) {
+    if (value >= 0 && value < 256) {
+      op(0x4b);  // BININT1
+      le(static_cast<std::uint64_t>(value), 1);
+    } else if (value >= 0 && value < 65536) {
+      op(0x4d);  // BININT2
+      le(static_cast<std::uint64_t>(value), 2);
+    } else if (value >= INT32_MIN && value <= INT32_MAX) {
+      op(0x4a);  // BININT
+      le(static_cast<std::uint64_t>(value), 4);
+    } else {
+      long1(static_cast<std::uint64_t>(value), value < 0);
+    }
+  }
+  void unsigned_integer(std::uint64_t value) {
+    if (value <= static_cast<std::uint64_t>(INT64_MAX)) integer(static_cast<std::int64_t>(value));
+    else long1(value, false);  // 2^63 and above: 9 bytes with a 0x00 sign byte
+  }
+  // LONG1: minimal little-endian two's complement.
+  void long1(std::uint64_t bits, bool negative) {
+    std::vector<std::uint8_t> raw;
+    for (int i = 0; i < 8; ++i) raw.push_back(static_cast<std::uint8_t>(bits >> (8 * i)));
+    const std::uint8_t extension = negative ? 0xff : 0x00;
+    if (!negative && (raw.back() & 0x80u) != 0) raw.push_back(0x00);
+    while (raw.size() > 1 && raw.back() == extension &&
+           ((raw[raw.size() - 2] & 0x80u) != 0) == negative) {
+      raw.pop_back();
+    }
+    op(0x8a);
+    le(raw.size(), 1);
+    for (const std::uint8_t b : raw) bytes.push_back(std::byte{b});
+  }
+  void boolean(bool value) { op(value ? 0x88 : 0x89); }
+  void none() { op(0x4e); }
+  void floating(double value) {
+    std::uint64_t bits = 0;
+    static_assert(sizeof bits == sizeof value);
+    std::memcpy(&bits, &value, sizeof bits);
+    op(0x47);  // BINFLOAT, big-endian
+    for (int i = 7; i >= 0; --i) bytes.push_back(std::byte{static_cast<std::uint8_t>(bits >> (8 * i))});
+  }
+
+  // Every string is written once and fetched from the memo afterwards.
+  void text(std::string_view value) {
+    const auto found = memoized_text_.find(std::string(value));
+    if (found != memoized_text_.end()) {
+      get(found->second);
+      return;
+    }
+    if (value.size() < 256) {
+      op(0x8c);  // SHORT_BINUNICODE
+      le(value.size(), 1);
+    } else if (value.size() <= UINT32_MAX) {
+      op(0x58);  // BINUNICODE
+      le(value.size(), 4);
+    } else {
+      op(0x8d);  // BINUNICODE8
+      le(value.size(), 8);
+    }
+    const auto* data = reinterpret_cast<const std::byte*>(value.data());
+    bytes.insert(bytes.end(), data, data + value.size());
+    memoized_text_.emplace(std::string(value), memoize());
+  }
+
+  std::uint32_t memoize() {
+    op(0x94);
+    return memo_size_++;
+  }
+  void get(std::uint32_t index) {
+    if (index < 256) {
+      op(0x68);  // BINGET
+      le(index, 1);
+    } else {
+      op(0x6a);  // LONG_BINGET
+      le(index, 4);
+    }
+  }
+
+  // A dict built as Python's pickler does: EMPTY_DICT, MEMOIZE, then
+  // MARK key value ... SETITEMS in batches. `fill` writes the pairs and
+  // returns how many it wrote; the batching is the caller's (dicts here are small).
+  template <class Fill>
+  void dict(Fill&& fill) {
+    op(0x7d);
+    memoize();
+    op(0x28);
+    fill();
+    op(0x75);
+  }
+  // A list whose items `write_item(i)` writes, for i in [0, count).
+  template <class WriteItem>
+  std::uint32_t list(std::size_t count, WriteItem&& write_item) {
+    op(0x5d);
+    const std::uint32_t index = memoize();
+    for (std::size_t start = 0; start < count; start += kBatch) {
+      op(0x28);
+      for (std::size_t i = start; i < count && i < start + kBatch; ++i) write_item(i);
+      op(0x65);
+    }
+    return index;
+  }
+
+ private:
+  std::unordered_map<std::string, std::uint32_t> memoized_text_;
+  std::uint32_t memo_size_ = 0;
+};
+
+class SnapshotPickler {
+ public:
+  explicit SnapshotPickler(const Snapshot& snapshot) : s_(snapshot) {}
+
+  std::vector<std::byte> run() {
+    w_.op(0x80);
+    w_.le(4, 1);
+    w_.dict([&] {
+      w_.text("segments");
+      write_segments();
+      w_.text("device_traces");
+      write_traces();
+      w_.text("allocator_settings");
+      write_settings();
+      w_.text("external_annotations");
+      write_annotations();
+    });
+    w_.op(0x2e);  // STOP
+    return std::move(w_.bytes);
+  }
+
+ private:
+  const std::string& string(StringId id) const { return s_.strings[id.value]; }
+
+  void write_frame(FrameId id) {
+    const auto found = frame_memo_.find(id.value);
+    if (found != frame_memo_.end()) {
+      w_.get(found->second);
+      return;
+    }
+    const Frame& frame = s_.frames[id.value];
+    w_.op(0x7d);
+    frame_memo_.emplace(id.value, w_.memoize());
+    w_.op(0x28);
+    // PyTorch's frames are symbolized; an unresolved native frame of ours
+    // shows its address, and the module stands in for a missing file.
+    w_.text("name");
+    if (frame.function || frame.ip == 0) {
+      w_.text(string(frame.function));
+    } else {
+      std::array<char, 24> hex{};
+      const auto end = std::to_chars(hex.data() + 2, hex.data() + hex.size(), frame.ip, 16).ptr;
+      hex[0] = '0';
+      hex[1] = 'x';
+      w_.text(std::string_view(hex.data(), static_cast<std::size_t>(end - hex.data())));
+    }
+    w_.text("filename");
+    w_.text(frame.file ? string(frame.file) : string(frame.module));
+    w_.text("line");
+    w_.integer(frame.line);
+    w_.op(0x75);
+  }
+
+  void write_stack(StackId id) {
+    if (!id) {
+      w_.op(0x5d);  // a fresh [] per record, as PyTorch writes for no frames
+      return;
+    }
+    const auto found = stack_memo_.find(id.value);
+    if (found != stack_memo_.end()) {
+      w_.get(found->second);
+      return;
+    }
+    const Stack& stack = s_.stacks[id.value];
+    const std::uint32_t index = w_.list(stack.frames.size(), [&](std::size_t i) { write_frame(stack.frames[i]); });
+    stack_memo_.emplace(id.value, index);
+  }
+
+  static const char* state_name(BlockState state) {
+    switch (state) {
+      case BlockState::active_allocated: return "active_allocated";
+      case BlockState::active_pending_free: return "active_pending_free";
+      default: return "inactive";
+    }
+  }
+
+  // PyTorch reports each mapped run of an expandable segment as a segment of
+  // its own and has no unmapped blocks; a segment splits at every unmapped block.
+  struct Run {
+    const Segment* segment;
+    std::size_t first, last;  // blocks [first, last)
+  };
+  std::vector<Run> mapped_runs() const {
+    std::vector<Run> runs;
+    for (const Segment& segment : s_.segments) {
+      std::size_t start = 0;
+      for (std::size_t b = 0; b <= segment.blocks.size(); ++b) {
+        if (b == segment.blocks.size() || segment.blocks[b].state == BlockState::unmapped) {
+          if (b > start || (segment.blocks.empty() && !segment.expandable)) runs.push_back({&segment, start, b});
+          start = b + 1;
+        }
+      }
+    }
+    return runs;
+  }
+
+  void write_segments() {
+    const std::vector<Run> runs = mapped_runs();
+    w_.list(runs.size(), [&](std::size_t r) {
+      const Run& run = runs[r];
+      const Segment& segment = *run.segment;
+      std::uint64_t total = 0, allocated = 0, active = 0, requested = 0;
+      for (std::size_t b = run.first; b < run.last; ++b) {
+        const Block& block = segment.blocks[b];
+        total += block.size;
+        if (block.state == BlockState::active_allocated) allocated += block.size;
+        if (block.state != BlockState::inactive) {
+          active += block.size;
+          requested += block.requested;
+        }
+      }
+      const bool whole = run.first == 0 && run.last == segment.blocks.size();
+      if (whole) total = segment.total_size;
+      const std::uint64_t address = run.last > run.first ? segment.blocks[run.first].address : segment.address;
+      w_.dict([&] {
+        w_.text("device");
+        w_.integer(segment.device);
+        w_.text("address");
+        w_.unsigned_integer(whole ? segment.address : address);
+        w_.text("total_size");
+        w_.unsigned_integer(total);
+        w_.text("allocated_size");
+        w_.unsigned_integer(allocated);
+        w_.text("active_size");
+        w_.unsigned_integer(active);
+        w_.text("requested_size");
+        w_.unsigned_integer(requested);
+        w_.text("stream");
+        w_.integer(static_cast<std::int64_t>(segment.stream));
+        w_.text("segment_type");
+        w_.text(segment.large_pool ? "large" : "small");
+        w_.text("segment_pool_id");
+        w_.integer(0);
+        w_.integer(0);
+        w_.op(0x86);  // TUPLE2
+        w_.text("is_expandable");
+        w_.boolean(segment.expandable);
+        w_.text("frames");
+        write_stack(segment.stack);
+        w_.text("blocks");
+        w_.list(run.last - run.first, [&](std::size_t i) {
+          const Block& block = segment.blocks[run.first + i];
+          w_.dict([&] {
+            w_.text("address");
+            w_.unsigned_integer(block.address);
+            w_.text("size");
+            w_.unsigned_integer(block.size);
+            w_.text("requested_size");
+            w_.unsigned_integer(block.requested);
+            w_.text("state");
+            w_.text(state_name(block.state));
+            w_.text("frames");
+            write_stack(block.stack);
+          });
+        });
+      });
+    });
+  }
+
+  static const char* action(EventKind kind) {
+    switch (kind) {
+      case EventKind::alloc: return "alloc";
+      case EventKind::free_requested: return "free_requested";
+      case EventKind::free_completed: return "free_completed";
+      case EventKind::segment_alloc: return "segment_alloc";
+      case EventKind::segment_release: return "segment_free";
+      case EventKind::segment_map: return "segment_map";
+      case EventKind::segment_unmap: return "segment_unmap";
+      case EventKind::snapshot: return "snapshot";
+      case EventKind::oom: return "oom";
+      default: return nullptr;  // split, merge, empty_cache, annotations: no trace action
+    }
+  }
+
+  void write_traces() {
+    std::int32_t devices = 1;
+    for (const DeviceInfo& info : s_.devices) devices = std::max(devices, info.index + 1);
+    for (const Segment& segment : s_.segments) devices = std::max(devices, segment.device + 1);
+    std::vector<std::vector<const Event*>> per_device;
+    for (const Event& event : s_.events) {
+      if (action(event.kind) == nullptr || event.device < 0) continue;
+      devices = std::max(devices, event.device + 1);
+      if (per_device.size() < static_cast<std::size_t>(devices)) per_device.resize(static_cast<std::size_t>(devices));
+      per_device[static_cast<std::size_t>(event.device)].push_back(&event);
+    }
+    per_device.resize(static_cast<std::size_t>(devices));
+    w_.list(per_device.size(), [&](std::size_t d) {
+      w_.list(per_device[d].size(), [&](std::size_t i) { write_event(*per_device[d][i]); });
+    });
+  }
+
+  void write_event(const Event& event) {
+    w_.dict([&] {
+      w_.text("action");
+      w_.text(action(event.kind));
+      const bool block_event = event.kind == EventKind::alloc || event.kind == EventKind::free_requested ||
+                               event.kind == EventKind::free_completed;
+      // PyTorch names the OOM's device free bytes 'device_free' instead of 'addr'.
+      w_.text(event.kind == EventKind::oom ? "device_free" : "addr");
+      w_.unsigned_integer(event.address);
+      w_.text("size");
+      w_.unsigned_integer(block_event ? event.aux : event.size);  // PyTorch records requested bytes
+      w_.text("stream");
+      w_.integer(static_cast<std::int64_t>(event.stream));
+      w_.text("time_us");
+      w_.unsigned_integer(event.time_ns / 1000);
+      w_.text("frames");
+      write_stack(event.stack);
+    });
+  }
+
+  void write_annotations() {
+    std::vector<const Event*> annotations;
+    for (const Event& event : s_.events) {
+      if (event.kind == EventKind::annotation_begin || event.kind == EventKind::annotation_end)
+        annotations.push_back(&event);
+    }
+    w_.list(annotations.size(), [&](std::size_t i) {
+      const Event& event = *annotations[i];
+      w_.dict([&] {
+        w_.text("stage");
+        w_.text(event.kind == EventKind::annotation_begin ? "START" : "END");
+        w_.text("name");
+        w_.text(s_.strings[event.aux]);
+        w_.text("device");
+        w_.integer(event.device);
+        w_.text("time_us");
+        w_.unsigned_integer(event.time_ns / 1000);
+      });
+    });
+  }
+
+  // Settings are text in the model; PyTorch's are typed. The reader writes
+  // Python's repr ("True", "None", "0.0", "-1"), so the type comes back from
+  // the text; "a.b" keys become nested dicts again.
+  struct SettingNode {
+    std::optional<std::string> value;
+    std::map<std::string, SettingNode> children;
+  };
+
+  void write_setting_value(const std::string& value) {
+    if (value == "True" || value == "False") return w_.boolean(value == "True");
+    if (value == "None") return w_.none();
+    std::int64_t integer = 0;
+    const char* end = value.data() + value.size();
+    if (!value.empty()) {
+      const auto parsed = std::from_chars(value.data(), end, integer);
+      if (parsed.ec == std::errc{} && parsed.ptr == end && value.find('+') == std::string::npos) return w_.integer(integer);
+    }
+    if (value.find_first_of(".eEn") != std::string::npos) {
+      double number = 0;
+      const auto parsed = std::from_chars(value.data(), end, number);
+      if (parsed.ec == std::errc{} && parsed.ptr == end) return w_.floating(number);
+    }
+    w_.text(value);
+  }
+
+  void write_setting_node(const SettingNode& node) {
+    w_.dict([&] {
+      for (const auto& [key, child] : node.children) {
+        w_.text(key);
+        if (child.children.empty()) write_setting_value(child.value.value_or(""));
+        else write_setting_node(child);
+      }
+    });
+  }
+
+  void write_settings() {
+    SettingNode root;
+    for (const auto& [key, value] : s_.settings) {
+      // Nest only where no plain value sits at the prefix already.
+      SettingNode* node = &root;
+      std::size_t start = 0;
+      for (std::size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', start)) {
+        const std::string part = key.substr(start, dot - start);
+        const auto plain = s_.settings.find(key.substr(0, dot));
+        if (part.empty() || plain != s_.settings.end()) break;
+        node = &node->children[part];
+        start = dot + 1;
+      }
+      node->children[key.substr(start)].value = value;
+    }
+    write_setting_node(root);
+  }
+
+  const Snapshot& s_;
+  PickleWriter w_;
+  std::unordered_map<std::uint32_t, std::uint32_t> frame_memo_;
+  std::unordered_map<std::uint32_t, std::uint32_t> stack_memo_;
+};
+
+}  // namespace
+
+std::vector<std::byte> encode_pytorch_pickle(const Snapshot& snapshot) {
+  validate(snapshot);
+  return SnapshotPickler(snapshot).run();
+}
+
+void write_pytorch_pickle(const Snapshot& snapshot, const std::filesystem::path& path) {
+  const std::vector<std::byte> bytes = encode_pytorch_pickle(snapshot);  // may throw: nothing on disk yet
+  pickle_file::write_atomically(path, bytes, "PyTorch snapshot");
+}
+
+}  // namespace cachealloc::snapshot
