@@ -1,0 +1,289 @@
+// The PyTorch pickle writer: what it writes our reader reads back to the same
+// layout and events, Python's pickle.load reads it, and the events PyTorch has
+// no action for are left out or moved where PyTorch keeps them.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/load.hpp"
+#include "cachealloc/snapshot/pickle.hpp"
+
+using namespace cachealloc::snapshot;
+
+namespace {
+
+const std::filesystem::path kData = std::filesystem::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "pytorch";
+constexpr std::uint64_t MiB = 1ull << 20;
+
+std::filesystem::path temp_path(const std::string& name) {
+  return std::filesystem::path(CACHEALLOC_BINARY_DIR) / ("test_pickle_writer_" + name);
+}
+
+// Builds a snapshot the way a recorder would, interning as it goes.
+struct Builder {
+  Snapshot s;
+  StringId text(const std::string& value) {
+    for (std::uint32_t i = 1; i < s.strings.size(); ++i) {
+      if (s.strings[i] == value) return StringId{i};
+    }
+    s.strings.push_back(value);
+    return StringId{static_cast<std::uint32_t>(s.strings.size() - 1)};
+  }
+  StackId stack(std::vector<std::tuple<std::string, std::uint32_t, std::string>> frames) {
+    Stack st;
+    for (const auto& [file, line, function] : frames) {
+      s.frames.push_back(Frame{0, text(function), text(file), line, StringId{}});
+      st.frames.push_back(FrameId{static_cast<std::uint32_t>(s.frames.size() - 1)});
+    }
+    s.stacks.push_back(st);
+    return StackId{static_cast<std::uint32_t>(s.stacks.size() - 1)};
+  }
+  void event(EventKind kind, std::int32_t device, std::uint64_t time_us, std::uint64_t address, std::uint64_t size,
+             std::uint64_t aux = 0, StackId stack = {}, std::uint64_t stream = 0) {
+    Event e;
+    e.kind = kind;
+    e.device = device;
+    e.time_ns = time_us * 1000;
+    e.address = address;
+    e.size = size;
+    e.aux = aux;
+    e.stack = stack;
+    e.stream = stream;
+    s.events.push_back(e);
+  }
+};
+
+// What a stack means, independent of table order.
+std::vector<std::tuple<std::string, std::uint32_t, std::string>> frames_of(const Snapshot& s, StackId id) {
+  std::vector<std::tuple<std::string, std::uint32_t, std::string>> out;
+  for (const FrameId f : s.stacks[id.value].frames) {
+    const Frame& frame = s.frames[f.value];
+    out.emplace_back(s.strings[frame.file.value], frame.line, s.strings[frame.function.value]);
+  }
+  return out;
+}
+
+bool has_pytorch_action(EventKind kind) {
+  return kind != EventKind::split && kind != EventKind::merge && kind != EventKind::empty_cache &&
+         kind != EventKind::annotation_begin && kind != EventKind::annotation_end;
+}
+
+// Two devices, both pools, a pending free, a segment release, expandable
+// mapping, an OOM, a snapshot marker, annotations and the kinds PyTorch lacks.
+Snapshot sample() {
+  Builder b;
+  const StackId train = b.stack({{"train.py", 12, "step"}, {"train.py", 40, "<module>"}});
+  const StackId eval = b.stack({{"eval.py", 7, "run"}});
+  const std::uint64_t small = 0x7f0000000000, large = 0x7f0010000000, other = 0x7f0100000000, big = 0x7f0200000000;
+  b.event(EventKind::annotation_begin, 0, 100, 0, 0, b.text("epoch 1").value);
+  b.event(EventKind::segment_alloc, 0, 101, small, 2 * MiB, 0, train);
+  b.event(EventKind::alloc, 0, 102, small, 1024, 1000, train);
+  b.event(EventKind::split, 0, 102, small, 1024, 2 * MiB - 1024);
+  b.event(EventKind::alloc, 0, 103, small + 1024, 512, 8, eval);
+  b.event(EventKind::segment_alloc, 0, 104, large, 20 * MiB, segment_flag_large_pool, train);
+  b.event(EventKind::alloc, 0, 105, large, 3 * MiB, 3 * MiB - 100, train, 7);
+  b.event(EventKind::free_requested, 0, 106, large, 3 * MiB, 3 * MiB - 100, train, 7);
+  b.event(EventKind::free_completed, 0, 107, large, 3 * MiB, 3 * MiB - 100, train, 7);
+  b.event(EventKind::merge, 0, 107, large, 20 * MiB, 3 * MiB);
+  b.event(EventKind::alloc, 0, 108, large, 5 * MiB, 5 * MiB, eval, 7);
+  b.event(EventKind::free_requested, 0, 109, large, 5 * MiB, 5 * MiB, eval, 7);  // pending at dump
+  b.event(EventKind::segment_alloc, 1, 110, other, 20 * MiB, segment_flag_large_pool);
+  b.event(EventKind::segment_release, 1, 111, other, 20 * MiB);
+  b.event(EventKind::empty_cache, 1, 111, 0, 20 * MiB);
+  b.event(EventKind::segment_map, 1, 112, big, 4 * MiB, 0, eval);
+  b.event(EventKind::alloc, 1, 113, big, 2 * MiB, 2 * MiB - 3, eval);
+  b.event(EventKind::segment_unmap, 1, 114, big + 2 * MiB, 2 * MiB);
+  b.event(EventKind::oom, 1, 115, 12345 * MiB, 80000 * MiB);
+  b.event(EventKind::snapshot, 0, 116, 0, 0);
+  b.event(EventKind::annotation_end, 0, 117, 0, 0, b.text("epoch 1").value);
+
+  Segment s0{0, 0, small, 2 * MiB, false, false, train, {}};
+  s0.blocks = {Block{small, 1024, 1000, BlockState::active_allocated, train},
+               Block{small + 1024, 512, 8, BlockState::active_allocated, eval},
+               Block{small + 1536, 2 * MiB - 1536, 0, BlockState::inactive, {}}};
+  Segment s1{0, 7, large, 20 * MiB, true, false, train, {}};
+  s1.blocks = {Block{large, 5 * MiB, 5 * MiB, BlockState::active_pending_free, eval},
+               Block{large + 5 * MiB, 15 * MiB, 0, BlockState::inactive, {}}};
+  Segment s2{1, 0, big, 2 * MiB, true, true, StackId{}, {}};
+  s2.blocks = {Block{big, 2 * MiB, 2 * MiB - 3, BlockState::active_allocated, eval}};
+  b.s.segments = {s0, s1, s2};
+  b.s.devices = {DeviceInfo{0, "", 0, 0, 0}, DeviceInfo{1, "", 0, 0, 0}};
+  b.s.settings = {{"max_split_size", "-1"},
+                  {"expandable_segments", "False"},
+                  {"garbage_collection_threshold", "0.0"},
+                  {"PYTORCH_CUDA_ALLOC_CONF", ""},
+                  {"roundup_power2_divisions.1", "0"},
+                  {"roundup_power2_divisions.2", "0"}};
+  b.s.header.source = "cachealloc";
+  return b.s;
+}
+
+std::string run_python(const std::string& script, const std::filesystem::path& pickle) {
+  const std::filesystem::path out = temp_path("python.txt");
+  const std::string command = "python3 -c \"" + script + "\" '" + pickle.string() + "' > '" + out.string() + "' 2>&1";
+  const int status = std::system(command.c_str());
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(out);
+  return status == 0 ? text : "failed: " + text;
+}
+
+bool have_python() { return std::system("python3 -c 'import pickle' > /dev/null 2>&1") == 0; }
+
+}  // namespace
+
+TEST_CASE("a snapshot written as a pickle reads back to the same layout and the same PyTorch events") {
+  // Given a snapshot with every kind of event
+  const Snapshot original = sample();
+  // When it goes through our pickle and back through our reader
+  const Snapshot back = decode_pytorch_pickle(encode_pytorch_pickle(original));
+  // Then the layout is the same, stacks compared by their frames
+  REQUIRE(back.segments.size() == original.segments.size());
+  for (std::size_t i = 0; i < original.segments.size(); ++i) {
+    const Segment& a = original.segments[i];
+    const Segment& b = back.segments[i];
+    CAPTURE(i);
+    CHECK(std::tie(a.device, a.stream, a.address, a.total_size, a.large_pool, a.expandable) ==
+          std::tie(b.device, b.stream, b.address, b.total_size, b.large_pool, b.expandable));
+    CHECK(frames_of(original, a.stack) == frames_of(back, b.stack));
+    REQUIRE(a.blocks.size() == b.blocks.size());
+    for (std::size_t k = 0; k < a.blocks.size(); ++k) {
+      CHECK(std::tie(a.blocks[k].address, a.blocks[k].size, a.blocks[k].requested, a.blocks[k].state) ==
+            std::tie(b.blocks[k].address, b.blocks[k].size, b.blocks[k].requested, b.blocks[k].state));
+      CHECK(frames_of(original, a.blocks[k].stack) == frames_of(back, b.blocks[k].stack));
+    }
+  }
+  // and the events PyTorch has come back in order, with block sizes and requests
+  std::vector<Event> expected;
+  for (const Event& e : original.events) {
+    if (has_pytorch_action(e.kind) || e.kind == EventKind::annotation_begin || e.kind == EventKind::annotation_end)
+      expected.push_back(e);
+  }
+  REQUIRE(back.events.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const Event& a = expected[i];
+    const Event& b = back.events[i];
+    CAPTURE(i);
+    CHECK(std::tie(a.kind, a.device, a.time_ns, a.stream, a.address, a.size) ==
+          std::tie(b.kind, b.device, b.time_ns, b.stream, b.address, b.size));
+    if (a.kind == EventKind::annotation_begin || a.kind == EventKind::annotation_end) {
+      CHECK(original.strings[a.aux] == back.strings[b.aux]);
+    } else {
+      CHECK(a.aux == b.aux);
+      CHECK(frames_of(original, a.stack) == frames_of(back, b.stack));
+    }
+  }
+  CHECK(back.settings == original.settings);
+}
+
+TEST_CASE("split, merge and empty_cache are left out; annotations go to external_annotations") {
+  const Snapshot back = decode_pytorch_pickle(encode_pytorch_pickle(sample()));
+  for (const Event& e : back.events) {
+    CHECK(e.kind != EventKind::split);
+    CHECK(e.kind != EventKind::merge);
+    CHECK(e.kind != EventKind::empty_cache);
+  }
+  CHECK(back.header.source == "pytorch-pickle");
+}
+
+TEST_CASE("a real PyTorch snapshot survives our writer unchanged") {
+  for (const std::string name : {"cnn_train_stacks_all", "gru_python_stacks", "ring_overflow", "no_context",
+                                 "varlen_expandable_maxsplit"}) {
+    CAPTURE(name);
+    // Given a snapshot read from PyTorch's pickle
+    const Snapshot read = read_pytorch_pickle(kData / (name + ".pickle"));
+    // When we write it as a pickle and read that
+    const std::filesystem::path path = temp_path(name + ".pickle");
+    write_pytorch_pickle(read, path);
+    // Then nothing changed, tables included
+    CHECK(load(path) == read);
+    std::filesystem::remove(path);
+  }
+}
+
+TEST_CASE("Python's pickle.load reads what we write, as PyTorch's viewer would") {
+  if (!have_python()) {
+    MESSAGE("python3 not found: skipped");
+    return;
+  }
+  // Given our pickle of a real snapshot and of the sample
+  const Snapshot cnn = read_pytorch_pickle(kData / "cnn_train_stacks_all.pickle");
+  const std::filesystem::path path = temp_path("python.pickle");
+  write_pytorch_pickle(cnn, path);
+  // When Python loads it
+  const std::string script =
+      "import pickle,sys; d=pickle.load(open(sys.argv[1],'rb')); s=d['segments']; t=d['device_traces'];"
+      "print(len(s), sum(x['total_size'] for x in s),"
+      " sum(b['size'] for x in s for b in x['blocks'] if b['state']=='active_allocated'),"
+      " len(t), len(t[0]), len(d['external_annotations']), d['allocator_settings']['max_split_size'],"
+      " s[0]['segment_pool_id'], type(d['allocator_settings']['expandable_segments']).__name__)";
+  // Then it sees PyTorch's own figures
+  CHECK(run_python(script, path) ==
+        std::to_string(cnn.segments.size()) + " 790626304 74532864 1 667 " +
+            std::to_string(std::count_if(cnn.events.begin(), cnn.events.end(),
+                                         [](const Event& e) {
+                                           return e.kind == EventKind::annotation_begin ||
+                                                  e.kind == EventKind::annotation_end;
+                                         })) +
+            " -1 (0, 0) bool\n");
+
+  write_pytorch_pickle(sample(), path);
+  const std::string sample_script =
+      "import pickle,sys; d=pickle.load(open(sys.argv[1],'rb')); t=d['device_traces'];"
+      "print([len(x) for x in t], [e['action'] for e in t[1]], t[1][-1].get('device_free'),"
+      " d['external_annotations'][0]['stage'], d['segments'][1]['blocks'][0]['state'])";
+  CHECK(run_python(sample_script, path) ==
+        "[10, 6] ['segment_alloc', 'segment_free', 'segment_map', 'alloc', 'segment_unmap', 'oom'] " +
+            std::to_string(12345 * MiB) + " START active_pending_free\n");
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("addresses of 2^63 and above are written as 9-byte LONG1 and read back exactly") {
+  Snapshot s;
+  s.segments = {Segment{0, ~std::uint64_t{0}, 0xffffffffffe00000ull, MiB, true, false, StackId{}, {}}};
+  s.segments[0].blocks = {Block{0xffffffffffe00000ull, MiB, 0, BlockState::inactive, {}}};
+  const std::vector<std::byte> bytes = encode_pytorch_pickle(s);
+  const Snapshot back = decode_pytorch_pickle(bytes);
+  REQUIRE(back.segments.size() == 1);
+  CHECK(back.segments[0].address == 0xffffffffffe00000ull);
+  CHECK(back.segments[0].stream == ~std::uint64_t{0});  // written as int64 -1, as PyTorch writes streams
+  if (have_python()) {
+    const std::filesystem::path path = temp_path("big.pickle");
+    write_pytorch_pickle(s, path);
+    CHECK(run_python("import pickle,sys; d=pickle.load(open(sys.argv[1],'rb')); print(d['segments'][0]['address'])",
+                     path) == "18446744073707454464\n");
+    std::filesystem::remove(path);
+  }
+}
+
+TEST_CASE("an expandable segment with an unmapped hole is written as one segment per mapped run") {
+  Snapshot s;
+  const std::uint64_t base = 0x10000000;
+  s.segments = {Segment{0, 0, base, 6 * MiB, true, true, StackId{}, {}}};
+  s.segments[0].blocks = {Block{base, 2 * MiB, 0, BlockState::inactive, {}},
+                          Block{base + 2 * MiB, 2 * MiB, 0, BlockState::unmapped, {}},
+                          Block{base + 4 * MiB, 2 * MiB, 2 * MiB, BlockState::active_allocated, {}}};
+  const Snapshot back = decode_pytorch_pickle(encode_pytorch_pickle(s));
+  REQUIRE(back.segments.size() == 2);
+  CHECK(back.segments[0].address == base);
+  CHECK(back.segments[0].total_size == 2 * MiB);
+  CHECK(back.segments[1].address == base + 4 * MiB);
+  CHECK(back.segments[1].blocks[0].state == BlockState::active_allocated);
+}
+
+TEST_CASE("a snapshot that fails validation is not written") {
+  Snapshot s;
+  s.events.push_back(Event{EventKind::alloc, 0, 0, StackId{99}, 0, 0, 0, 512, 1});
+  CHECK_THROWS_AS(encode_pytorch_pickle(s), SnapshotError);
+  const std::filesystem::path path = temp_path("invalid.pickle");
+  CHECK_THROWS_AS(write_pytorch_pickle(s, path), SnapshotError);
+  CHECK_FALSE(std::filesystem::exists(path));
+}
