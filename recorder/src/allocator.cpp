@@ -230,6 +230,7 @@ void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t s
 }
 
 void* CachingAllocator::Impl::allocate(std::size_t requested, Stream stream) {
+  begin_call();
   if (requested == 0) throw InvalidArgument("allocate: a request of 0 bytes");
   if (requested > kMaxRequest)
     throw InvalidArgument("allocate: a request of " + std::to_string(requested) +
@@ -254,6 +255,7 @@ void* CachingAllocator::Impl::allocate(std::size_t requested, Stream stream) {
 }
 
 FreeStatus CachingAllocator::Impl::deallocate(void* ptr) noexcept {
+  begin_call();
   if (!ptr) return FreeStatus::null_pointer;
   const auto address = reinterpret_cast<std::uintptr_t>(ptr);
   Block* block = live.take(address);

@@ -142,10 +142,14 @@ struct CachingAllocator::Impl {
   bool gc_active() const noexcept {
     return fraction_set_.load(std::memory_order_relaxed) && config.garbage_collection_threshold > 0.0;
   }
+  // Events emitted so far by the current public call on this thread.
+  static inline thread_local std::uint32_t t_call_events = 0;
+  static void begin_call() noexcept { t_call_events = 0; }
   std::uint32_t emit(snapshot::EventKind kind, Stream stream, std::uintptr_t address, std::size_t size,
                      std::size_t aux) noexcept {
     AllocatorObserver* o = observer.load(std::memory_order_acquire);
-    return o ? o->on_event(AllocatorEvent{kind, stream, address, size, aux}) : 0;
+    if (!o) return 0;
+    return o->on_event(AllocatorEvent{kind, stream, address, size, aux, t_call_events++ > 0});
   }
 
   // --- slow path (allocator_slow.cpp) ---

@@ -293,6 +293,7 @@ Block* CachingAllocator::Impl::find_free_block_at(std::uintptr_t address) {
 // Public face of the slow path.
 
 void CachingAllocator::empty_cache() {
+  Impl::begin_call();
   std::vector<std::unique_lock<std::mutex>> locks;
   impl_->lock_all(locks);
   const std::size_t before = impl_->total_reserved.load();
@@ -310,7 +311,7 @@ void CachingAllocator::set_memory_fraction(double fraction) {
   impl_->fraction_set_.store(true);
 }
 
-std::vector<snapshot::Segment> CachingAllocator::layout() const {
+std::vector<snapshot::Segment> CachingAllocator::layout(const std::function<void()>& while_locked) const {
   std::vector<std::unique_lock<std::mutex>> locks;
   impl_->lock_all(locks);
   std::vector<snapshot::Segment> out;
@@ -349,6 +350,7 @@ std::vector<snapshot::Segment> CachingAllocator::layout() const {
     }
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
+  if (while_locked) while_locked();
   return out;
 }
 

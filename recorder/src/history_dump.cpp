@@ -21,8 +21,6 @@ namespace cachealloc {
 
 namespace {
 
-// How often we retry for an exact cut before settling for an approximate one.
-constexpr int kCutAttempts = 64;
 
 std::vector<std::string> command_line() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
@@ -132,39 +130,20 @@ class TableBuilder {
 
 // The cut. The layout, the stats and the ring must describe the same moment,
 // or a replay of the events will not end in the layout. Every allocator event
-// is appended under a pool lock, and layout() holds all of them at once. The
-// allocator updates its stats under the same pool lock, some before and some
-// after the event it reports. So when no allocator event is appended between
-// a count taken first and one taken last, and the stats read before and
-// after layout() are equal, the three agree exactly. Under heavy concurrent
-// allocation that window may never stay quiet; after kCutAttempts we keep the
-// last layout and mark the cut "approximate". (An allocator hook that ran a
-// callback inside layout()'s locks would make every cut exact.)
+// is appended, and every stats change made, under a pool lock; layout() runs
+// our callback while it holds all of them, so what we read there is exact.
 snapshot::Snapshot HistoryRecorder::take_snapshot() const {
   State& s = *state_;
   snapshot::Snapshot out;
   out.header = make_header();
 
   std::map<std::string, std::int64_t> stats;
-  std::vector<snapshot::Segment> layout;
   std::uint64_t cut = 0;  // events numbered below `cut` are in the snapshot
-  bool exact = false;
-  for (int attempt = 0; attempt < kCutAttempts && !exact; ++attempt) {
-    std::uint64_t before = 0;
-    {
-      std::lock_guard lock(s.ring_lock);
-      before = s.allocator_appended;
-    }
-    std::map<std::string, std::int64_t> stats_before = s.allocator.stats().to_map();
-    layout = s.allocator.layout();
+  std::vector<snapshot::Segment> layout = s.allocator.layout([&] {
     stats = s.allocator.stats().to_map();
-    {
-      std::lock_guard lock(s.ring_lock);
-      exact = s.allocator_appended == before && stats == stats_before;
-      cut = s.appended;
-    }
-    if (!exact) std::this_thread::yield();
-  }
+    std::lock_guard lock(s.ring_lock);
+    cut = s.appended;
+  });
   detail::TickAnchor anchor;
   const detail::TickAnchor dump_anchor = detail::TickAnchor::now(s.use_tsc);
   {
@@ -215,7 +194,6 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
     out.settings["history.max_frames"] = std::to_string(options.max_frames);
     out.settings["history.stacks_on_free"] = options.stacks_on_free ? "true" : "false";
   }
-  out.settings["history.cut"] = exact ? "exact" : "approximate";
   out.stats = std::move(stats);
 
   std::vector<std::string> annotation_strings;

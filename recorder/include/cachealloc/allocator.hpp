@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,6 +43,10 @@ struct AllocatorEvent {
   std::uintptr_t address = 0;
   std::size_t size = 0;
   std::size_t aux = 0;  // see snapshot::EventKind for the meaning per kind
+  // True for the second and later events of one allocate/deallocate/
+  // empty_cache call on this thread (a split before its alloc, merges after
+  // a free): an observer may reuse the first event's timestamp.
+  bool continues_call = false;
 };
 
 // Receives every allocator event, in order per stream, while the allocator
@@ -106,8 +111,11 @@ class CachingAllocator {
   std::string memory_summary() const { return format_summary(stats()); }
 
   // Every segment with its blocks, sorted by address. Takes every pool lock
-  // briefly.
-  std::vector<snapshot::Segment> layout() const;
+  // briefly. `while_locked`, when given, runs while every pool lock is still
+  // held: no allocator event and no stats change can happen during it, so
+  // what it reads (stats, an observer's event count) describes the same
+  // moment as the layout. It must not call back into the allocator.
+  std::vector<snapshot::Segment> layout(const std::function<void()>& while_locked = {}) const;
 
   // Installs (or, with nullptr, removes) the event observer. The observer
   // must outlive its installation.

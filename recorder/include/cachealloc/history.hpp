@@ -93,9 +93,9 @@ class HistoryRecorder final : public AllocatorObserver {
 
   // Builds the snapshot: header, device, settings, stats, the layout, the
   // ring oldest first, and the symbolized tables. The layout, the stats and
-  // the events agree exactly when no allocator event raced the dump (see
-  // history.cpp, "the cut"); settings["history.cut"] says "exact" or
-  // "approximate". Throws std::exception subclasses (device errors, bad_alloc).
+  // the events describe the same moment, even while other threads allocate
+  // (see history_dump.cpp, "the cut"). Throws std::exception subclasses
+  // (device errors, bad_alloc).
   snapshot::Snapshot take_snapshot() const;
   // take_snapshot() + snapshot::write_snapshot() (atomic). Never throws: on
   // failure prints one line on stderr, stops recording, and returns false.
