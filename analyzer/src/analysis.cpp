@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "replay_hot.hpp"
+
 namespace cachealloc::analyzer {
 
 using snapshot::Event;
@@ -155,7 +157,7 @@ Analysis run_analysis(const Snapshot& snapshot, const AnalysisOptions& options, 
   };
   // Events before the window only build up state.
   for (std::size_t i = 0; i < a.window.begin; ++i) {
-    replay.apply(events[i]);
+    replay.apply_inline(events[i]);
     if ((i & (kProgressChunk - 1)) == 0) report(i);
   }
 
@@ -194,7 +196,7 @@ Analysis run_analysis(const Snapshot& snapshot, const AnalysisOptions& options, 
 
   for (std::size_t i = a.window.begin; i < a.window.end; ++i) {
     const Event& e = events[i];
-    replay.apply(e);
+    replay.apply_inline(e);
     if ((i & (kProgressChunk - 1)) == 0) report(i);
     if (counts_for(e, a.device)) {
       const auto kind = static_cast<std::size_t>(e.kind);
@@ -321,7 +323,7 @@ void replay_to(const Snapshot& snapshot, std::int32_t device, std::size_t index,
   const std::size_t n = snapshot.events.size();
   const std::size_t end = index == kNoEvent ? 0 : std::min(index + 1, n);
   for (std::size_t i = 0; i < end; ++i) {
-    replay.apply(snapshot.events[i]);
+    replay.apply_inline(snapshot.events[i]);
     if (progress && (i & (kProgressChunk - 1)) == 0) progress(i, n);
   }
   if (progress) progress(n, n);

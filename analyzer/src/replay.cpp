@@ -4,7 +4,8 @@
 #include <map>
 #include <utility>
 
-#include "flat_hash.hpp"
+#include "cachealloc/analyzer/detail/flat_hash.hpp"
+#include "replay_hot.hpp"
 
 namespace cachealloc::analyzer {
 
@@ -209,8 +210,6 @@ InitialLayout derive_initial_layout(const snapshot::Snapshot& snapshot, std::int
 
 Replay::Replay(const std::vector<Segment>& initial, std::int32_t device, std::size_t stack_count)
     : device_(device),
-      block_at_(std::make_unique<detail::FlatHashMap>()),
-      segment_at_(std::make_unique<detail::FlatHashMap>()),
       live_bytes_by_stack_(std::max<std::size_t>(stack_count, 1), 0),
       live_blocks_by_stack_(std::max<std::size_t>(stack_count, 1), 0) {
   load(initial);
@@ -229,7 +228,7 @@ void Replay::load(const std::vector<Segment>& initial) {
     s.large_pool = segment.large_pool;
     s.expandable = segment.expandable;
     s.stack = segment.stack;
-    segment_at_->insert(segment.address, sid);
+    segment_at_.insert(segment.address, sid);
     std::vector<snapshot::Block> blocks = segment.blocks;
     if (blocks.empty()) blocks.push_back(snapshot::Block{segment.address, segment.total_size, 0, BlockState::inactive, {}});
     std::uint32_t previous = kNone;
@@ -249,7 +248,7 @@ void Replay::load(const std::vector<Segment>& initial) {
         blocks_[previous].next = bid;
       }
       previous = bid;
-      block_at_->insert(block.address, bid);
+      block_at_.insert(block.address, bid);
       SegmentNode& seg = segments_[sid];
       ++seg.block_count;
       if (block.state != BlockState::unmapped) seg.mapped += block.size;
@@ -279,115 +278,11 @@ void Replay::load(const std::vector<Segment>& initial) {
   last_touched_stack_ = kNone;
 }
 
-void Replay::apply(const Event& event) {
-  last_touched_stack_ = kNone;
-  switch (event.kind) {
-    case EventKind::annotation_begin:
-      annotations_.push_back(StringId{static_cast<std::uint32_t>(event.aux)});
-      return;
-    case EventKind::annotation_end:
-      on_annotation_end(StringId{static_cast<std::uint32_t>(event.aux)});
-      return;
-    default:
-      break;
-  }
-  if (event.device != device_) return;
-  switch (event.kind) {
-    case EventKind::alloc: on_alloc(event); break;
-    case EventKind::free_requested: on_free_requested(event.address); break;
-    case EventKind::free_completed: on_free_completed(event.address); break;
-    case EventKind::segment_alloc:
-      on_segment_alloc(event.address, event.size, event.stream, (event.aux & snapshot::segment_flag_large_pool) != 0,
-                       (event.aux & snapshot::segment_flag_expandable) != 0, event.stack);
-      break;
-    case EventKind::segment_release: on_segment_release(event.address); break;
-    case EventKind::segment_map: on_segment_map(event); break;
-    case EventKind::segment_unmap: on_segment_unmap(event.address, event.size); break;
-    default: break;  // split and merge are implied by alloc and free; the rest do not change memory
-  }
-}
-
-void Replay::on_alloc(const Event& event) {
-  const std::uint64_t address = event.address;
-  const std::uint64_t size = event.size;
-  std::uint32_t id = block_at_->find(address);
-  if (id != kNone && blocks_[id].state == BlockState::inactive && blocks_[id].size >= size) {
-    // The common case: the allocator hands out the front of a free block.
-    if (blocks_[id].size > size) split_block(id, address + size);
-  } else {
-    if (id != kNone && is_active(blocks_[id].state)) {
-      ++anomalies_.alloc_outside_free_block;
-      return;
-    }
-    const std::uint32_t sid = id != kNone ? blocks_[id].segment : segment_containing(address);
-    id = sid == kNone ? kNone : isolate(sid, address, size, BlockState::inactive);
-    if (id == kNone) {
-      ++anomalies_.alloc_outside_free_block;
-      return;
-    }
-  }
-  BlockNode& b = blocks_[id];
-  SegmentNode& s = segments_[b.segment];
-  segment_leave(s);
-  b.state = BlockState::active_allocated;
-  b.requested = event.aux;
-  b.stack = event.stack;
-  s.inactive -= size;
-  s.active += size;
-  s.allocated += size;
-  s.requested += event.aux;
-  ++s.active_blocks;
-  s.largest_free_stale = true;
-  segment_enter(s);
-  totals_.allocated += size;
-  totals_.requested += event.aux;
-  totals_.active += size;
-  add_live(event.stack, size);
-}
-
-void Replay::on_free_requested(std::uint64_t address) {
-  const std::uint32_t id = block_at_->find(address);
-  if (id == kNone || blocks_[id].state != BlockState::active_allocated) {
-    if (id == kNone || blocks_[id].state != BlockState::active_pending_free) ++anomalies_.free_of_unknown_block;
-    return;
-  }
-  BlockNode& b = blocks_[id];
-  SegmentNode& s = segments_[b.segment];
-  b.state = BlockState::active_pending_free;
-  s.allocated -= b.size;
-  s.requested -= b.requested;
-  totals_.allocated -= b.size;
-  totals_.requested -= b.requested;
-  remove_live(b.stack, b.size);
-}
-
-void Replay::on_free_completed(std::uint64_t address) {
-  std::uint32_t id = block_at_->find(address);
-  if (id == kNone || !is_active(blocks_[id].state)) {
-    ++anomalies_.free_of_unknown_block;
-    return;
-  }
-  // A free that never waited for stream events may skip free_requested.
-  if (blocks_[id].state == BlockState::active_allocated) on_free_requested(address);
-  BlockNode& b = blocks_[id];
-  SegmentNode& s = segments_[b.segment];
-  const std::uint64_t size = b.size;
-  segment_leave(s);
-  b.state = BlockState::inactive;
-  b.requested = 0;
-  b.stack = {};
-  s.active -= size;
-  s.inactive += size;
-  --s.active_blocks;
-  s.largest_free_stale = true;
-  coalesce(id);
-  segment_enter(s);
-  totals_.active -= size;
-}
+void Replay::apply(const Event& event) { apply_inline(event); }
 
 void Replay::on_segment_alloc(std::uint64_t address, std::uint64_t size, std::uint64_t stream, bool large_pool,
                               bool expandable, StackId stack) {
-  if (segment_at_->find(address) != kNone) {
+  if (segment_at_.find(address) != kNone) {
     ++anomalies_.unknown_segment;
     on_segment_release(address);
   }
@@ -409,14 +304,14 @@ void Replay::on_segment_alloc(std::uint64_t address, std::uint64_t size, std::ui
   b.address = address;
   b.size = size;
   b.segment = sid;
-  segment_at_->insert(address, sid);
-  block_at_->insert(address, bid);
+  segment_at_.insert(address, sid);
+  block_at_.insert(address, bid);
   totals_.reserved += size;
   segment_enter(s);
 }
 
 void Replay::on_segment_release(std::uint64_t address) {
-  const std::uint32_t sid = segment_at_->find(address);
+  const std::uint32_t sid = segment_at_.find(address);
   if (sid == kNone) {
     ++anomalies_.unknown_segment;
     return;
@@ -438,7 +333,7 @@ void Replay::on_segment_release(std::uint64_t address) {
   }
   totals_.reserved -= s.mapped;
   s.live = false;
-  segment_at_->erase(address);
+  segment_at_.erase(address);
   free_segments_.push_back(sid);
 }
 
@@ -464,7 +359,7 @@ void Replay::on_segment_map(const Event& event) {
     b.segment = sid;
     b.prev = last;
     blocks_[last].next = bid;
-    block_at_->insert(address, bid);
+    block_at_.insert(address, bid);
     SegmentNode& s = segments_[sid];
     segment_leave(s);
     ++s.block_count;
@@ -520,26 +415,6 @@ void Replay::on_annotation_end(StringId name) {
   }
 }
 
-std::uint32_t Replay::new_block() {
-  std::uint32_t id;
-  if (!free_blocks_.empty()) {
-    id = free_blocks_.back();
-    free_blocks_.pop_back();
-    blocks_[id] = BlockNode{};
-  } else {
-    id = static_cast<std::uint32_t>(blocks_.size());
-    blocks_.emplace_back();
-  }
-  blocks_[id].live = true;
-  return id;
-}
-
-void Replay::drop_block(std::uint32_t id) {
-  block_at_->erase(blocks_[id].address);
-  blocks_[id].live = false;
-  free_blocks_.push_back(id);
-}
-
 std::uint32_t Replay::new_segment() {
   std::uint32_t id;
   if (!free_segments_.empty()) {
@@ -573,72 +448,6 @@ std::uint32_t Replay::isolate(std::uint32_t segment, std::uint64_t address, std:
   if (blocks_[id].size > size) split_block(id, address + size);
   segments_[segment].largest_free_stale = true;
   return id;
-}
-
-std::uint32_t Replay::split_block(std::uint32_t id, std::uint64_t at) {
-  const std::uint32_t tail = new_block();  // may move blocks_: no references across this line
-  BlockNode& head = blocks_[id];
-  BlockNode& t = blocks_[tail];
-  t.address = at;
-  t.size = head.address + head.size - at;
-  t.state = head.state;
-  t.segment = head.segment;
-  t.prev = id;
-  t.next = head.next;
-  head.size = at - head.address;
-  if (head.next != kNone) blocks_[head.next].prev = tail;
-  head.next = tail;
-  ++segments_[head.segment].block_count;
-  block_at_->insert(at, tail);
-  return tail;
-}
-
-std::uint32_t Replay::coalesce(std::uint32_t id) {
-  BlockNode& b = blocks_[id];
-  SegmentNode& s = segments_[b.segment];
-  const std::uint32_t next = b.next;
-  if (next != kNone && blocks_[next].state == b.state) {
-    b.size += blocks_[next].size;
-    b.next = blocks_[next].next;
-    if (b.next != kNone) blocks_[b.next].prev = id;
-    --s.block_count;
-    drop_block(next);
-  }
-  const std::uint32_t prev = b.prev;
-  if (prev != kNone && blocks_[prev].state == b.state) {
-    BlockNode& p = blocks_[prev];
-    p.size += b.size;
-    p.next = b.next;
-    if (b.next != kNone) blocks_[b.next].prev = prev;
-    --s.block_count;
-    drop_block(id);
-    return prev;
-  }
-  return id;
-}
-
-void Replay::segment_leave(const SegmentNode& segment) noexcept {
-  if (segment.active_blocks == 0) cached_unsplit_ -= segment.inactive;
-}
-
-void Replay::segment_enter(const SegmentNode& segment) noexcept {
-  if (segment.active_blocks == 0) cached_unsplit_ += segment.inactive;
-}
-
-void Replay::add_live(StackId stack, std::uint64_t bytes) {
-  if (stack.value >= live_bytes_by_stack_.size()) {
-    live_bytes_by_stack_.resize(stack.value + 1, 0);
-    live_blocks_by_stack_.resize(stack.value + 1, 0);
-  }
-  live_bytes_by_stack_[stack.value] += bytes;
-  ++live_blocks_by_stack_[stack.value];
-  last_touched_stack_ = stack.value;
-}
-
-void Replay::remove_live(StackId stack, std::uint64_t bytes) {
-  live_bytes_by_stack_[stack.value] -= bytes;
-  --live_blocks_by_stack_[stack.value];
-  last_touched_stack_ = stack.value;
 }
 
 std::uint64_t Replay::largest_free_of(const SegmentNode& segment) const {

@@ -33,13 +33,10 @@
 #include <string>
 #include <vector>
 
+#include "cachealloc/analyzer/detail/flat_hash.hpp"
 #include "cachealloc/snapshot/model.hpp"
 
 namespace cachealloc::analyzer {
-
-namespace detail {
-class FlatHashMap;
-}
 
 // Running totals in bytes, as PyTorch's memory_stats() defines them.
 struct Totals {
@@ -132,6 +129,9 @@ class Replay {
   // Applies one event. Events of another device change nothing, except
   // annotations, which belong to the whole program.
   void apply(const snapshot::Event& event);
+  // The same, defined inline in analyzer/src/replay_hot.hpp so the analyzer's
+  // own loops avoid a call per event. Callable only from analyzer/src.
+  inline void apply_inline(const snapshot::Event& event);
 
   std::int32_t device() const noexcept { return device_; }
   const Totals& totals() const noexcept { return totals_; }
@@ -248,8 +248,11 @@ class Replay {
   std::vector<std::uint32_t> free_blocks_;
   std::vector<SegmentNode> segments_;
   std::vector<std::uint32_t> free_segments_;
-  std::unique_ptr<detail::FlatHashMap> block_at_;    // block start address -> block id
-  std::unique_ptr<detail::FlatHashMap> segment_at_;  // segment start address -> segment id
+  detail::FlatHashMap block_at_;    // block start address -> block id
+  detail::FlatHashMap segment_at_;  // segment start address -> segment id
+  // free_completed usually follows its free_requested at once: skip the lookup.
+  std::uint64_t pending_address_ = 0;
+  std::uint32_t pending_id_ = kNone;
   std::vector<std::uint64_t> live_bytes_by_stack_;
   std::vector<std::uint32_t> live_blocks_by_stack_;
   std::uint32_t last_touched_stack_ = kNone;
