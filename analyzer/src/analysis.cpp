@@ -146,6 +146,7 @@ Analysis run_analysis(const Snapshot& snapshot, const AnalysisOptions& options, 
   a.window.begin = std::min(options.window.begin, a.window.end);
 
   a.blocks_from_before_ring = initial.blocks_from_before_ring;
+  a.starts_mid_run = !initial.segments.empty();
   a.unplaced_blocks = initial.unplaced_blocks;
   Replay replay(initial.segments, a.device, snapshot.stacks.size());
   initial.segments.clear();
@@ -330,8 +331,50 @@ void replay_to(const Snapshot& snapshot, std::int32_t device, std::size_t index,
   inspect(replay);
 }
 
-std::vector<std::string> compare_layouts(const std::vector<Segment>& replayed, const std::vector<Segment>& stored,
-                                         std::size_t limit, std::size_t& count) {
+namespace {
+
+// Expandable segments have two spellings: one segment with unmapped blocks
+// (our model), or one segment per mapped range (PyTorch's snapshots). Compare
+// in the second: split at unmapped blocks, drop them.
+std::vector<Segment> mapped_ranges(const std::vector<Segment>& layout) {
+  std::vector<Segment> result;
+  for (const Segment& segment : layout) {
+    if (!segment.expandable) {
+      result.push_back(segment);
+      continue;
+    }
+    Segment piece = segment;
+    piece.blocks.clear();
+    auto flush = [&] {
+      if (piece.blocks.empty()) return;
+      piece.address = piece.blocks.front().address;
+      piece.total_size = piece.blocks.back().address + piece.blocks.back().size - piece.address;
+      result.push_back(piece);
+      piece.blocks.clear();
+    };
+    for (const snapshot::Block& block : segment.blocks) {
+      if (block.state == snapshot::BlockState::unmapped) {
+        flush();
+      } else if (!piece.blocks.empty() && piece.blocks.back().address + piece.blocks.back().size != block.address) {
+        flush();
+        piece.blocks.push_back(block);
+      } else {
+        piece.blocks.push_back(block);
+      }
+    }
+    flush();
+  }
+  std::sort(result.begin(), result.end(), [](const Segment& a, const Segment& b) { return a.address < b.address; });
+  return result;
+}
+
+}  // namespace
+
+std::vector<std::string> compare_layouts(const std::vector<Segment>& replayed_layout,
+                                         const std::vector<Segment>& stored_layout, std::size_t limit,
+                                         std::size_t& count) {
+  const std::vector<Segment> replayed = mapped_ranges(replayed_layout);
+  const std::vector<Segment> stored = mapped_ranges(stored_layout);
   std::vector<std::string> lines;
   count = 0;
   auto note = [&](const std::string& line) {

@@ -27,10 +27,13 @@ std::string title(const Snapshot& snapshot, std::int32_t device, const std::stri
 
 void add_common_notes(Document& document, const Snapshot& snapshot, const Analysis& analysis) {
   if (analysis.truncated()) {
-    document.notes.push_back(
-        "the ring overflowed: " + std::to_string(analysis.dropped_events) +
-        " earlier events were lost. The state before the ring was derived from the final layout; layouts and "
-        "figures at the end are exact, counts, peaks and per-site totals are lower bounds (marked >=).");
+    const std::string why = analysis.dropped_events > 0
+                                ? "the ring overflowed: " + std::to_string(analysis.dropped_events) +
+                                      " earlier events were lost"
+                                : "the trace begins mid-run: the allocator held memory before its first event";
+    document.notes.push_back(why +
+                             ". The state before the ring was derived from the final layout; layouts and figures at "
+                             "the end are exact, counts, peaks and per-site totals are lower bounds (marked >=).");
   }
   if (analysis.blocks_from_before_ring != 0) {
     document.notes.push_back(std::to_string(analysis.blocks_from_before_ring) +

@@ -61,7 +61,7 @@ Document summary_report(const Snapshot& snapshot, const ReportOptions& options) 
     gap.lines.push_back(pad("device used", 12) + pad("unknown", 12) + "the snapshot has no driver figures");
   }
 
-  Table& peaks = doc.table("peaks", std::string("peaks") + (lower ? " (lower bounds: the ring overflowed)" : ""),
+  Table& peaks = doc.table("peaks", std::string("peaks") + (lower ? " (lower bounds: the trace does not cover the whole run)" : ""),
                            {{"metric", "metric"},
                             {"bytes", "peak", Unit::bytes},
                             {"event", "event", Unit::event},
@@ -106,7 +106,7 @@ Document summary_report(const Snapshot& snapshot, const ReportOptions& options) 
       .add("cached_unsplit", "cached-but-free bytes", f.cached_unsplit, Unit::bytes)
       .add("pending_free", "pending frees", f.pending_free, Unit::bytes);
 
-  if (a.truncated()) {
+  if (a.dropped_events > 0) {
     doc.notes.push_back("warning: the ring overflowed and " + std::to_string(a.dropped_events) +
                         " events were lost; enlarge the ring to see the whole run.");
   }

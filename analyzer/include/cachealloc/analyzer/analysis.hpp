@@ -139,9 +139,14 @@ struct Analysis {
   ReplayAnomalies anomalies;
   LayoutCheck layout_check;
 
-  // True when events before the ring were lost: counts and peaks are then
-  // lower bounds for the whole run (exact for the ring itself).
-  bool truncated() const noexcept { return dropped_events > 0; }
+  // The allocator already held memory when the ring began (the history was
+  // switched on mid-run, or a PyTorch ring overflowed without saying so).
+  bool starts_mid_run = false;
+
+  // True when events before the ring were lost or the ring began mid-run:
+  // counts and peaks are then lower bounds for the whole run (exact for the
+  // ring itself).
+  bool truncated() const noexcept { return dropped_events > 0 || starts_mid_run; }
 };
 
 Analysis analyze(const snapshot::Snapshot& snapshot, const AnalysisOptions& options);
