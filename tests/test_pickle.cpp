@@ -403,3 +403,23 @@ TEST_CASE("9-byte LONG1 values up to 2^64 - 1 are read exactly") {
   REQUIRE(s.segments.size() == 1);
   CHECK(s.segments[0].address == 0xfffffffffffffe00ull);
 }
+
+TEST_CASE("100k devices sharing one big trace entry cost time linear in the file") {
+  // Given device_traces = [L] * 100000 where L = [one alloc entry padded with 5000 extra keys]
+  std::string entry = "}\x94(\x8c\x06" "action\x8c\x05" "alloc\x8c\x04" "addrK\x00\x8c\x04sizeK\x01\x8c\x07time_usK\x00"s;
+  for (int i = 0; i < 5000; ++i) {
+    const std::string key = "k" + std::to_string(10000 + i);
+    entry += "\x8c" + std::string(1, static_cast<char>(key.size())) + key + "N";
+  }
+  entry += "u";
+  std::string body = kProto4 + "}\x94(\x8c\x08segments]\x8c\x0d" "device_traces](" + "]\x94(" + entry + "e";  // L is memo 1
+  for (int i = 1; i < 100000; ++i) body += (i % 1000 == 0 ? "e(h\x01" : "h\x01");  // batches of 1000, as Python's
+  body += "eu.";
+  // When it is read
+  const Snapshot s = decode_pytorch_pickle(bytes_of(body));
+  // Then every device has its event, with no quadratic merge or lookup on the way
+  CHECK(s.events.size() == 100000);
+  CHECK(s.devices.size() == 100000);
+  CHECK(s.events.back().device == 99999);
+  CHECK(s.events.back().size == 512);
+}

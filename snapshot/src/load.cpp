@@ -4,7 +4,6 @@
 #include "cachealloc/snapshot/pickle.hpp"
 #include "pickle_file.hpp"
 
-#include <string>
 #include <string_view>
 
 namespace cachealloc::snapshot {
@@ -32,15 +31,7 @@ Snapshot load(std::span<const std::byte> bytes) {
 }
 
 Snapshot load(const std::filesystem::path& path) {
-  const std::vector<std::byte> bytes = pickle_file::read_all(path, "snapshot");
-  try {
-    return load(std::span<const std::byte>(bytes));
-  } catch (const SnapshotError& error) {
-    if (error.code() == ErrorCode::not_a_snapshot && std::string_view(error.what()) == kUnrecognized) {
-      throw SnapshotError(ErrorCode::not_a_snapshot, std::string(kUnrecognized) + ": " + path.string());
-    }
-    throw;
-  }
+  return load(std::span<const std::byte>(pickle_file::read_all(path, "snapshot")));
 }
 
 }  // namespace cachealloc::snapshot

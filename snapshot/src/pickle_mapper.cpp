@@ -2,11 +2,13 @@
 // and the choices it makes are in docs/FORMAT.md, "PyTorch pickles".
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <bit>
 #include <charconv>
 #include <limits>
 #include <map>
 #include <optional>
+#include <queue>
 #include <set>
 #include <string>
 #include <tuple>
@@ -51,20 +53,23 @@ class Mapper {
 
   Snapshot run() {
     const Node& root = tree_[tree_.root];
-    if (root.kind != Kind::dict || pickle::find(tree_, root, "segments") == nullptr) {
+    if (root.kind != Kind::dict || find(root, "segments") == nullptr) {
       throw SnapshotError(ErrorCode::not_a_snapshot,
                           std::string("not a PyTorch memory snapshot: the pickle holds a ") + pickle::to_string(root.kind) +
                               (root.kind == Kind::dict ? " without 'segments'" : ", not a dict with 'segments'"));
     }
     out_.header.source = kPytorchPickleSource;
-    if (const NodeId* settings = pickle::find(tree_, root, "allocator_settings")) map_settings(*settings);
-    map_segments(*pickle::find(tree_, root, "segments"));
+    if (const NodeId* settings = find(root, "allocator_settings")) map_settings(*settings);
+    map_segments(*find(root, "segments"));
     std::vector<std::vector<Event>> per_device;
-    if (const NodeId* traces = pickle::find(tree_, root, "device_traces")) per_device = map_traces(*traces);
+    if (const NodeId* traces = find(root, "device_traces")) per_device = map_traces(*traces);
     std::vector<Event> annotations;
-    if (const NodeId* list = pickle::find(tree_, root, "external_annotations")) annotations = map_annotations(*list);
+    if (const NodeId* list = find(root, "external_annotations")) annotations = map_annotations(*list);
+    std::unordered_map<std::int32_t, std::vector<const Segment*>> segments_by_device;
+    for (const Segment& segment : out_.segments) segments_by_device[segment.device].push_back(&segment);
     for (std::size_t device = 0; device < per_device.size(); ++device) {
-      infer_block_sizes(static_cast<std::int32_t>(device), per_device[device]);
+      if (per_device[device].empty()) continue;
+      infer_block_sizes(per_device[device], segments_by_device[static_cast<std::int32_t>(device)]);
     }
     merge_by_time(per_device, annotations);
     fill_devices(per_device);
@@ -75,6 +80,22 @@ class Mapper {
 
  private:
   // --- typed access ------------------------------------------------------
+
+  // pickle::find() is a linear scan. A big dict referenced many times would
+  // make that quadratic, so dicts past a few dozen keys get an index, built
+  // once per node.
+  const NodeId* find(const Node& dict, std::string_view key) const {
+    if (dict.items.size() <= 64) return pickle::find(tree_, dict, key);
+    auto [it, inserted] = dict_index_.try_emplace(&dict);
+    if (inserted) {
+      for (std::size_t i = 0; i + 1 < dict.items.size(); i += 2) {
+        const Node& k = tree_[dict.items[i]];
+        if (k.kind == Kind::text) it->second[k.text] = &dict.items[i + 1];  // the last one wins
+      }
+    }
+    const auto found = it->second.find(key);
+    return found == it->second.end() ? nullptr : found->second;
+  }
 
   const Node& expect(NodeId id, Kind kind, const std::string& where) const {
     const Node& node = tree_[id];
@@ -95,7 +116,7 @@ class Mapper {
   // must be non-negative, streams may be either (PyTorch casts the pointer to int64).
   std::uint64_t u64(const Node& dict, std::string_view key, const std::string& where, bool allow_negative = false,
                     std::uint64_t fallback = 0) const {
-    const NodeId* id = pickle::find(tree_, dict, key);
+    const NodeId* id = find(dict, key);
     if (id == nullptr || tree_[*id].kind == Kind::none) return fallback;
     const Node& node = tree_[*id];
     if (node.kind == Kind::boolean) return node.flag ? 1 : 0;
@@ -116,7 +137,7 @@ class Mapper {
     return static_cast<std::int32_t>(value);
   }
   const std::string* text(const Node& dict, std::string_view key) const {
-    const NodeId* id = pickle::find(tree_, dict, key);
+    const NodeId* id = find(dict, key);
     if (id == nullptr || tree_[*id].kind != Kind::text) return nullptr;
     return &tree_[*id].text;
   }
@@ -138,7 +159,7 @@ class Mapper {
     return StringId{it->second};
   }
   StringId intern_node(const Node& dict, std::string_view key) {
-    const NodeId* id = pickle::find(tree_, dict, key);
+    const NodeId* id = find(dict, key);
     if (id == nullptr || tree_[*id].kind != Kind::text) return StringId{};
     const auto cached = string_by_node_.find(*id);
     if (cached != string_by_node_.end()) return cached->second;
@@ -165,7 +186,7 @@ class Mapper {
 
   // 'frames' of a record: None, absent or [] is stack 0.
   StackId stack(const Node& record, const std::string& where) {
-    const NodeId* id = pickle::find(tree_, record, "frames");
+    const NodeId* id = find(record, "frames");
     if (id == nullptr || tree_[*id].kind == Kind::none) return StackId{};
     const auto cached = stack_by_node_.find(*id);
     if (cached != stack_by_node_.end()) return cached->second;
@@ -256,7 +277,7 @@ class Mapper {
       segment.large_pool = type != nullptr ? *type == "large" : segment.total_size > kSmallBuffer;
       segment.expandable = u64(dict, "is_expandable", where) != 0;
       segment.stack = stack(dict, where);
-      if (const NodeId* blocks = pickle::find(tree_, dict, "blocks")) {
+      if (const NodeId* blocks = find(dict, "blocks")) {
         const Node& block_list = expect_sequence(*blocks, where + " 'blocks'");
         segment.blocks.reserve(std::min<std::size_t>(block_list.items.size(), budget_));
         for (std::size_t b = 0; b < block_list.items.size(); ++b) {
@@ -355,7 +376,7 @@ class Mapper {
     event.stack = stack(dict, where);
     const std::uint64_t size = u64(dict, "size", where);
     if (event.kind == EventKind::oom) {
-      event.address = pickle::find(tree_, dict, "device_free") != nullptr ? u64(dict, "device_free", where)
+      event.address = find(dict, "device_free") != nullptr ? u64(dict, "device_free", where)
                                                                           : u64(dict, "addr", where);
       event.size = size;
       return event;
@@ -402,11 +423,11 @@ class Mapper {
   // In order of trust: the final layout's block for an allocation still alive
   // at dump time; the whole fresh segment when PyTorch would not split it;
   // round_size() otherwise. Frees carry the size of their allocation.
-  void infer_block_sizes(std::int32_t device, std::vector<Event>& events) {
+  void infer_block_sizes(std::vector<Event>& events, const std::vector<const Segment*>& segments) {
     std::unordered_map<std::uint64_t, const Block*> final_blocks;
     std::unordered_map<std::uint64_t, const Segment*> final_segments;
-    for (const Segment& segment : out_.segments) {
-      if (segment.device != device) continue;
+    for (const Segment* segment_pointer : segments) {
+      const Segment& segment = *segment_pointer;
       final_segments.emplace(segment.address, &segment);
       for (const Block& block : segment.blocks) {
         if (block.state != BlockState::inactive && block.state != BlockState::unmapped)
@@ -484,10 +505,10 @@ class Mapper {
   // sequence's own order. The model wants time_ns never to decrease; a
   // sequence that goes back in time is clamped rather than reordered.
   void merge_by_time(std::vector<std::vector<Event>>& per_device, std::vector<Event>& annotations) {
+    // A heap of sequence heads: O(n log k), however many devices the file lists.
     std::vector<std::vector<Event>*> sequences;
     for (auto& trace : per_device) sequences.push_back(&trace);
     sequences.push_back(&annotations);
-    std::vector<std::size_t> heads(sequences.size(), 0);
     std::size_t total = 0;
     for (const auto* sequence : sequences) total += sequence->size();
     out_.events.reserve(total);
@@ -496,20 +517,21 @@ class Mapper {
     const auto rank = [](const Event& e) {
       return e.kind == EventKind::annotation_begin ? 0 : e.kind == EventKind::annotation_end ? 2 : 1;
     };
+    using Head = std::tuple<std::uint64_t, int, std::size_t>;  // time, rank, sequence
+    std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;
+    std::vector<std::size_t> next(sequences.size(), 0);
+    for (std::size_t s = 0; s < sequences.size(); ++s) {
+      if (!sequences[s]->empty()) heads.emplace(sequences[s]->front().time_ns, rank(sequences[s]->front()), s);
+    }
     std::uint64_t last_time = 0;
-    for (std::size_t n = 0; n < total; ++n) {
-      std::size_t best = sequences.size();
-      for (std::size_t s = 0; s < sequences.size(); ++s) {
-        if (heads[s] == sequences[s]->size()) continue;
-        const Event& candidate = (*sequences[s])[heads[s]];
-        if (best == sequences.size()) {
-          best = s;
-          continue;
-        }
-        const Event& current = (*sequences[best])[heads[best]];
-        if (std::make_tuple(candidate.time_ns, rank(candidate)) < std::make_tuple(current.time_ns, rank(current))) best = s;
+    while (!heads.empty()) {
+      const std::size_t s = std::get<2>(heads.top());
+      heads.pop();
+      Event event = (*sequences[s])[next[s]++];
+      if (next[s] < sequences[s]->size()) {
+        const Event& following = (*sequences[s])[next[s]];
+        heads.emplace(following.time_ns, rank(following), s);
       }
-      Event event = (*sequences[best])[heads[best]++];
       event.time_ns = std::max(event.time_ns, last_time);
       last_time = event.time_ns;
       out_.events.push_back(event);
@@ -535,6 +557,7 @@ class Mapper {
   std::array<std::uint64_t, 16> divisions_{};
   std::uint64_t max_split_size_ = std::numeric_limits<std::uint64_t>::max();
   std::uint64_t skipped_records_ = 0;
+  mutable std::unordered_map<const Node*, std::unordered_map<std::string_view, const NodeId*>> dict_index_;
   std::unordered_map<std::string, std::uint32_t> string_ids_;
   std::unordered_map<NodeId, StringId> string_by_node_;
   std::unordered_map<NodeId, FrameId> frame_by_node_;

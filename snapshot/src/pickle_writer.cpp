@@ -22,6 +22,7 @@ namespace {
 // The pickler batches APPENDS and SETITEMS like Python's, so a reader's
 // stack never holds more than this many items per container.
 constexpr std::size_t kBatch = 1000;
+constexpr std::int32_t kMaxDevices = 4096;
 
 class PickleWriter {
  public:
@@ -313,18 +314,30 @@ class SnapshotPickler {
     }
   }
 
+  // PyTorch keeps one trace list per device index, so the highest index
+  // sizes the output; an absurd one is refused rather than written as
+  // millions of empty lists.
+  static std::int32_t checked_device(std::int32_t index) {
+    if (index >= kMaxDevices) {
+      throw SnapshotError(ErrorCode::unsupported, "device index " + std::to_string(index) +
+                                                      " is too large for PyTorch's per-device trace lists (limit " +
+                                                      std::to_string(kMaxDevices) + ")");
+    }
+    return index;
+  }
+
   void write_traces() {
     std::int32_t devices = 1;
-    for (const DeviceInfo& info : s_.devices) devices = std::max(devices, info.index + 1);
-    for (const Segment& segment : s_.segments) devices = std::max(devices, segment.device + 1);
-    std::vector<std::vector<const Event*>> per_device;
+    for (const DeviceInfo& info : s_.devices) devices = std::max(devices, checked_device(info.index) + 1);
+    for (const Segment& segment : s_.segments) devices = std::max(devices, checked_device(segment.device) + 1);
+    for (const Event& event : s_.events) {
+      if (action(event.kind) != nullptr) devices = std::max(devices, checked_device(event.device) + 1);
+    }
+    std::vector<std::vector<const Event*>> per_device(static_cast<std::size_t>(devices));
     for (const Event& event : s_.events) {
       if (action(event.kind) == nullptr || event.device < 0) continue;
-      devices = std::max(devices, event.device + 1);
-      if (per_device.size() < static_cast<std::size_t>(devices)) per_device.resize(static_cast<std::size_t>(devices));
       per_device[static_cast<std::size_t>(event.device)].push_back(&event);
     }
-    per_device.resize(static_cast<std::size_t>(devices));
     w_.list(per_device.size(), [&](std::size_t d) {
       w_.list(per_device[d].size(), [&](std::size_t i) { write_event(*per_device[d][i]); });
     });

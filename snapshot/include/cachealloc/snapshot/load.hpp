@@ -6,7 +6,7 @@
 //
 // Errors: SnapshotError{io} naming the path when it cannot be read;
 // SnapshotError{not_a_snapshot, "not a cachealloc snapshot or PyTorch memory
-// snapshot: PATH"} when neither is recognized; otherwise whatever the chosen
+// snapshot"} when neither is recognized (callers name the path); otherwise whatever the chosen
 // reader throws (newer_version, truncated, inconsistent, unsupported).
 // Thread safety: reentrant.
 #pragma once
