@@ -119,17 +119,99 @@ const char* to_string(StackCapture capture) noexcept {
   return capture == StackCapture::native ? "native" : "none";
 }
 
-void HistoryRecorder::State::append(snapshot::Event& event, bool from_allocator) noexcept {
+namespace {
+std::atomic<std::uint64_t> g_next_recorder_id{1};
+// The calling thread's hot-path state: its slot for the recorder it last
+// recorded for, and the time of its current allocator call. initial-exec
+// TLS: a plain %fs-relative access, not a __tls_get_addr call per event.
+struct ThreadState {
+  std::uint64_t recorder = 0;
+  ThreadSlot* slot = nullptr;
+  std::uint64_t call_time = 0;
+};
+thread_local ThreadState t_state __attribute__((tls_model("initial-exec")));
+
+// An empty chunk from the spares, or a new one. Needs ring_lock.
+Chunk* take_chunk(std::vector<Chunk*>& spare, std::vector<std::unique_ptr<Chunk>>& chunks) noexcept {
+  if (!spare.empty()) {
+    Chunk* chunk = spare.back();
+    spare.pop_back();
+    return chunk;
+  }
+  try {
+    chunks.push_back(std::make_unique<Chunk>());
+    return chunks.back().get();
+  } catch (...) {
+    return nullptr;
+  }
+}
+}  // namespace
+
+HistoryRecorder::State::State(CachingAllocator& a)
+    : allocator(a), id(g_next_recorder_id.fetch_add(1)), use_tsc(detail::tsc_is_invariant()) {}
+
+inline ThreadSlot* HistoryRecorder::State::slot() noexcept {
+  if (t_state.recorder == id) [[likely]]
+    return t_state.slot;
+  return new_slot();
+}
+
+ThreadSlot* HistoryRecorder::State::new_slot() noexcept {
+  try {
+    auto fresh = std::make_unique<ThreadSlot>();
+    fresh->thread = detail::thread_index();
+    std::lock_guard lock(ring_lock);
+    fresh->chunk = take_chunk(spare, chunks);
+    if (!fresh->chunk) return nullptr;
+    slots.push_back(std::move(fresh));
+    t_state.recorder = id;
+    t_state.slot = slots.back().get();
+    return t_state.slot;
+  } catch (...) {
+    return nullptr;  // out of memory: the event is lost, the program goes on
+  }
+}
+
+void HistoryRecorder::State::flush_locked(ThreadSlot& slot) noexcept {
+  Chunk* full = slot.chunk;
+  const std::uint32_t count = full->count.load(std::memory_order_relaxed);
+  if (count == 0) return;
+  // Enough chunks for max_entries events, plus one so that a dump can always
+  // keep max_entries whatever the fill of the newest chunks.
+  const std::size_t capacity = static_cast<std::size_t>((max_entries + Chunk::kCapacity - 1) / Chunk::kCapacity) + 1;
+  if (ring.size() < capacity) {
+    ring.push_back(full);
+    slot.chunk = take_chunk(spare, chunks);
+    if (!slot.chunk) {  // out of memory: reuse the chunk, losing its events
+      ring.pop_back();
+      slot.chunk = full;
+      evicted += count;
+      newest_dropped = std::max(newest_dropped, full->events[count - 1].time_ns);
+      full->count.store(0, std::memory_order_relaxed);
+    }
+    ++next;
+    return;
+  }
+  Chunk*& oldest = ring[next % ring.size()];
+  Chunk* evicted_chunk = oldest;
+  oldest = full;
+  ++next;
+  const std::uint32_t dropped = evicted_chunk->count.load(std::memory_order_relaxed);
+  evicted += dropped;
+  // A chunk holds one thread's events in order: its last is its newest.
+  if (dropped) newest_dropped = std::max(newest_dropped, evicted_chunk->events[dropped - 1].time_ns);
+  evicted_chunk->count.store(0, std::memory_order_relaxed);
+  slot.chunk = evicted_chunk;
+}
+
+void HistoryRecorder::State::append_direct(const snapshot::Event& event) noexcept {
   std::lock_guard lock(ring_lock);
-  // Times (ticks) are read before the lock; clamping keeps them
-  // non-decreasing along the ring, as the model promises, at the cost of a
-  // few ns of skew.
-  if (event.time_ns < last_time) event.time_ns = last_time;
-  last_time = event.time_ns;
-  ring[head] = event;
-  if (++head == ring.size()) head = 0;
-  ++appended;
-  allocator_appended += from_allocator;
+  if (!annotation_slot.chunk && !(annotation_slot.chunk = take_chunk(spare, chunks))) return;
+  Chunk& chunk = *annotation_slot.chunk;
+  const std::uint32_t count = chunk.count.load(std::memory_order_relaxed);
+  chunk.events[count] = event;
+  chunk.count.store(count + 1, std::memory_order_relaxed);
+  if (count + 1 == Chunk::kCapacity) flush_locked(annotation_slot);
 }
 
 std::uint32_t HistoryRecorder::State::string_id(std::string_view text) {
@@ -176,16 +258,22 @@ void HistoryRecorder::start(const HistoryOptions& options) {
   validate(options);
   State& s = *state_;
   std::lock_guard control(s.control);
-  std::vector<snapshot::Event> ring(options.max_entries);
-  {
+  // Reset while every pool lock is held, so that no event is in flight.
+  s.allocator.layout([&] {
     std::lock_guard lock(s.ring_lock);
-    s.ring.swap(ring);
-    s.head = 0;
-    s.appended = 0;
-    s.allocator_appended = 0;
-    s.last_time = 0;
+    for (Chunk* chunk : s.ring) {
+      chunk->count.store(0, std::memory_order_relaxed);
+      s.spare.push_back(chunk);
+    }
+    s.ring.clear();
+    for (auto& slot : s.slots) slot->chunk->count.store(0, std::memory_order_relaxed);
+    if (s.annotation_slot.chunk) s.annotation_slot.chunk->count.store(0, std::memory_order_relaxed);
+    s.next = 0;
+    s.evicted = 0;
+    s.newest_dropped = 0;
+    s.max_entries = options.max_entries;
     s.anchor = detail::TickAnchor::now(s.use_tsc);
-  }
+  });
   s.options = options;
   s.stacks.store(options.stacks, std::memory_order_relaxed);
   s.max_frames.store(options.max_frames, std::memory_order_relaxed);
@@ -215,30 +303,40 @@ bool HistoryRecorder::recording() const noexcept { return state_->recording.load
 std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
   State& s = *state_;
   if (!s.recording.load(std::memory_order_relaxed)) return 0;
-  snapshot::Event record;
-  record.kind = event.kind;
-  record.device = s.device;
-  record.thread = detail::thread_index();
+  ThreadSlot* slot = s.slot();
+  if (!slot) [[unlikely]]
+    return 0;
   // One clock read per allocator call: the split before an alloc and the
   // merges after a free carry the time of the call's first event. Reading
   // the clock costs 10-30 ns, more than the rest of an event.
-  thread_local std::uint64_t t_call_time = 0;
-  if (!event.continues_call) t_call_time = detail::now_ticks(s.use_tsc);
-  record.time_ns = t_call_time;
+  if (!event.continues_call) t_state.call_time = detail::now_ticks(s.use_tsc);
+  Chunk& chunk = *slot->chunk;
+  const std::uint32_t count = chunk.count.load(std::memory_order_relaxed);
+  snapshot::Event& record = chunk.events[count];  // written in place: no copy
+  record.kind = event.kind;
+  record.device = s.device;
+  record.thread = slot->thread;
+  record.time_ns = t_state.call_time;
   record.stream = event.stream.handle;
   record.address = event.address;
   record.size = event.size;
   record.aux = event.aux;
+  record.stack = snapshot::StackId{};
   if (s.stacks.load(std::memory_order_relaxed) == StackCapture::native &&
       wants_stack(event.kind, s.stacks_on_free.load(std::memory_order_relaxed))) {
     std::uintptr_t frames[detail::kMaxStackFrames];
-    const std::uint32_t count = detail::capture_native_stack(frames, s.max_frames.load(std::memory_order_relaxed));
-    record.stack = snapshot::StackId{s.table.intern(frames, count)};
+    const std::uint32_t depth = detail::capture_native_stack(frames, s.max_frames.load(std::memory_order_relaxed));
+    record.stack = snapshot::StackId{s.table.intern(frames, depth)};
   }
-  s.append(record, /*from_allocator=*/true);
+  const std::uint32_t stack = record.stack.value;
+  chunk.count.store(count + 1, std::memory_order_relaxed);
+  if (count + 1 == Chunk::kCapacity) [[unlikely]] {
+    std::lock_guard lock(s.ring_lock);
+    s.flush_locked(*slot);
+  }
   if (event.kind == EventKind::oom) [[unlikely]]
     s.request_oom_dump();
-  return record.stack.value;
+  return stack;
 }
 
 void HistoryRecorder::annotate_begin(std::string_view name) noexcept {
@@ -253,7 +351,7 @@ void HistoryRecorder::annotate_begin(std::string_view name) noexcept {
     record.thread = detail::thread_index();
     record.time_ns = detail::now_ticks(s.use_tsc);
     record.aux = id;
-    s.append(record, /*from_allocator=*/false);
+    s.append_direct(record);
   } catch (...) {
     // Out of memory for a name: the phase goes unmarked, the program goes on.
   }
@@ -273,19 +371,24 @@ void HistoryRecorder::annotate_end() noexcept {
     record.thread = detail::thread_index();
     record.time_ns = detail::now_ticks(s.use_tsc);
     record.aux = id;
-    s.append(record, /*from_allocator=*/false);
+    s.append_direct(record);
     return;
   }
 }
 
 std::uint64_t HistoryRecorder::recorded_events() const noexcept {
-  std::lock_guard lock(state_->ring_lock);
-  return state_->appended;
+  State& s = *state_;
+  std::lock_guard lock(s.ring_lock);
+  std::uint64_t total = s.evicted;
+  for (const Chunk* chunk : s.ring) total += chunk->count.load(std::memory_order_relaxed);
+  for (const auto& slot : s.slots) total += slot->chunk->count.load(std::memory_order_relaxed);
+  if (s.annotation_slot.chunk) total += s.annotation_slot.chunk->count.load(std::memory_order_relaxed);
+  return total;
 }
 
 std::uint64_t HistoryRecorder::dropped_events() const noexcept {
   std::lock_guard lock(state_->ring_lock);
-  return state_->appended > state_->ring.size() ? state_->appended - state_->ring.size() : 0;
+  return state_->evicted;
 }
 
 HistoryOptions HistoryRecorder::options() const {

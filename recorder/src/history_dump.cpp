@@ -2,6 +2,7 @@
 // Runs at dump time only: symbolizing and every allocation live here.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -138,25 +139,48 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
   out.header = make_header();
 
   std::map<std::string, std::int64_t> stats;
-  std::uint64_t cut = 0;  // events numbered below `cut` are in the snapshot
+  std::uint64_t total = 0;  // events recorded since start()
+  std::uint64_t newest_dropped = 0;
+  std::uint64_t max_entries = 0;
+  detail::TickAnchor anchor;
+  std::vector<snapshot::Event> events;
   std::vector<snapshot::Segment> layout = s.allocator.layout([&] {
     stats = s.allocator.stats().to_map();
     std::lock_guard lock(s.ring_lock);
-    cut = s.appended;
-  });
-  detail::TickAnchor anchor;
-  const detail::TickAnchor dump_anchor = detail::TickAnchor::now(s.use_tsc);
-  {
-    std::lock_guard lock(s.ring_lock);
+    auto take = [&](const Chunk* chunk) {
+      if (!chunk) return;
+      const std::uint32_t count = chunk->count.load(std::memory_order_relaxed);
+      events.insert(events.end(), chunk->events, chunk->events + count);
+    };
+    std::size_t held = 0;
+    for (const Chunk* chunk : s.ring) held += chunk->count.load(std::memory_order_relaxed);
+    events.reserve(held + (s.slots.size() + 1) * Chunk::kCapacity);
+    for (const Chunk* chunk : s.ring) take(chunk);
+    for (const auto& slot : s.slots) take(slot->chunk);
+    take(s.annotation_slot.chunk);
+    total = s.evicted + events.size();
+    newest_dropped = s.newest_dropped;
+    max_entries = s.max_entries;
     anchor = s.anchor;
-    const std::uint64_t capacity = s.ring.size();
-    const std::uint64_t oldest = s.appended > capacity ? s.appended - capacity : 0;
-    out.dropped_events = oldest;
-    if (cut > oldest) {
-      out.events.reserve(cut - oldest);
-      for (std::uint64_t q = oldest; q < cut; ++q) out.events.push_back(s.ring[q % capacity]);
-    }
+  });
+  const detail::TickAnchor dump_anchor = detail::TickAnchor::now(s.use_tsc);
+  // Chunks come from different threads, so the events are in time order
+  // only chunk by chunk. Sort (stable: a thread's events keep their order),
+  // drop what is older than an event the ring let go, so that the trace is
+  // one unbroken stretch of time, and keep the newest max_entries. (Events
+  // of one allocator call share a time; those of an evicted event's own call
+  // that are still here came after it, and stay.)
+  std::stable_sort(events.begin(), events.end(),
+                   [](const snapshot::Event& a, const snapshot::Event& b) { return a.time_ns < b.time_ns; });
+  if (total > events.size()) {
+    const auto older = std::lower_bound(events.begin(), events.end(), newest_dropped,
+                                        [](const snapshot::Event& e, std::uint64_t t) { return e.time_ns < t; });
+    events.erase(events.begin(), older);
   }
+  if (events.size() > max_entries)
+    events.erase(events.begin(), events.begin() + static_cast<std::ptrdiff_t>(events.size() - max_entries));
+  out.dropped_events = total - events.size();
+  out.events = std::move(events);
 
   // Ticks to CLOCK_MONOTONIC ns (history_state.hpp).
   const long double tick_ns =

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <memory>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -46,16 +47,41 @@ struct TickAnchor {
 };
 }  // namespace detail
 
-struct HistoryRecorder::State {
-  explicit State(CachingAllocator& a) : allocator(a), use_tsc(detail::tsc_is_invariant()) {}
+// A fixed block of events. The ring is a ring of chunks: a thread fills its
+// own chunk in place, without any lock, and when it is full swaps it into
+// the ring for the oldest chunk there, which it empties and fills next. No
+// event is copied on the hot path, and the ring lock is taken once per
+// kCapacity events.
+struct Chunk {
+  static constexpr std::uint32_t kCapacity = 256;
+  std::atomic<std::uint32_t> count{0};  // atomic only so that counters may be read racily
+  snapshot::Event events[kCapacity];
+};
 
-  // Appends under the ring lock, overwriting the oldest event when full.
-  void append(snapshot::Event& event, bool from_allocator) noexcept;
+// One thread's chunk. Only its owner writes it, and only inside on_event,
+// which runs under a pool lock; a dump reads it inside
+// CachingAllocator::layout()'s hook, where every pool lock is held.
+struct ThreadSlot {
+  Chunk* chunk = nullptr;
+  std::uint32_t thread = 0;  // the owner's detail::thread_index()
+};
+
+struct HistoryRecorder::State {
+  explicit State(CachingAllocator& a);
+
+  // Swaps a full (or, at dump, partial) chunk into the ring. Needs ring_lock.
+  void flush_locked(ThreadSlot& slot) noexcept;
+  // Appends one event outside the allocator's locks (annotations: rare).
+  void append_direct(const snapshot::Event& event) noexcept;
+  // This thread's slot, created on its first event; nullptr when out of memory.
+  ThreadSlot* slot() noexcept;
+  ThreadSlot* new_slot() noexcept;  // slot()'s slow path
   // Annotation names; ids are those of the snapshot's string table.
   std::uint32_t string_id(std::string_view text);
   void request_oom_dump() noexcept;
 
   CachingAllocator& allocator;
+  const std::uint64_t id;  // process-unique, keys the per-thread slot cache
   std::int32_t device = 0;
   const bool use_tsc;  // the tick source, fixed for the recorder's life
 
@@ -68,15 +94,18 @@ struct HistoryRecorder::State {
   mutable std::mutex control;  // start/stop and options
   HistoryOptions options;
 
-  // The ring. Event number q (counting from start()) lives in ring[q % size]
-  // while q >= appended - size.
+  // Everything below is guarded by ring_lock.
   mutable detail::Spinlock ring_lock;
-  std::vector<snapshot::Event> ring;
-  std::size_t head = 0;  // == appended % ring.size()
-  std::uint64_t appended = 0;
-  std::uint64_t allocator_appended = 0;  // appended minus annotations
-  std::uint64_t last_time = 0;           // ticks
-  detail::TickAnchor anchor;             // taken at start()
+  std::vector<std::unique_ptr<Chunk>> chunks;       // owns every chunk
+  std::vector<std::unique_ptr<ThreadSlot>> slots;   // one per thread that recorded
+  ThreadSlot annotation_slot;                       // events from append_direct
+  std::vector<Chunk*> ring;                         // full chunks, oldest at ring[next % size]
+  std::vector<Chunk*> spare;                        // empty chunks
+  std::uint64_t next = 0;                           // chunks pushed into the ring
+  std::uint64_t max_entries = 0;
+  std::uint64_t evicted = 0;         // events in chunks the ring let go
+  std::uint64_t newest_dropped = 0;  // ticks of the newest event evicted
+  detail::TickAnchor anchor;         // taken at start()
 
   detail::StackTable table;
 
