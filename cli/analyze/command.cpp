@@ -75,6 +75,10 @@ void Runner::run() const {
   if (!format) throw UsageError("--format: expected table, csv or json");
   // The only place a file is read: load() sniffs the content.
   const snapshot::Snapshot snapshot = analyzer::load(common.file);
+  if (action_) {
+    action_(snapshot);
+    return;
+  }
 
   analyzer::ReportOptions options;
   options.device = common.device;

@@ -41,13 +41,19 @@ class Runner {
     name_ = std::move(name);
     build_ = std::move(build);
   }
-  bool selected() const { return static_cast<bool>(build_); }
+  // For subcommands that write a file rather than a report (convert).
+  void select_action(std::string name, std::function<void(const snapshot::Snapshot&)> action) {
+    name_ = std::move(name);
+    action_ = std::move(action);
+  }
+  bool selected() const { return static_cast<bool>(build_) || static_cast<bool>(action_); }
   // Loads, builds, renders and writes. Throws UsageError or SnapshotError.
   void run() const;
 
  private:
   std::string name_;
   BuildReport build_;
+  std::function<void(const snapshot::Snapshot&)> action_;
 };
 
 // Adds FILE (optional for the top level, where it means summary), --format, -o, --from, --to, --device, --version to `command`.
@@ -68,5 +74,6 @@ void add_leaks_command(CLI::App& app, Runner& runner);
 void add_oom_command(CLI::App& app, Runner& runner);
 void add_events_command(CLI::App& app, Runner& runner);
 void add_export_command(CLI::App& app, Runner& runner);
+void add_convert_command(CLI::App& app, Runner& runner);
 
 }  // namespace cachealloc::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   add_oom_command(app, runner);
   add_events_command(app, runner);
   add_export_command(app, runner);
+  add_convert_command(app, runner);
   app.require_subcommand(0, 1);
   app.footer(
       "Examples:\n"
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
       "  cachealloc-analyze peak run.bin                  # who held the memory at the peak\n"
       "  cachealloc-analyze oom run.bin                   # why it ran out of memory\n"
       "  cachealloc-analyze timeline run.bin --buckets 100 --format csv -o timeline.csv\n"
+      "  cachealloc-analyze convert run.bin -o run.pickle  # for PyTorch's _memory_viz\n"
       "Every subcommand takes --format table|csv|json, -o FILE, --from/--to EVENT|TIME and --device N.");
   try {
     app.parse(argc, argv);

@@ -2,6 +2,7 @@
 // Every entry point catches everything: no exception crosses into C.
 #include "cachealloc/cachealloc.h"
 
+#include <cstdio>
 #include <string>
 
 #include "cachealloc/errors.hpp"
@@ -35,6 +36,16 @@ int guarded(Body&& body) noexcept {
     remember("unknown error");
     return CACHEALLOC_DEVICE_ERROR;
   }
+}
+
+template <typename Read>
+uint64_t read_stat(Read&& read) {
+  uint64_t value = 0;
+  guarded([&] {
+    value = static_cast<uint64_t>(read(cachealloc::global_allocator()));
+    return CACHEALLOC_OK;
+  });
+  return value;
 }
 
 }  // namespace
@@ -110,6 +121,58 @@ void* cachealloc_malloc(size_t size, uintptr_t stream) {
 void cachealloc_free(void* ptr, size_t /*size*/, uintptr_t /*stream*/) {
   guarded([&] {
     if (ptr) cachealloc::global_allocator().deallocate(ptr);
+    return CACHEALLOC_OK;
+  });
+}
+
+void* cachealloc_torch_malloc(ptrdiff_t size, int device, void* stream) {
+  if (size <= 0) return nullptr;  // PyTorch asks for 0 bytes for empty tensors
+  void* result = nullptr;
+  guarded([&] {
+    cachealloc::CachingAllocator& allocator = cachealloc::global_allocator();
+    if (device != allocator.device().index())
+      throw cachealloc::InvalidArgument("cachealloc serves device " + std::to_string(allocator.device().index()) +
+                                        " in this process, not device " + std::to_string(device));
+    try {
+      result = allocator.allocate(static_cast<std::size_t>(size), cachealloc::Stream{reinterpret_cast<std::uintptr_t>(stream)});
+    } catch (const cachealloc::OutOfMemoryError&) {
+      cachealloc::global_history().flush();
+      throw;
+    }
+    return CACHEALLOC_OK;
+  });
+  if (!result) std::fprintf(stderr, "cachealloc: %s\n", t_last_error.c_str());
+  return result;
+}
+
+void cachealloc_torch_free(void* ptr, ptrdiff_t /*size*/, int /*device*/, void* /*stream*/) {
+  guarded([&] {
+    if (ptr) cachealloc::global_allocator().deallocate(ptr);
+    return CACHEALLOC_OK;
+  });
+}
+
+uint64_t cachealloc_memory_allocated(void) {
+  return read_stat([](auto& a) { return a.memory_allocated(); });
+}
+uint64_t cachealloc_memory_reserved(void) {
+  return read_stat([](auto& a) { return a.memory_reserved(); });
+}
+uint64_t cachealloc_max_memory_allocated(void) {
+  return read_stat([](auto& a) { return a.max_memory_allocated(); });
+}
+uint64_t cachealloc_max_memory_reserved(void) {
+  return read_stat([](auto& a) { return a.max_memory_reserved(); });
+}
+void cachealloc_reset_peak_stats(void) {
+  guarded([] {
+    cachealloc::global_allocator().reset_peak_stats();
+    return CACHEALLOC_OK;
+  });
+}
+int cachealloc_empty_cache(void) {
+  return guarded([] {
+    cachealloc::global_allocator().empty_cache();
     return CACHEALLOC_OK;
   });
 }

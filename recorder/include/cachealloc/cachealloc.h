@@ -66,6 +66,25 @@ void* cachealloc_malloc(size_t size, uintptr_t stream);
  * for PyTorch's signature and not needed: the allocator knows both. */
 void cachealloc_free(void* ptr, size_t size, uintptr_t stream);
 
+/* PyTorch's pluggable-allocator signatures:
+ *   torch.cuda.memory.CUDAPluggableAllocator(path_to_libcachealloc_so,
+ *       'cachealloc_torch_malloc', 'cachealloc_torch_free')
+ * `device` must be the device the process-wide allocator serves (CUDA device
+ * 0 unless CACHEALLOC_DEVICE says otherwise); `stream` is a cudaStream_t.
+ * A request of 0 bytes returns NULL, as PyTorch expects for empty tensors. */
+void* cachealloc_torch_malloc(ptrdiff_t size, int device, void* stream);
+void cachealloc_torch_free(void* ptr, ptrdiff_t size, int device, void* stream);
+
+/* torch.cuda.memory_allocated() and friends for the process-wide allocator
+ * (PyTorch's own functions do not see a pluggable allocator). */
+uint64_t cachealloc_memory_allocated(void);
+uint64_t cachealloc_memory_reserved(void);
+uint64_t cachealloc_max_memory_allocated(void);
+uint64_t cachealloc_max_memory_reserved(void);
+void cachealloc_reset_peak_stats(void);
+/* Returns every fully free segment to the device. Returns a status code. */
+int cachealloc_empty_cache(void);
+
 /* The last error on this thread, "" if none. Valid until the next call on
  * this thread. */
 const char* cachealloc_last_error(void);
