@@ -143,7 +143,8 @@ struct CachingAllocator::Impl {
     return fraction_set_.load(std::memory_order_relaxed) && config.garbage_collection_threshold > 0.0;
   }
   // Events emitted so far by the current public call on this thread.
-  static inline thread_local std::uint32_t t_call_events = 0;
+  // initial-exec: a plain %fs-relative access, not a __tls_get_addr call.
+  static inline thread_local std::uint32_t t_call_events __attribute__((tls_model("initial-exec"))) = 0;
   static void begin_call() noexcept { t_call_events = 0; }
   std::uint32_t emit(snapshot::EventKind kind, Stream stream, std::uintptr_t address, std::size_t size,
                      std::size_t aux) noexcept {
