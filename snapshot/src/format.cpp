@@ -64,13 +64,15 @@ void check_string(StringId id, const Snapshot& snapshot, const std::string& wher
 
 // --- versions ------------------------------------------------------------
 
-// One branch per format version this reader understands. Version 2 adds
-// `case 2:` here when its top-level layout differs; a per-type change is
-// handled by that type's cereal class version instead (serialize.hpp).
+// One branch per top-level body layout this reader understands. A per-type
+// change is handled by that type's cereal class version instead
+// (serialize.hpp): version 2 changed only the event encoding, which travels
+// as EventColumns' class version, so it shares version 1's branch.
 Snapshot decode_body(std::uint32_t version, std::span<const std::byte> body) {
   Snapshot snapshot;
   switch (version) {
-    case 1: {
+    case 1:
+    case 2: {
       detail::BoundedInputArchive archive(body, kFramingSize);
       try {
         archive(snapshot);

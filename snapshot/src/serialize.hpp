@@ -25,6 +25,9 @@ namespace cachealloc::snapshot::detail {
 // Bump a type's entry (a specialization) when its layout changes.
 template <class T>
 inline constexpr std::uint32_t kClassVersion = 1;
+// 2 since format version 2: the event encoding (event_codec.hpp).
+template <>
+inline constexpr std::uint32_t kClassVersion<EventColumns> = kEventEncoding;
 }  // namespace cachealloc::snapshot::detail
 
 // Before any function below asks cereal for a version.
@@ -61,6 +64,9 @@ void serialize(Archive& ar, EventColumns& columns, std::uint32_t version) {
   require_known_class_version<EventColumns>(version, "EventColumns");
   ar(columns.count, columns.flags, columns.context, columns.time, columns.address, columns.detail, columns.stack,
      columns.size, columns.aux);
+  // The columns keep their layout; what the bytes in them mean depends on the
+  // class version, so the decoder needs it.
+  if constexpr (Archive::is_loading::value) columns.encoding = version;
 }
 
 }  // namespace detail

@@ -19,8 +19,9 @@
 
 namespace cachealloc::snapshot {
 
-// Bumped on any change of the on-disk layout.
-inline constexpr std::uint32_t kFormatVersion = 1;
+// Bumped on any change of the on-disk layout. 2: the event encoding codes
+// stacks, times and cached blocks against predictions (docs/FORMAT.md).
+inline constexpr std::uint32_t kFormatVersion = 2;
 
 enum class ErrorCode {
   not_a_snapshot,  // bad magic: "not a cachealloc snapshot"
