@@ -269,20 +269,13 @@ FreeStatus CachingAllocator::Impl::deallocate(void* ptr) noexcept {
   try {
     std::lock_guard lock(shard.mutex);
     block->allocated = false;
-    const std::size_t type = block->small ? stat_small_pool : stat_large_pool;
-    {
-      std::lock_guard stats_guard(stats_lock);
-      for (std::size_t t : {std::size_t{stat_all}, type}) {
-        stats.allocation[t].decrease(1);
-        stats.allocated_bytes[t].decrease(static_cast<std::int64_t>(block->size));
-      }
-      if (block->size >= config.max_split_size) stats.oversize_allocations.decrease(1);
-    }
     emit(EventKind::free_requested, shard.stream, block->ptr, block->size, block->requested);
-    if (!block->stream_uses.empty())
+    if (!block->stream_uses.empty()) {
+      release_allocation_stats(*block);
       insert_events(block);
-    else
-      free_block(block);
+    } else {
+      free_block(block, /*also_release_allocation=*/true);  // one stats update for both
+    }
   } catch (const std::exception& e) {
     // Only a failing device event call gets here. Keep the block out of
     // circulation rather than risk reuse while another stream may use it.
@@ -331,7 +324,7 @@ void CachingAllocator::Impl::process_events(Shard& shard) {
       shard.spare_events.push_back(front.event);
       Block* block = front.block;
       queue.pop_front();
-      if (--block->event_count == 0) free_block(block);
+      if (--block->event_count == 0) free_block(block, false);
     }
     it = queue.empty() ? shard.pending.erase(it) : std::next(it);
   }
@@ -363,7 +356,19 @@ Block* CachingAllocator::Impl::try_merge(Block* dst, Block* src) {
   return low;
 }
 
-void CachingAllocator::Impl::free_block(Block* block) {
+// The allocation part of a free: allocated drops at once, even when the
+// block waits for stream events before it is reusable.
+void CachingAllocator::Impl::release_allocation_stats(const Block& block) {
+  const std::size_t type = block.small ? stat_small_pool : stat_large_pool;
+  std::lock_guard lock(stats_lock);
+  for (std::size_t t : {std::size_t{stat_all}, type}) {
+    stats.allocation[t].decrease(1);
+    stats.allocated_bytes[t].decrease(static_cast<std::int64_t>(block.size));
+  }
+  if (block.size >= config.max_split_size) stats.oversize_allocations.decrease(1);
+}
+
+void CachingAllocator::Impl::free_block(Block* block, bool also_release_allocation) {
   const std::size_t original_size = block->size;
   const std::size_t requested = block->requested;
   Shard& shard = *block->shard;
@@ -390,7 +395,12 @@ void CachingAllocator::Impl::free_block(Block* block) {
   if (block->expandable) split_count_change = split_bytes_change = 0;  // see hand_out
   const std::size_t type = block->small ? stat_small_pool : stat_large_pool;
   std::lock_guard lock(stats_lock);
+  if (also_release_allocation && original_size >= config.max_split_size) stats.oversize_allocations.decrease(1);
   for (std::size_t t : {std::size_t{stat_all}, type}) {
+    if (also_release_allocation) {
+      stats.allocation[t].decrease(1);
+      stats.allocated_bytes[t].decrease(static_cast<std::int64_t>(original_size));
+    }
     if (split_count_change > 0) stats.inactive_split[t].increase(split_count_change);
     if (split_count_change < 0) stats.inactive_split[t].decrease(-split_count_change);
     if (split_bytes_change > 0) stats.inactive_split_bytes[t].increase(split_bytes_change);

@@ -134,7 +134,11 @@ struct CachingAllocator::Impl {
   void* hand_out(Shard& shard, Block* block, std::size_t size, std::size_t requested);
   void process_events(Shard& shard);
   void insert_events(Block* block);
-  void free_block(Block* block);
+  // Returns a block whose last user is done to its pool, merging neighbours.
+  // With also_release_allocation, also does release_allocation_stats under
+  // the same stats lock (the common free with no stream events).
+  void free_block(Block* block, bool also_release_allocation);
+  void release_allocation_stats(const Block& block);
   Block* try_merge(Block* dst, Block* src);
   void cache(Block* block);
   Block* new_block(Shard& shard);

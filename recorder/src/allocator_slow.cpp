@@ -180,7 +180,7 @@ void CachingAllocator::Impl::synchronize_and_free_events() {
       for (PendingFree& pending : queue) {
         device->synchronize_event(pending.event);
         shard->spare_events.push_back(pending.event);
-        if (--pending.block->event_count == 0) free_block(pending.block);
+        if (--pending.block->event_count == 0) free_block(pending.block, false);
       }
     }
     shard->pending.clear();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -17,9 +18,16 @@ namespace cachealloc::detail {
 class Spinlock {
  public:
   void lock() noexcept {
-    for (;;) {
+    for (unsigned spins = 0;;) {
       if (!locked_.exchange(true, std::memory_order_acquire)) return;
-      while (locked_.load(std::memory_order_relaxed)) CACHEALLOC_CPU_RELAX();
+      while (locked_.load(std::memory_order_relaxed)) {
+        // The holder may have been preempted (more threads than cores):
+        // after a while, let it run instead of burning its time slice.
+        if (++spins < 1024)
+          CACHEALLOC_CPU_RELAX();
+        else
+          std::this_thread::yield();
+      }
     }
   }
   bool try_lock() noexcept {

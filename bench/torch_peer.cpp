@@ -1,0 +1,49 @@
+// PyTorch's CUDA caching allocator measured the way bench_threads measures
+// ours: 4 KiB alloc+free pairs on the cached path, T threads, each on its own
+// stream. Built only on a machine with PyTorch (see docs/PERFORMANCE.md):
+//   g++ -O2 -std=c++17 bench/torch_peer.cpp -I$T/include -L$T/lib -lc10_cuda -lc10 \
+//       -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcudart -Wl,-rpath,$T/lib -o torch_peer
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 16;
+  const long pairs = argc > 2 ? std::atol(argv[2]) : 200000;
+  namespace alloc = c10::cuda::CUDACachingAllocator;
+  alloc::init(c10::cuda::device_count());
+  std::vector<cudaStream_t> streams(threads);
+  for (auto& s : streams) cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      cudaSetDevice(0);
+      alloc::raw_delete(alloc::raw_alloc_with_stream(4096, streams[t]));
+      ready.fetch_add(1);
+      while (!go.load()) std::this_thread::yield();
+      for (long i = 0; i < pairs; ++i) {
+        void* p = alloc::raw_alloc_with_stream(4096, streams[t]);
+        asm volatile("" : : "r"(p) : "memory");
+        alloc::raw_delete(p);
+      }
+    });
+  }
+  while (ready.load() < threads) std::this_thread::yield();
+  const auto start = std::chrono::steady_clock::now();
+  go.store(true);
+  for (auto& w : workers) w.join();
+  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+  const double total = static_cast<double>(pairs) * threads;
+  std::printf("pytorch: %d threads x %ld pairs (4 KiB, own stream each): %.1f ns per pair in aggregate, %.1f ns per pair per thread\n",
+              threads, pairs, ns / total, ns / static_cast<double>(pairs));
+  return 0;
+}
