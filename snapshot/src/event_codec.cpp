@@ -233,9 +233,9 @@ struct Predictor {
   }
 };
 
-std::vector<Event> decode(const EventColumns& columns) {
+void decode(const EventColumns& columns, std::vector<Event>& events) {
   ColumnReaders read(columns);
-  std::vector<Event> events;
+  events.clear();
   events.reserve(columns.flags.size());
   Predictor predictor;
   for (std::uint64_t index = 0; index < columns.count; ++index) {
@@ -330,7 +330,6 @@ std::vector<Event> decode(const EventColumns& columns) {
     events.push_back(event);
   }
   read.expect_consumed();
-  return events;
 }
 
 }  // namespace v1
@@ -680,9 +679,9 @@ EventColumns encode(std::span<const Event> events) {
   return columns;
 }
 
-std::vector<Event> decode(const EventColumns& columns) {
+void decode(const EventColumns& columns, std::vector<Event>& events) {
   ColumnReaders read(columns);
-  std::vector<Event> events;
+  events.clear();
   events.reserve(columns.flags.size());
   Predictor predictor;
   for (std::uint64_t index = 0; index < columns.count; ++index) {
@@ -778,7 +777,6 @@ std::vector<Event> decode(const EventColumns& columns) {
     events.push_back(event);
   }
   read.expect_consumed();
-  return events;
 }
 
 }  // namespace v2
@@ -786,7 +784,7 @@ std::vector<Event> decode(const EventColumns& columns) {
 
 EventColumns encode_events(std::span<const Event> events) { return v2::encode(events); }
 
-std::vector<Event> decode_events(const EventColumns& columns) {
+void decode_events_into(const EventColumns& columns, std::vector<Event>& out) {
   // One flag byte per event: checking this first bounds every allocation
   // below by the size of the input.
   if (columns.count != columns.flags.size()) {
@@ -794,10 +792,16 @@ std::vector<Event> decode_events(const EventColumns& columns) {
          std::to_string(columns.flags.size()));
   }
   switch (columns.encoding) {
-    case 1: return v1::decode(columns);
-    case 2: return v2::decode(columns);
+    case 1: v1::decode(columns, out); return;
+    case 2: v2::decode(columns, out); return;
     default: fail("event encoding " + std::to_string(columns.encoding) + " does not exist");
   }
+}
+
+std::vector<Event> decode_events(const EventColumns& columns) {
+  std::vector<Event> events;
+  decode_events_into(columns, events);
+  return events;
 }
 
 }  // namespace cachealloc::snapshot::detail

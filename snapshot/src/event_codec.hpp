@@ -12,7 +12,8 @@ namespace cachealloc::snapshot::detail {
 
 // The event encoding encode_events() writes. It travels as EventColumns'
 // class version (serialize.hpp): 1 until format version 1, 2 since format
-// version 2. decode_events() reads both.
+// version 2 (format version 3 writes encoding 2 once per block, the
+// predictor starting afresh in each). decode_events() reads both.
 inline constexpr std::uint32_t kEventEncoding = 2;
 
 // One byte stream per kind of field, so each stream stays homogeneous: the
@@ -42,5 +43,8 @@ EventColumns encode_events(std::span<const Event> events);
 // encoding it does not know. Runs in O(count) time and memory, whatever the
 // input.
 std::vector<Event> decode_events(const EventColumns& columns);
+// decode_events() into `out` (cleared first), reusing its storage: the
+// streaming reader decodes every block into one buffer.
+void decode_events_into(const EventColumns& columns, std::vector<Event>& out);
 
 }  // namespace cachealloc::snapshot::detail

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "archive.hpp"
+#include "format_v3.hpp"
 #include "serialize.hpp"
 
 namespace cachealloc::snapshot {
@@ -25,14 +26,9 @@ constexpr std::array<std::byte, 8> kMagic = {std::byte{0x89}, std::byte{'C'}, st
 constexpr std::size_t kVersionOffset = 8;
 constexpr std::size_t kReservedOffset = 12;
 constexpr std::size_t kBodySizeOffset = 16;
-constexpr std::size_t kFramingSize = 24;
-
-[[noreturn]] void inconsistent(const std::string& what) {
-  throw SnapshotError(ErrorCode::inconsistent, "inconsistent snapshot: " + what);
-}
-[[noreturn]] void truncated(const std::string& what) {
-  throw SnapshotError(ErrorCode::truncated, "truncated snapshot: " + what);
-}
+using detail::inconsistent;
+using detail::kFramingSize;
+using detail::truncated;
 
 template <class T>
 void put_le(std::vector<std::byte>& out, std::size_t offset, T value) {
@@ -64,6 +60,53 @@ void check_string(StringId id, const Snapshot& snapshot, const std::string& wher
 
 // --- versions ------------------------------------------------------------
 
+// Appends `value` little-endian.
+template <class T>
+void append_le(std::vector<std::byte>& out, T value) {
+  out.resize(out.size() + sizeof(T));
+  put_le<T>(out, out.size() - sizeof(T), value);
+}
+
+// Version 3: the head, then the events in blocks (docs/FORMAT.md).
+Snapshot decode_version3(std::span<const std::byte> body) {
+  std::size_t at = 0;
+  auto file_offset = [&] { return kFramingSize + at; };
+  if (body.size() < 8) inconsistent("the body ends inside the head size");
+  const std::uint64_t head_size = detail::read_u64(body, at);
+  at += 8;
+  if (head_size > body.size() - at) {
+    inconsistent("a head of " + std::to_string(head_size) + " bytes at offset " + std::to_string(file_offset()) +
+                 " exceeds the " + std::to_string(body.size() - at) + " bytes left");
+  }
+  Snapshot snapshot = detail::decode_head(body.subspan(at, head_size), file_offset());
+  at += head_size;
+  if (body.size() - at < detail::kEventSectionHeaderSize) inconsistent("the body ends inside the event section header");
+  const detail::EventSectionHeader events =
+      detail::parse_event_section_header(body.subspan(at, detail::kEventSectionHeaderSize),
+                                         body.size() - at - detail::kEventSectionHeaderSize);
+  at += detail::kEventSectionHeaderSize;
+  // parse_event_section_header bounded event_count by the bytes left.
+  snapshot.events.reserve(events.event_count);
+  detail::EventColumns columns;
+  std::vector<Event> block_events;
+  for (std::uint64_t block = 0; block < events.block_count(); ++block) {
+    if (body.size() - at < detail::kBlockHeaderSize) inconsistent("the body ends before block " + std::to_string(block));
+    const std::uint64_t size = detail::read_u64(body, at);
+    at += detail::kBlockHeaderSize;
+    if (size > body.size() - at) {
+      inconsistent("block " + std::to_string(block) + " of " + std::to_string(size) + " bytes at offset " +
+                   std::to_string(file_offset()) + " exceeds the " + std::to_string(body.size() - at) +
+                   " bytes left");
+    }
+    detail::decode_block(body.subspan(at, size), file_offset(), block, events.events_in_block(block), columns,
+                         block_events);
+    snapshot.events.insert(snapshot.events.end(), block_events.begin(), block_events.end());
+    at += size;
+  }
+  if (at != body.size()) inconsistent(std::to_string(body.size() - at) + " unread bytes at the end of the body");
+  return snapshot;
+}
+
 // One branch per top-level body layout this reader understands. A per-type
 // change is handled by that type's cereal class version instead
 // (serialize.hpp): version 2 changed only the event encoding, which travels
@@ -84,6 +127,7 @@ Snapshot decode_body(std::uint32_t version, std::span<const std::byte> body) {
       }
       break;
     }
+    case 3: snapshot = decode_version3(body); break;
     default: inconsistent("format version " + std::to_string(version) + " does not exist");
   }
   snapshot.header.format_version = version;
@@ -156,14 +200,38 @@ void sync_directory(const std::filesystem::path& directory) noexcept {
   }
 }
 
+// Writes a u64 placeholder, runs `write`, then stores the bytes it appended
+// in the placeholder.
+template <class Write>
+void sized_section(std::vector<std::byte>& out, Write&& write) {
+  const std::size_t size_at = out.size();
+  append_le<std::uint64_t>(out, 0);
+  write();
+  put_le<std::uint64_t>(out, size_at, out.size() - size_at - 8);
+}
+
 std::vector<std::byte> encode_framed(const Snapshot& snapshot) {
   std::vector<std::byte> out(kFramingSize);
   std::copy(kMagic.begin(), kMagic.end(), out.begin());
   put_le<std::uint32_t>(out, kVersionOffset, kFormatVersion);
   put_le<std::uint32_t>(out, kReservedOffset, 0);
-  {
+  sized_section(out, [&] {
+    // Saving only reads through the pointer.
+    detail::SnapshotHead head{const_cast<Snapshot*>(&snapshot)};
     detail::LittleEndianOutputArchive archive(out);
-    archive(snapshot);
+    archive(head);
+  });
+  const std::span<const Event> events(snapshot.events);
+  append_le<std::uint64_t>(out, events.size());
+  append_le<std::uint32_t>(out, detail::kBlockEvents);
+  for (std::size_t first = 0; first < events.size(); first += detail::kBlockEvents) {
+    const std::size_t count = std::min<std::size_t>(detail::kBlockEvents, events.size() - first);
+    sized_section(out, [&] {
+      // A fresh archive per block: each block carries EventColumns' class
+      // version and decodes alone.
+      detail::LittleEndianOutputArchive archive(out);
+      archive(detail::encode_events(events.subspan(first, count)));
+    });
   }
   put_le<std::uint64_t>(out, kBodySizeOffset, out.size() - kFramingSize);
   return out;
@@ -199,8 +267,13 @@ void validate(const Snapshot& snapshot) {
       check_stack(block.stack, snapshot, where);
     }
   }
-  for (std::size_t i = 0; i < snapshot.events.size(); ++i) {
-    const Event& event = snapshot.events[i];
+  detail::validate_events(snapshot, snapshot.events, 0);
+}
+
+void detail::validate_events(const Snapshot& snapshot, std::span<const Event> events, std::uint64_t first_index) {
+  for (std::size_t k = 0; k < events.size(); ++k) {
+    const Event& event = events[k];
+    const std::uint64_t i = first_index + k;
     if (static_cast<int>(event.kind) >= kEventKindCount) {
       inconsistent("event " + std::to_string(i) + " has unknown kind " + std::to_string(static_cast<int>(event.kind)));
     }
@@ -208,7 +281,9 @@ void validate(const Snapshot& snapshot) {
       inconsistent("event " + std::to_string(i) + " references thread " + std::to_string(event.thread) +
                    " but the thread table has " + std::to_string(snapshot.threads.size()) + " entries");
     }
-    check_stack(event.stack, snapshot, "event " + std::to_string(i));
+    if (event.stack.value != 0 && event.stack.value >= snapshot.stacks.size()) {
+      check_stack(event.stack, snapshot, "event " + std::to_string(i));
+    }
     if (event.kind == EventKind::annotation_begin || event.kind == EventKind::annotation_end) {
       if (event.aux > UINT32_MAX) {
         inconsistent("event " + std::to_string(i) + " names annotation string " + std::to_string(event.aux) +
@@ -230,8 +305,8 @@ bool has_snapshot_magic(std::span<const std::byte> bytes) noexcept {
   return bytes.size() >= kMagic.size() && std::equal(kMagic.begin(), kMagic.end(), bytes.begin());
 }
 
-Snapshot decode(std::span<const std::byte> bytes) {
-  if (bytes.empty()) truncated("the input is empty");
+std::uint32_t detail::check_framing(std::span<const std::byte> bytes, std::uint64_t total_size) {
+  if (total_size == 0) truncated("the input is empty");
   const std::size_t magic_bytes = std::min(bytes.size(), kMagic.size());
   if (!std::equal(kMagic.begin(), kMagic.begin() + static_cast<std::ptrdiff_t>(magic_bytes), bytes.begin())) {
     throw SnapshotError(ErrorCode::not_a_snapshot, "not a cachealloc snapshot");
@@ -245,14 +320,14 @@ Snapshot decode(std::span<const std::byte> bytes) {
                                                       std::to_string(kFormatVersion) + "); upgrade cachealloc");
   }
   if (bytes.size() < kFramingSize) {
-    truncated(std::to_string(bytes.size()) + " bytes is shorter than the " + std::to_string(kFramingSize) +
+    truncated(std::to_string(total_size) + " bytes is shorter than the " + std::to_string(kFramingSize) +
               "-byte header");
   }
   if (const auto reserved = get_le<std::uint32_t>(bytes, kReservedOffset); reserved != 0) {
     inconsistent("reserved header field is " + std::to_string(reserved) + ", not 0");
   }
   const auto body_size = get_le<std::uint64_t>(bytes, kBodySizeOffset);
-  const std::size_t present = bytes.size() - kFramingSize;
+  const std::uint64_t present = total_size - kFramingSize;
   if (body_size > present) {
     truncated("the header announces a body of " + std::to_string(body_size) + " bytes but only " +
               std::to_string(present) + " follow");
@@ -261,6 +336,12 @@ Snapshot decode(std::span<const std::byte> bytes) {
     inconsistent(std::to_string(present - body_size) + " bytes follow the " + std::to_string(body_size) +
                  "-byte body the header announces");
   }
+  return version;
+}
+
+Snapshot decode(std::span<const std::byte> bytes) {
+  const std::uint32_t version =
+      detail::check_framing(bytes.first(std::min(bytes.size(), kFramingSize)), bytes.size());
   Snapshot snapshot = decode_body(version, bytes.subspan(kFramingSize));
   validate(snapshot);
   return snapshot;
@@ -315,6 +396,71 @@ Snapshot read_snapshot(const std::filesystem::path& path) {
     bytes.insert(bytes.end(), buffer.begin(), buffer.begin() + got);
   }
   return decode(bytes);
+}
+
+// --- version 3 pieces (format_v3.hpp) --------------------------------------
+
+void detail::inconsistent(const std::string& what) {
+  throw SnapshotError(ErrorCode::inconsistent, "inconsistent snapshot: " + what);
+}
+void detail::truncated(const std::string& what) {
+  throw SnapshotError(ErrorCode::truncated, "truncated snapshot: " + what);
+}
+
+std::uint64_t detail::read_u64(std::span<const std::byte> bytes, std::size_t offset) {
+  return get_le<std::uint64_t>(bytes, offset);
+}
+std::uint32_t detail::read_u32(std::span<const std::byte> bytes, std::size_t offset) {
+  return get_le<std::uint32_t>(bytes, offset);
+}
+
+Snapshot detail::decode_head(std::span<const std::byte> bytes, std::size_t file_offset) {
+  Snapshot snapshot;
+  BoundedInputArchive archive(bytes, file_offset);
+  SnapshotHead head{&snapshot};
+  try {
+    archive(head);
+  } catch (const cereal::Exception& error) {
+    inconsistent(error.what());
+  }
+  if (archive.remaining() != 0) {
+    inconsistent(std::to_string(archive.remaining()) + " unread bytes at the end of the head");
+  }
+  return snapshot;
+}
+
+detail::EventSectionHeader detail::parse_event_section_header(std::span<const std::byte> bytes,
+                                                              std::uint64_t remaining) {
+  EventSectionHeader header{read_u64(bytes, 0), read_u32(bytes, 8)};
+  // Every event takes at least its flag byte: this bounds what a reader
+  // reserves for the events by the size of the input.
+  if (header.event_count > remaining) {
+    inconsistent(std::to_string(header.event_count) + " events declared but only " + std::to_string(remaining) +
+                 " bytes follow");
+  }
+  if (header.event_count != 0 && (header.block_events == 0 || header.block_events > kMaxBlockEvents)) {
+    inconsistent("blocks of " + std::to_string(header.block_events) + " events; a reader takes 1 to " +
+                 std::to_string(kMaxBlockEvents));
+  }
+  return header;
+}
+
+void detail::decode_block(std::span<const std::byte> bytes, std::size_t file_offset, std::uint64_t block,
+                          std::uint64_t expected_events, EventColumns& columns, std::vector<Event>& out) {
+  BoundedInputArchive archive(bytes, file_offset);
+  try {
+    archive(columns);
+  } catch (const cereal::Exception& error) {
+    inconsistent(error.what());
+  }
+  if (archive.remaining() != 0) {
+    inconsistent(std::to_string(archive.remaining()) + " unread bytes at the end of block " + std::to_string(block));
+  }
+  decode_events_into(columns, out);  // checks the count against the columns first
+  if (columns.count != expected_events) {
+    inconsistent("block " + std::to_string(block) + " holds " + std::to_string(columns.count) + " events, " +
+                 std::to_string(expected_events) + " expected");
+  }
 }
 
 }  // namespace cachealloc::snapshot

@@ -28,6 +28,14 @@ inline constexpr std::uint32_t kClassVersion = 1;
 // 2 since format version 2: the event encoding (event_codec.hpp).
 template <>
 inline constexpr std::uint32_t kClassVersion<EventColumns> = kEventEncoding;
+
+// Everything of a Snapshot but its events: the head section of format
+// version 3, whose events follow in blocks (docs/FORMAT.md, "Version 3").
+// Holds a pointer so one type serves both directions; saving never writes
+// through it.
+struct SnapshotHead {
+  Snapshot* snapshot;
+};
 }  // namespace cachealloc::snapshot::detail
 
 // Before any function below asks cereal for a version.
@@ -42,6 +50,7 @@ CEREAL_CLASS_VERSION(cachealloc::snapshot::Frame, cachealloc::snapshot::detail::
 CEREAL_CLASS_VERSION(cachealloc::snapshot::Stack, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::Stack>)
 CEREAL_CLASS_VERSION(cachealloc::snapshot::Snapshot, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::Snapshot>)
 CEREAL_CLASS_VERSION(cachealloc::snapshot::detail::EventColumns, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::detail::EventColumns>)
+CEREAL_CLASS_VERSION(cachealloc::snapshot::detail::SnapshotHead, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::detail::SnapshotHead>)
 
 
 namespace cachealloc::snapshot {
@@ -130,15 +139,9 @@ void serialize(Archive& ar, Stack& stack, std::uint32_t version) {
   ar(stack.frames);
 }
 
-// Tables come before their users so a streaming reader could resolve ids as
-// it goes; events come last and go through the column codec.
-template <class Archive>
-void save(Archive& ar, const Snapshot& snapshot, std::uint32_t /*version*/) {
-  ar(snapshot.header, snapshot.devices, snapshot.settings, snapshot.stats, snapshot.strings, snapshot.frames,
-     snapshot.stacks, snapshot.threads, snapshot.segments, snapshot.dropped_events,
-     detail::encode_events(snapshot.events));
-}
-
+// Format versions 1 and 2 only (read, never written): the whole snapshot in
+// one archive, the events last as one EventColumns. Version 3 writes a
+// SnapshotHead and the events in blocks instead (format.cpp).
 template <class Archive>
 void load(Archive& ar, Snapshot& snapshot, std::uint32_t version) {
   detail::require_known_class_version<Snapshot>(version, "Snapshot");
@@ -147,5 +150,17 @@ void load(Archive& ar, Snapshot& snapshot, std::uint32_t version) {
      snapshot.stacks, snapshot.threads, snapshot.segments, snapshot.dropped_events, columns);
   snapshot.events = detail::decode_events(columns);
 }
+
+namespace detail {
+// Tables come before their users so a streaming reader resolves ids as it
+// goes; the events follow the head in blocks of EventColumns.
+template <class Archive>
+void serialize(Archive& ar, SnapshotHead& head, std::uint32_t version) {
+  require_known_class_version<SnapshotHead>(version, "SnapshotHead");
+  Snapshot& s = *head.snapshot;
+  ar(s.header, s.devices, s.settings, s.stats, s.strings, s.frames, s.stacks, s.threads, s.segments,
+     s.dropped_events);
+}
+}  // namespace detail
 
 }  // namespace cachealloc::snapshot

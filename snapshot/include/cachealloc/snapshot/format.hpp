@@ -20,8 +20,10 @@
 namespace cachealloc::snapshot {
 
 // Bumped on any change of the on-disk layout. 2: the event encoding codes
-// stacks, times and cached blocks against predictions (docs/FORMAT.md).
-inline constexpr std::uint32_t kFormatVersion = 2;
+// stacks, times and cached blocks against predictions. 3: the events travel
+// in blocks of 64 Ki that decode alone, after a head section holding
+// everything else, so a reader can stream them (reader.hpp, docs/FORMAT.md).
+inline constexpr std::uint32_t kFormatVersion = 3;
 
 enum class ErrorCode {
   not_a_snapshot,  // bad magic: "not a cachealloc snapshot"

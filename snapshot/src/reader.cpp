@@ -1,0 +1,172 @@
+#include "cachealloc/snapshot/reader.hpp"
+
+#include <sys/stat.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/load.hpp"
+#include "format_v3.hpp"
+
+namespace cachealloc::snapshot {
+
+struct SnapshotReader::Columns {
+  detail::EventColumns value;
+};
+
+namespace {
+
+// Slices of a loaded snapshot as blocks: the same size as a file's blocks,
+// so callers see one block size whatever they read.
+constexpr std::uint64_t kLoadedBlockEvents = detail::kBlockEvents;
+
+[[noreturn]] void io_error(const std::string& action, const std::filesystem::path& path, int error) {
+  throw SnapshotError(ErrorCode::io, "cannot " + action + " " + path.string() + ": " + std::strerror(error));
+}
+
+}  // namespace
+
+SnapshotReader::SnapshotReader() : columns_(std::make_unique<Columns>()) {}
+
+SnapshotReader::SnapshotReader(const std::filesystem::path& path) : SnapshotReader() { open(path); }
+
+SnapshotReader::~SnapshotReader() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void SnapshotReader::open(const std::filesystem::path& path) {
+  if (file_ != nullptr) std::fclose(file_);
+  file_ = nullptr;
+  head_ = Snapshot{};
+  path_ = path;
+  event_count_ = 0;
+  block_first_.clear();
+  block_offset_.clear();
+  block_size_.clear();
+  events_.clear();
+  next_ = 0;
+
+  // Stream only a regular file of ours at version 3 or newer (a newer one is
+  // rejected by the framing check, naming both versions); load() takes the
+  // rest and reports every error as it always has.
+  bool ours = false;
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode)) {
+    if (std::FILE* probe = std::fopen(path.c_str(), "rb")) {
+      std::array<std::byte, 12> prefix{};
+      const std::size_t got = std::fread(prefix.data(), 1, prefix.size(), probe);
+      std::fclose(probe);
+      ours = got == prefix.size() && has_snapshot_magic(prefix) && detail::read_u32(prefix, 8) >= 3;
+    }
+  }
+  try {
+    if (ours) {
+      open_streaming(path, static_cast<std::uint64_t>(info.st_size));
+      return;
+    }
+    head_ = load(path);
+  } catch (...) {
+    if (file_ != nullptr) std::fclose(file_);
+    file_ = nullptr;
+    head_ = Snapshot{};
+    throw;
+  }
+  events_ = std::move(head_.events);
+  head_.events = {};
+  event_count_ = events_.size();
+  for (std::uint64_t first = 0; first < event_count_; first += kLoadedBlockEvents) block_first_.push_back(first);
+}
+
+void SnapshotReader::read_exactly(void* data, std::size_t size, std::uint64_t offset) {
+  if (::fseeko(file_, static_cast<off_t>(offset), SEEK_SET) != 0) io_error("read snapshot", path_, errno);
+  if (std::fread(data, 1, size, file_) != size) {
+    if (std::ferror(file_)) io_error("read snapshot", path_, errno);
+    detail::truncated("the file ends before offset " + std::to_string(offset + size) + "; did it shrink?");
+  }
+}
+
+void SnapshotReader::open_streaming(const std::filesystem::path& path, std::uint64_t file_size) {
+  file_ = std::fopen(path.c_str(), "rb");
+  if (file_ == nullptr) io_error("open snapshot", path, errno);
+  std::array<std::byte, detail::kFramingSize> framing{};
+  read_exactly(framing.data(), std::min<std::uint64_t>(framing.size(), file_size), 0);
+  const std::uint32_t version =
+      detail::check_framing(std::span(framing).first(std::min<std::uint64_t>(framing.size(), file_size)), file_size);
+
+  // The same checks, in the same order and with the same messages, as
+  // decode_version3() in format.cpp.
+  std::uint64_t at = detail::kFramingSize;
+  auto left = [&] { return file_size - at; };
+  std::array<std::byte, 12> fixed{};
+  if (left() < 8) detail::inconsistent("the body ends inside the head size");
+  read_exactly(fixed.data(), 8, at);
+  const std::uint64_t head_size = detail::read_u64(fixed, 0);
+  at += 8;
+  if (head_size > left()) {
+    detail::inconsistent("a head of " + std::to_string(head_size) + " bytes at offset " + std::to_string(at) +
+                         " exceeds the " + std::to_string(left()) + " bytes left");
+  }
+  {
+    std::vector<std::byte> head(head_size);
+    read_exactly(head.data(), head.size(), at);
+    head_ = detail::decode_head(head, at);
+  }
+  at += head_size;
+  if (left() < detail::kEventSectionHeaderSize) detail::inconsistent("the body ends inside the event section header");
+  read_exactly(fixed.data(), detail::kEventSectionHeaderSize, at);
+  at += detail::kEventSectionHeaderSize;
+  const detail::EventSectionHeader section = detail::parse_event_section_header(fixed, left());
+  event_count_ = section.event_count;
+
+  const std::uint64_t blocks = section.block_count();
+  for (std::uint64_t block = 0; block < blocks; ++block) {
+    if (left() < detail::kBlockHeaderSize) detail::inconsistent("the body ends before block " + std::to_string(block));
+    read_exactly(fixed.data(), detail::kBlockHeaderSize, at);
+    const std::uint64_t size = detail::read_u64(fixed, 0);
+    at += detail::kBlockHeaderSize;
+    if (size > left()) {
+      detail::inconsistent("block " + std::to_string(block) + " of " + std::to_string(size) + " bytes at offset " +
+                           std::to_string(at) + " exceeds the " + std::to_string(left()) + " bytes left");
+    }
+    block_first_.push_back(block * section.block_events);
+    block_offset_.push_back(at);
+    block_size_.push_back(size);
+    at += size;
+  }
+  if (left() != 0) detail::inconsistent(std::to_string(left()) + " unread bytes at the end of the body");
+  validate(head_);
+  head_.header.format_version = version;
+}
+
+void SnapshotReader::read_block(std::size_t block, std::vector<Event>& out) {
+  if (block >= block_first_.size()) {
+    throw SnapshotError(ErrorCode::inconsistent, "inconsistent snapshot: block " + std::to_string(block) +
+                                                     " asked of " + std::to_string(block_first_.size()));
+  }
+  const std::uint64_t first = block_first_[block];
+  const std::uint64_t count = block_first_event(block + 1) - first;
+  if (file_ == nullptr) {
+    const auto begin = events_.begin() + static_cast<std::ptrdiff_t>(first);
+    out.assign(begin, begin + static_cast<std::ptrdiff_t>(count));
+    return;
+  }
+  bytes_.resize(block_size_[block]);
+  read_exactly(bytes_.data(), bytes_.size(), block_offset_[block]);
+  detail::decode_block(bytes_, block_offset_[block], block, count, columns_->value, out);
+  detail::validate_events(head_, out, first);
+}
+
+bool SnapshotReader::next_block(std::vector<Event>& out) {
+  if (next_ >= block_first_.size()) {
+    out.clear();
+    return false;
+  }
+  read_block(next_, out);
+  ++next_;
+  return true;
+}
+
+}  // namespace cachealloc::snapshot

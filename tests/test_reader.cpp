@@ -1,0 +1,191 @@
+// SnapshotReader: the events of a file block by block, with bounded memory.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/reader.hpp"
+
+using namespace cachealloc::snapshot;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Allocs and frees of a few sizes, enough events for several blocks.
+Snapshot make_trace(std::size_t events) {
+  Snapshot s;
+  s.header.format_version = kFormatVersion;
+  s.strings = {"", "f"};
+  s.frames = {Frame{}, Frame{0x1000, StringId{1}, StringId{}, 1, StringId{}}};
+  s.stacks = {Stack{}, Stack{{FrameId{1}}}};
+  std::mt19937_64 rng(5);
+  const std::uint64_t base = 0x7f0000000000ULL;
+  for (std::size_t i = 0; s.events.size() < events; ++i) {
+    const std::uint64_t address = base + (rng() % 64) * 4096;
+    const std::uint64_t size = 512 * (1 + rng() % 8);
+    s.events.push_back(Event{EventKind::alloc, 0, 0, StackId{1}, 10 * i, 0, address, size, size - 7});
+    if (s.events.size() < events)
+      s.events.push_back(Event{EventKind::free_completed, 0, 0, StackId{}, 10 * i + 5, 0, address, size, size - 7});
+  }
+  return s;
+}
+
+fs::path scratch_file(const char* name) {
+  return fs::temp_directory_path() / ("cachealloc-reader-test-" + std::to_string(::getpid()) + "-" + name);
+}
+
+std::vector<std::byte> read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> bytes(chars.size());
+  for (std::size_t i = 0; i < chars.size(); ++i) bytes[i] = static_cast<std::byte>(chars[i]);
+  return bytes;
+}
+void write_bytes(const fs::path& path, const std::vector<std::byte>& bytes) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                              static_cast<std::streamsize>(bytes.size()));
+}
+
+ErrorCode open_error(const fs::path& path) {
+  try {
+    SnapshotReader reader(path);
+    std::vector<Event> block;
+    while (reader.next_block(block)) {
+    }
+  } catch (const SnapshotError& error) {
+    return error.code();
+  }
+  FAIL("the reader accepted the file");
+  return ErrorCode::unsupported;
+}
+
+}  // namespace
+
+TEST_CASE("a version 3 file streams in blocks that add up to the whole snapshot") {
+  // Given a written trace of three and a half blocks
+  const Snapshot original = make_trace(230000);
+  const fs::path path = scratch_file("blocks.bin");
+  write_snapshot(original, path);
+  // When it is read block by block
+  SnapshotReader reader(path);
+  std::vector<Event> events;
+  std::vector<Event> block;
+  std::size_t blocks = 0;
+  while (reader.next_block(block)) {
+    CHECK(reader.block_first_event(blocks) == events.size());
+    events.insert(events.end(), block.begin(), block.end());
+    ++blocks;
+  }
+  // Then the head is everything but the events, and the blocks are the events
+  CHECK(reader.streaming());
+  CHECK(blocks == 4);
+  CHECK(reader.block_count() == 4);
+  CHECK(reader.event_count() == original.events.size());
+  CHECK(reader.head().events.empty());
+  Snapshot rebuilt = reader.head();
+  rebuilt.events = events;
+  CHECK(rebuilt == original);
+  fs::remove(path);
+}
+
+TEST_CASE("blocks read in any order decode the same") {
+  const Snapshot original = make_trace(200000);
+  const fs::path path = scratch_file("backward.bin");
+  write_snapshot(original, path);
+  SnapshotReader reader(path);
+  std::vector<Event> block;
+  for (std::size_t b = reader.block_count(); b-- > 0;) {
+    reader.read_block(b, block);
+    const auto first = original.events.begin() + static_cast<std::ptrdiff_t>(reader.block_first_event(b));
+    CHECK(std::equal(block.begin(), block.end(), first));
+  }
+  fs::remove(path);
+}
+
+TEST_CASE("an older version or a pickle falls back to loading the whole file") {
+  // Given a version 1 file kept for the analyzer's golden tests
+  const fs::path path = fs::path(CACHEALLOC_SOURCE_DIR) / "analyzer" / "testdata" / "small_step.bin";
+  SnapshotReader reader(path);
+  // Then the reader holds it in memory and still hands out blocks
+  CHECK_FALSE(reader.streaming());
+  CHECK(reader.head().header.format_version == 1);
+  std::vector<Event> block;
+  REQUIRE(reader.next_block(block));
+  CHECK(block == read_snapshot(path).events);
+  CHECK_FALSE(reader.next_block(block));
+}
+
+TEST_CASE("a truncated file is rejected when opened") {
+  const fs::path path = scratch_file("truncated.bin");
+  write_snapshot(make_trace(70000), path);
+  std::vector<std::byte> bytes = read_bytes(path);
+  for (const std::size_t keep : {bytes.size() - 1, bytes.size() / 2, std::size_t{30}, std::size_t{13}}) {
+    CAPTURE(keep);
+    write_bytes(path, std::vector<std::byte>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(keep)));
+    CHECK(open_error(path) == ErrorCode::truncated);
+  }
+  fs::remove(path);
+}
+
+TEST_CASE("a block size past the end of the file is rejected") {
+  // Given a file whose last block claims more bytes than remain
+  const fs::path path = scratch_file("block-size.bin");
+  write_snapshot(make_trace(70000), path);
+  std::vector<std::byte> bytes = read_bytes(path);
+  SnapshotReader reader(path);
+  REQUIRE(reader.block_count() == 2);
+  std::size_t size_at = bytes.size();
+  std::vector<Event> block;
+  reader.read_block(1, block);
+  // The last block's columns end at the end of the file; its size precedes them.
+  std::uint64_t size = 0;
+  for (std::size_t probe = bytes.size() - 9; probe > 24; --probe) {
+    size = 0;
+    for (std::size_t i = 0; i < 8; ++i) size |= std::to_integer<std::uint64_t>(bytes[probe + i]) << (8 * i);
+    if (probe + 8 + size == bytes.size()) {
+      size_at = probe;
+      break;
+    }
+  }
+  REQUIRE(size_at < bytes.size());
+  for (std::size_t i = 0; i < 8; ++i) bytes[size_at + i] = static_cast<std::byte>(((size + 1) >> (8 * i)) & 0xff);
+  write_bytes(path, bytes);
+  // When opened, then it is inconsistent, before any block is decoded
+  CHECK(open_error(path) == ErrorCode::inconsistent);
+  fs::remove(path);
+}
+
+TEST_CASE("random corruption of a streamed file is rejected with a SnapshotError or decodes, never crashes") {
+  const fs::path path = scratch_file("corrupt.bin");
+  write_snapshot(make_trace(3000), path);
+  const std::vector<std::byte> original = read_bytes(path);
+  std::mt19937_64 rng(23);
+  for (int round = 0; round < 500; ++round) {
+    std::vector<std::byte> bytes = original;
+    for (int f = 0; f < 3; ++f) bytes[24 + rng() % (bytes.size() - 24)] = static_cast<std::byte>(rng());
+    write_bytes(path, bytes);
+    try {
+      SnapshotReader reader(path);
+      std::vector<Event> block;
+      while (reader.next_block(block)) {
+      }
+    } catch (const SnapshotError&) {
+    }
+  }
+  fs::remove(path);
+}
+
+TEST_CASE("a missing file is an io error naming the path") {
+  const fs::path path = scratch_file("missing.bin");
+  try {
+    SnapshotReader reader(path);
+    FAIL("opened a missing file");
+  } catch (const SnapshotError& error) {
+    CHECK(error.code() == ErrorCode::io);
+    CHECK(std::string(error.what()).find(path.string()) != std::string::npos);
+  }
+}
