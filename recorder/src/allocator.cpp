@@ -210,22 +210,23 @@ void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t s
   block->allocated = true;
   block->requested = requested;
   {
-    std::lock_guard lock(stats_lock);
+    PendingStats& pending = shard.unpublished;
     for (std::size_t t : {std::size_t{stat_all}, type}) {
-      if (inactive_split_count > 0) stats.inactive_split[t].increase(inactive_split_count);
-      if (inactive_split_count < 0) stats.inactive_split[t].decrease(-inactive_split_count);
-      if (inactive_split_bytes > 0) stats.inactive_split_bytes[t].increase(inactive_split_bytes);
-      if (inactive_split_bytes < 0) stats.inactive_split_bytes[t].decrease(-inactive_split_bytes);
-      stats.allocation[t].increase(1);
-      stats.allocated_bytes[t].increase(static_cast<std::int64_t>(block->size));
-      stats.active[t].increase(1);
-      stats.active_bytes[t].increase(static_cast<std::int64_t>(block->size));
-      stats.requested_bytes[t].increase(static_cast<std::int64_t>(requested));
+      if (inactive_split_count > 0) pending.inactive_split[t].increase(inactive_split_count);
+      if (inactive_split_count < 0) pending.inactive_split[t].decrease(-inactive_split_count);
+      if (inactive_split_bytes > 0) pending.inactive_split_bytes[t].increase(inactive_split_bytes);
+      if (inactive_split_bytes < 0) pending.inactive_split_bytes[t].decrease(-inactive_split_bytes);
+      pending.allocation[t].increase(1);
+      pending.allocated_bytes[t].increase(static_cast<std::int64_t>(block->size));
+      pending.active[t].increase(1);
+      pending.active_bytes[t].increase(static_cast<std::int64_t>(block->size));
+      pending.requested_bytes[t].increase(static_cast<std::int64_t>(requested));
     }
-    if (block->size >= config.max_split_size) stats.oversize_allocations.increase(1);
+    if (block->size >= config.max_split_size) pending.oversize_allocations.increase(1);
   }
   block->stack = emit(EventKind::alloc, shard.stream, block->ptr, block->size, requested);
   live.insert(block->ptr, block);
+  maybe_publish(shard);
   return reinterpret_cast<void*>(block->ptr);
 }
 
@@ -274,8 +275,9 @@ FreeStatus CachingAllocator::Impl::deallocate(void* ptr) noexcept {
       release_allocation_stats(*block);
       insert_events(block);
     } else {
-      free_block(block, /*also_release_allocation=*/true);  // one stats update for both
+      free_block(block, /*also_release_allocation=*/true);
     }
+    maybe_publish(shard);
   } catch (const std::exception& e) {
     // Only a failing device event call gets here. Keep the block out of
     // circulation rather than risk reuse while another stream may use it.
@@ -360,12 +362,12 @@ Block* CachingAllocator::Impl::try_merge(Block* dst, Block* src) {
 // block waits for stream events before it is reusable.
 void CachingAllocator::Impl::release_allocation_stats(const Block& block) {
   const std::size_t type = block.small ? stat_small_pool : stat_large_pool;
-  std::lock_guard lock(stats_lock);
+  PendingStats& pending = block.shard->unpublished;
   for (std::size_t t : {std::size_t{stat_all}, type}) {
-    stats.allocation[t].decrease(1);
-    stats.allocated_bytes[t].decrease(static_cast<std::int64_t>(block.size));
+    pending.allocation[t].decrease(1);
+    pending.allocated_bytes[t].decrease(static_cast<std::int64_t>(block.size));
   }
-  if (block.size >= config.max_split_size) stats.oversize_allocations.decrease(1);
+  if (block.size >= config.max_split_size) pending.oversize_allocations.decrease(1);
 }
 
 void CachingAllocator::Impl::free_block(Block* block, bool also_release_allocation) {
@@ -394,21 +396,62 @@ void CachingAllocator::Impl::free_block(Block* block, bool also_release_allocati
   }
   if (block->expandable) split_count_change = split_bytes_change = 0;  // see hand_out
   const std::size_t type = block->small ? stat_small_pool : stat_large_pool;
-  std::lock_guard lock(stats_lock);
-  if (also_release_allocation && original_size >= config.max_split_size) stats.oversize_allocations.decrease(1);
+  PendingStats& pending = shard.unpublished;
+  if (also_release_allocation && original_size >= config.max_split_size) pending.oversize_allocations.decrease(1);
   for (std::size_t t : {std::size_t{stat_all}, type}) {
     if (also_release_allocation) {
-      stats.allocation[t].decrease(1);
-      stats.allocated_bytes[t].decrease(static_cast<std::int64_t>(original_size));
+      pending.allocation[t].decrease(1);
+      pending.allocated_bytes[t].decrease(static_cast<std::int64_t>(original_size));
     }
-    if (split_count_change > 0) stats.inactive_split[t].increase(split_count_change);
-    if (split_count_change < 0) stats.inactive_split[t].decrease(-split_count_change);
-    if (split_bytes_change > 0) stats.inactive_split_bytes[t].increase(split_bytes_change);
-    if (split_bytes_change < 0) stats.inactive_split_bytes[t].decrease(-split_bytes_change);
-    stats.active[t].decrease(1);
-    stats.active_bytes[t].decrease(static_cast<std::int64_t>(original_size));
-    stats.requested_bytes[t].decrease(static_cast<std::int64_t>(requested));
+    if (split_count_change > 0) pending.inactive_split[t].increase(split_count_change);
+    if (split_count_change < 0) pending.inactive_split[t].decrease(-split_count_change);
+    if (split_bytes_change > 0) pending.inactive_split_bytes[t].increase(split_bytes_change);
+    if (split_bytes_change < 0) pending.inactive_split_bytes[t].decrease(-split_bytes_change);
+    pending.active[t].decrease(1);
+    pending.active_bytes[t].decrease(static_cast<std::int64_t>(original_size));
+    pending.requested_bytes[t].decrease(static_cast<std::int64_t>(requested));
   }
+}
+
+namespace {
+// The address of a thread-local names the calling thread.
+thread_local char t_thread_token __attribute__((tls_model("initial-exec")));
+}  // namespace
+
+void CachingAllocator::Impl::publish(Shard& shard) noexcept {
+  std::lock_guard lock(stats_lock);
+  shard.unpublished.fold_into(stats);
+}
+
+void CachingAllocator::Impl::maybe_publish(Shard& shard) noexcept {
+  const auto me = reinterpret_cast<std::uintptr_t>(&t_thread_token);
+  const std::uintptr_t last = last_publisher.load(std::memory_order_relaxed);
+  if (last != me && last != 0 && ++shard.unpublished.operations < kPublishBatch) return;
+  publish(shard);
+  if (last != me) last_publisher.store(me, std::memory_order_relaxed);
+}
+
+void CachingAllocator::Impl::publish_all_locked() noexcept {
+  std::lock_guard lock(stats_lock);
+  for (Shard* shard : shards) shard->unpublished.fold_into(stats);
+}
+
+void CachingAllocator::Impl::publish_all() {
+  if (t_holds_all_locks) {
+    publish_all_locked();
+    return;
+  }
+  std::lock_guard registry(registry_mutex);
+  for (Shard* shard : shards) {
+    std::lock_guard pool(shard->mutex);
+    publish(*shard);
+  }
+}
+
+MemoryStats CachingAllocator::Impl::read_stats() const {
+  const_cast<Impl*>(this)->publish_all();
+  std::lock_guard lock(stats_lock);
+  return stats;
 }
 
 // ---------------------------------------------------------------------------
@@ -423,26 +466,20 @@ FreeStatus CachingAllocator::deallocate(void* ptr) noexcept { return impl_->deal
 void CachingAllocator::record_stream(void* ptr, Stream stream) { impl_->record_stream(ptr, stream); }
 
 std::size_t CachingAllocator::memory_allocated() const {
-  std::lock_guard lock(impl_->stats_lock);
-  return static_cast<std::size_t>(impl_->stats.allocated_bytes[stat_all].current);
+  return static_cast<std::size_t>(impl_->read_stats().allocated_bytes[stat_all].current);
 }
 std::size_t CachingAllocator::memory_reserved() const {
-  std::lock_guard lock(impl_->stats_lock);
-  return static_cast<std::size_t>(impl_->stats.reserved_bytes[stat_all].current);
+  return static_cast<std::size_t>(impl_->read_stats().reserved_bytes[stat_all].current);
 }
 std::size_t CachingAllocator::max_memory_allocated() const {
-  std::lock_guard lock(impl_->stats_lock);
-  return static_cast<std::size_t>(impl_->stats.allocated_bytes[stat_all].peak);
+  return static_cast<std::size_t>(impl_->read_stats().allocated_bytes[stat_all].peak);
 }
 std::size_t CachingAllocator::max_memory_reserved() const {
-  std::lock_guard lock(impl_->stats_lock);
-  return static_cast<std::size_t>(impl_->stats.reserved_bytes[stat_all].peak);
+  return static_cast<std::size_t>(impl_->read_stats().reserved_bytes[stat_all].peak);
 }
-MemoryStats CachingAllocator::stats() const {
-  std::lock_guard lock(impl_->stats_lock);
-  return impl_->stats;
-}
+MemoryStats CachingAllocator::stats() const { return impl_->read_stats(); }
 void CachingAllocator::reset_peak_stats() {
+  impl_->publish_all();
   std::lock_guard lock(impl_->stats_lock);
   auto& s = impl_->stats;
   for (StatArray* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
@@ -452,6 +489,7 @@ void CachingAllocator::reset_peak_stats() {
   s.oversize_segments.reset_peak();
 }
 void CachingAllocator::reset_accumulated_stats() {
+  impl_->publish_all();
   std::lock_guard lock(impl_->stats_lock);
   auto& s = impl_->stats;
   for (StatArray* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,

@@ -107,10 +107,10 @@ Block* CachingAllocator::Impl::map_block(Block* to_map, std::size_t size) {
   es.mapped += mapped_size;
   total_reserved.fetch_add(mapped_size, std::memory_order_relaxed);
   {
-    std::lock_guard lock(stats_lock);
+    PendingStats& pending = shard.unpublished;
     for (std::size_t t : {std::size_t{stat_all}, block->small ? std::size_t{stat_small_pool} : std::size_t{stat_large_pool}})
-      stats.reserved_bytes[t].increase(static_cast<std::int64_t>(mapped_size));
-    ++stats.num_device_alloc;
+      pending.reserved_bytes[t].increase(static_cast<std::int64_t>(mapped_size));
+    ++pending.num_device_alloc;
   }
   emit(EventKind::segment_map, shard.stream, mapped_at, mapped_size, std::size_t{snapshot::segment_flag_expandable} | (block->small ? 0u : std::size_t{snapshot::segment_flag_large_pool}));
   return block;
@@ -162,10 +162,10 @@ void CachingAllocator::Impl::unmap_block(Block* block) {
 
   es.mapped -= unmapped_size;
   total_reserved.fetch_sub(unmapped_size, std::memory_order_relaxed);
-  std::lock_guard lock(stats_lock);
+  PendingStats& pending = shard.unpublished;
   for (std::size_t t : {std::size_t{stat_all}, hole->small ? std::size_t{stat_small_pool} : std::size_t{stat_large_pool}})
-    stats.reserved_bytes[t].decrease(static_cast<std::int64_t>(unmapped_size));
-  ++stats.num_device_free;
+    pending.reserved_bytes[t].decrease(static_cast<std::int64_t>(unmapped_size));
+  ++pending.num_device_free;
 }
 
 // Gives back a segment that is one unmapped block again.

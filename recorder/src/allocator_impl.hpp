@@ -93,6 +93,58 @@ using UnmappedSet = boost::intrusive::multiset<
     Block, boost::intrusive::member_hook<Block, decltype(Block::free_hook), &Block::free_hook>,
     boost::intrusive::compare<BlockByAddress>, boost::intrusive::constant_time_size<true>>;
 
+// A change to one Stat not yet folded into the allocator-wide stats: the net
+// change, the highest the running net change reached (for the peak), and
+// the cumulative increases and decreases.
+struct StatDelta {
+  std::int64_t net = 0, high = 0, up = 0, down = 0;
+  void increase(std::int64_t amount) noexcept {
+    net += amount;
+    up += amount;
+    if (net > high) high = net;
+  }
+  void decrease(std::int64_t amount) noexcept {
+    net -= amount;
+    down += amount;
+  }
+  void fold_into(Stat& stat) noexcept {
+    if (stat.current + high > stat.peak) stat.peak = stat.current + high;
+    stat.current += net;
+    stat.allocated += up;
+    stat.freed += down;
+    *this = StatDelta{};
+  }
+};
+using StatDeltaArray = std::array<StatDelta, kStatTypes>;
+
+// Stats changes a stream's pool made since they were last published, with
+// the same names as MemoryStats. Threads working on different streams thus
+// write no shared cache line per operation; see CachingAllocator::Impl::publish.
+struct PendingStats {
+  StatDeltaArray allocation, segment, active, inactive_split, allocated_bytes, reserved_bytes, active_bytes,
+      inactive_split_bytes, requested_bytes;
+  StatDelta oversize_allocations, oversize_segments;
+  std::int64_t num_alloc_retries = 0, num_device_alloc = 0, num_device_free = 0;
+  std::uint32_t operations = 0;  // since the last publish
+
+  void fold_into(MemoryStats& stats) noexcept {
+    StatDeltaArray* mine[] = {&allocation, &segment, &active, &inactive_split, &allocated_bytes,
+                              &reserved_bytes, &active_bytes, &inactive_split_bytes, &requested_bytes};
+    StatArray* theirs[] = {&stats.allocation, &stats.segment, &stats.active, &stats.inactive_split,
+                           &stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
+                           &stats.inactive_split_bytes, &stats.requested_bytes};
+    for (std::size_t i = 0; i < std::size(mine); ++i)
+      for (std::size_t t = 0; t < kStatTypes; ++t) (*mine[i])[t].fold_into((*theirs[i])[t]);
+    oversize_allocations.fold_into(stats.oversize_allocations);
+    oversize_segments.fold_into(stats.oversize_segments);
+    stats.num_alloc_retries += num_alloc_retries;
+    stats.num_device_alloc += num_device_alloc;
+    stats.num_device_free += num_device_free;
+    num_alloc_retries = num_device_alloc = num_device_free = 0;
+    operations = 0;
+  }
+};
+
 struct PendingFree {
   DeviceEvent event;
   Block* block;
@@ -109,6 +161,7 @@ struct Shard {
   std::map<Stream, std::deque<PendingFree>> pending;
   std::vector<DeviceEvent> spare_events;
   std::vector<Block*> spare_blocks;  // recycled Block objects: no heap allocation per split
+  PendingStats unpublished;          // stats changes not yet published
 
   UnmappedSet small_unmapped;
   UnmappedSet large_unmapped;
@@ -208,8 +261,26 @@ struct CachingAllocator::Impl {
   // collection is active; a cached block's age is the count since it was cached.
   std::atomic<std::size_t> free_block_calls[2] = {0, 0};
 
+  // Publishing. Every stats change goes to the pending stats of the pool
+  // concerned, under its lock, in order. A pool publishes (folds them into
+  // `stats`) after each operation while the calling thread is the last one
+  // that published (one thread at work: every figure exact after every
+  // call), else every kPublishBatch operations, so that threads on different
+  // streams seldom meet on `stats`. Peaks stay exact for every stream's own
+  // sequence; concurrent streams' operations count as if each batch ran at
+  // once, one of the orders the program could have run in. Readers publish
+  // every pool first, so what they read is current.
+  static constexpr std::uint32_t kPublishBatch = 64;
+  void maybe_publish(Shard& shard) noexcept;
+  void publish(Shard& shard) noexcept;
+  void publish_all_locked() noexcept;  // every pool lock is held
+  void publish_all();                  // takes each pool lock in turn
+  MemoryStats read_stats() const;
+  static inline thread_local bool t_holds_all_locks __attribute__((tls_model("initial-exec"))) = false;
+  std::atomic<std::uintptr_t> last_publisher{0};
+
   mutable detail::Spinlock stats_lock;
-  MemoryStats stats;
+  MemoryStats stats;  // published figures, under stats_lock
 };
 
 }  // namespace cachealloc

@@ -22,10 +22,7 @@ std::vector<Shard*> CachingAllocator::Impl::lock_all(std::vector<std::unique_loc
 // Reserves a new segment of `alloc_size` bytes (cudaMalloc), charging the
 // memory-fraction cap first. Returns nullptr when the cap or the device says no.
 Block* CachingAllocator::Impl::reserve_segment(Shard& shard, bool small, std::size_t size, bool is_retry) {
-  if (is_retry) {
-    std::lock_guard lock(stats_lock);
-    ++stats.num_alloc_retries;
-  }
+  if (is_retry) ++shard.unpublished.num_alloc_retries;
   const std::size_t alloc_size = allocation_size(size);
   const bool capped = fraction_set_.load(std::memory_order_relaxed);
   const std::size_t cap = allowed_memory_maximum.load(std::memory_order_relaxed);
@@ -59,13 +56,13 @@ Block* CachingAllocator::Impl::reserve_segment(Shard& shard, bool small, std::si
     segments[block->ptr] = block;
   }
   {
-    std::lock_guard lock(stats_lock);
+    PendingStats& pending = shard.unpublished;
     for (std::size_t t : {std::size_t{stat_all}, small ? std::size_t{stat_small_pool} : std::size_t{stat_large_pool}}) {
-      stats.segment[t].increase(1);
-      stats.reserved_bytes[t].increase(static_cast<std::int64_t>(alloc_size));
+      pending.segment[t].increase(1);
+      pending.reserved_bytes[t].increase(static_cast<std::int64_t>(alloc_size));
     }
-    if (alloc_size >= config.max_split_size) stats.oversize_segments.increase(1);
-    ++stats.num_device_alloc;
+    if (alloc_size >= config.max_split_size) pending.oversize_segments.increase(1);
+    ++pending.num_device_alloc;
   }
   block->segment_stack = emit(EventKind::segment_alloc, shard.stream, block->ptr, alloc_size,
                               small ? std::size_t{0} : std::size_t{snapshot::segment_flag_large_pool});
@@ -96,7 +93,9 @@ void* CachingAllocator::Impl::allocate_slow(Shard& shard, std::size_t size, std:
     }
   }
   if (!block) throw_out_of_memory(shard.stream, requested);
-  return hand_out(shard, block, size, requested);
+  void* ptr = hand_out(shard, block, size, requested);
+  publish_all_locked();  // garbage collection and releases touched other pools
+  return ptr;
 }
 
 // Rule (garbage_collection_threshold): once reserved exceeds threshold x cap,
@@ -226,13 +225,13 @@ void CachingAllocator::Impl::release_block(Block* block) {
     segments.erase(ptr);
   }
   {
-    std::lock_guard lock(stats_lock);
+    PendingStats& pending = shard.unpublished;
     for (std::size_t t : {std::size_t{stat_all}, block->small ? std::size_t{stat_small_pool} : std::size_t{stat_large_pool}}) {
-      stats.segment[t].decrease(1);
-      stats.reserved_bytes[t].decrease(static_cast<std::int64_t>(size));
+      pending.segment[t].decrease(1);
+      pending.reserved_bytes[t].decrease(static_cast<std::int64_t>(size));
     }
-    if (size >= config.max_split_size) stats.oversize_segments.decrease(1);
-    ++stats.num_device_free;
+    if (size >= config.max_split_size) pending.oversize_segments.decrease(1);
+    ++pending.num_device_free;
   }
   recycle(block);
 }
@@ -245,6 +244,7 @@ void CachingAllocator::Impl::throw_out_of_memory(Stream stream, std::size_t requ
   }
   const std::size_t cap = fraction_set_.load() ? allowed_memory_maximum.load() : 0;
   MemoryStats now;
+  publish_all_locked();  // every pool lock is held here
   {
     std::lock_guard lock(stats_lock);
     ++stats.num_ooms;
@@ -298,6 +298,7 @@ void CachingAllocator::empty_cache() {
   impl_->lock_all(locks);
   const std::size_t before = impl_->total_reserved.load();
   impl_->release_cached_blocks();
+  impl_->publish_all_locked();
   impl_->emit(EventKind::empty_cache, Stream{}, 0, before - impl_->total_reserved.load(), 0);
 }
 
@@ -350,7 +351,17 @@ std::vector<snapshot::Segment> CachingAllocator::layout(const std::function<void
     }
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
-  if (while_locked) while_locked();
+  if (while_locked) {
+    // Stats read in the callback publish without taking the pool locks we hold.
+    Impl::t_holds_all_locks = true;
+    try {
+      while_locked();
+    } catch (...) {
+      Impl::t_holds_all_locks = false;
+      throw;
+    }
+    Impl::t_holds_all_locks = false;
+  }
   return out;
 }
 

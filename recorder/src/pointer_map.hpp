@@ -85,9 +85,14 @@ class PointerMap {
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdull;
     x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
     return static_cast<std::size_t>(x);
   }
-  Shard& shard_for(std::uintptr_t key) { return shards_[(key >> 9) % kShards]; }
+  // The hash's top bits pick the shard (its low bits pick the slot): blocks
+  // at the same offset of different 2 MiB segments share their low address
+  // bits, and must not all land on one lock.
+  Shard& shard_for(std::uintptr_t key) { return shards_[(hash(key) >> 58) % kShards]; }
 
   static void place(std::vector<Slot>& slots, std::uintptr_t key, Value* value) {
     const std::size_t mask = slots.size() - 1;
