@@ -26,7 +26,9 @@ cmake --build build -j"$jobs"
 
 case "$mode" in
   demo)
-    ./build/bin/cachealloc-seed-example
+    # Record the seed example's memory history, then explain it.
+    ./build/bin/cachealloc-seed-example --snapshot snapshot.bin
+    ./build/bin/cachealloc-analyze snapshot.bin
     ;;
   test)
     ctest --test-dir build --output-on-failure -j"$jobs"

@@ -1,11 +1,15 @@
 // cachealloc-seed-example: the four steps PyTorch users know, on our
 // allocator. Prints the same lines PyTorch prints for
 //   x = torch.empty(1000, 1000); y = torch.empty(5000, 5000); del y; empty_cache()
-// on the device CACHEALLOC_DEVICE selects (auto: the GPU when there is one).
+// on the device CACHEALLOC_DEVICE selects (auto: the GPU when there is one),
+// recording its memory history into a snapshot when asked.
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
 #include <exception>
+#include <string>
 
-#include "cachealloc/allocator.hpp"
+#include "cachealloc/history.hpp"
 
 namespace {
 
@@ -18,19 +22,54 @@ void report(const char* step, const cachealloc::CachingAllocator& allocator) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  CLI::App app{"Allocate 4,000,000 and 100,000,000 bytes, free the second, empty the cache; print allocated and\n"
+               "reserved after each step, as PyTorch does.\n\n"
+               "Examples:\n"
+               "  cachealloc-seed-example\n"
+               "  cachealloc-seed-example --snapshot snapshot.bin && cachealloc-analyze snapshot.bin"};
+  std::string snapshot;
+  app.add_option("--snapshot", snapshot, "record the memory history (native stacks) and dump it to this file");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
   try {
     auto device = cachealloc::make_device_from_environment();
     std::fprintf(stderr, "device: %s (%s)\n", device->name().c_str(), device->backend());
     cachealloc::CachingAllocator allocator(device, cachealloc::config_from_environment());
-    void* small = allocator.allocate(1000 * 1000 * sizeof(float));
+    cachealloc::HistoryOptions options;
+    options.enabled = !snapshot.empty();
+    cachealloc::HistoryRecorder history(allocator, options);
+    void* small = nullptr;
+    {
+      cachealloc::AnnotationScope step(history, "init");
+      small = allocator.allocate(1000 * 1000 * sizeof(float));
+    }
     report("init", allocator);
-    void* big = allocator.allocate(5000 * 5000 * sizeof(float));
+    void* big = nullptr;
+    {
+      cachealloc::AnnotationScope step(history, "alloc");
+      big = allocator.allocate(5000 * 5000 * sizeof(float));
+    }
     report("after alloc", allocator);
-    allocator.deallocate(big);
+    {
+      cachealloc::AnnotationScope step(history, "free");
+      allocator.deallocate(big);
+    }
     report("after free", allocator);
-    allocator.empty_cache();
+    {
+      cachealloc::AnnotationScope step(history, "empty_cache");
+      allocator.empty_cache();
+    }
     report("after empty_cache", allocator);
+    if (!snapshot.empty()) {
+      if (!history.dump_snapshot(snapshot)) return 2;
+      std::fprintf(stderr, "snapshot: %s\n", snapshot.c_str());
+    }
     allocator.deallocate(small);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
