@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     if (mode.history) {
       cachealloc::HistoryOptions options;
       options.stacks = mode.stacks;
-      options.max_entries = 1u << 20;  // overflows: the steady state of a long run
+      options.max_entries = std::getenv("RING") ? std::strtoul(std::getenv("RING"), nullptr, 0) : 1u << 20;  // overflows: the steady state of a long run
       recorders.push_back(std::make_unique<cachealloc::HistoryRecorder>(*allocators.back(), options));
     }
   }
