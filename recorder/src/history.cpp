@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 #include <cstring>
 #include <ctime>
 
@@ -161,8 +164,6 @@ ThreadSlot* HistoryRecorder::State::new_slot() noexcept {
     auto fresh = std::make_unique<ThreadSlot>();
     fresh->thread = detail::thread_index();
     std::lock_guard lock(ring_lock);
-    fresh->chunk = take_chunk(spare, chunks);
-    if (!fresh->chunk) return nullptr;
     slots.push_back(std::move(fresh));
     t_state.recorder = id;
     t_state.slot = slots.back().get();
@@ -172,46 +173,58 @@ ThreadSlot* HistoryRecorder::State::new_slot() noexcept {
   }
 }
 
+namespace {
+// Copies `count` events with stores that bypass the cache: the ring's chunk
+// is written whole, so reading it in first would only cost time.
+void stream_copy(Chunk& to, const Chunk& from, std::uint32_t count) noexcept {
+#if defined(__SSE2__)
+  const auto* source = reinterpret_cast<const __m128i*>(from.events);
+  auto* target = reinterpret_cast<__m128i*>(to.events);
+  const std::size_t units = (count * sizeof(snapshot::Event) + 15) / 16;
+  for (std::size_t i = 0; i < units; ++i) _mm_stream_si128(target + i, _mm_load_si128(source + i));
+  _mm_sfence();
+#else
+  std::memcpy(to.events, from.events, count * sizeof(snapshot::Event));
+#endif
+  to.count.store(count, std::memory_order_relaxed);
+}
+}  // namespace
+
 void HistoryRecorder::State::flush_locked(ThreadSlot& slot) noexcept {
-  Chunk* full = slot.chunk;
-  const std::uint32_t count = full->count.load(std::memory_order_relaxed);
+  const std::uint32_t count = slot.staging.count.load(std::memory_order_relaxed);
   if (count == 0) return;
   // Enough chunks for max_entries events, plus one so that a dump can always
   // keep max_entries whatever the fill of the newest chunks.
   const std::size_t capacity = static_cast<std::size_t>((max_entries + Chunk::kCapacity - 1) / Chunk::kCapacity) + 1;
+  Chunk* target = nullptr;
   if (ring.size() < capacity) {
-    ring.push_back(full);
-    slot.chunk = take_chunk(spare, chunks);
-    if (!slot.chunk) {  // out of memory: reuse the chunk, losing its events
-      ring.pop_back();
-      slot.chunk = full;
-      evicted += count;
-      newest_dropped = std::max(newest_dropped, full->events[count - 1].time_ns);
-      full->count.store(0, std::memory_order_relaxed);
-    }
-    ++next;
-    return;
+    target = take_chunk(spare, chunks);
+    if (target) ring.push_back(target);
+  } else {
+    Chunk*& oldest = ring[next % ring.size()];
+    const std::uint32_t dropped = oldest->count.load(std::memory_order_relaxed);
+    evicted += dropped;
+    // A chunk holds one thread's events in order: its last is its newest.
+    if (dropped) newest_dropped = std::max(newest_dropped, oldest->events[dropped - 1].time_ns);
+    target = oldest;
   }
-  Chunk*& oldest = ring[next % ring.size()];
-  Chunk* evicted_chunk = oldest;
-  oldest = full;
-  ++next;
-  const std::uint32_t dropped = evicted_chunk->count.load(std::memory_order_relaxed);
-  evicted += dropped;
-  // A chunk holds one thread's events in order: its last is its newest.
-  if (dropped) newest_dropped = std::max(newest_dropped, evicted_chunk->events[dropped - 1].time_ns);
-  evicted_chunk->count.store(0, std::memory_order_relaxed);
-  slot.chunk = evicted_chunk;
+  if (target) {
+    stream_copy(*target, slot.staging, count);
+    ++next;
+  } else {  // out of memory for a chunk: these events are lost
+    evicted += count;
+    newest_dropped = std::max(newest_dropped, slot.staging.events[count - 1].time_ns);
+  }
+  slot.staging.count.store(0, std::memory_order_relaxed);
 }
 
 void HistoryRecorder::State::append_direct(const snapshot::Event& event) noexcept {
   std::lock_guard lock(ring_lock);
-  if (!annotation_slot.chunk && !(annotation_slot.chunk = take_chunk(spare, chunks))) return;
-  Chunk& chunk = *annotation_slot.chunk;
+  Chunk& chunk = annotation_slot->staging;
   const std::uint32_t count = chunk.count.load(std::memory_order_relaxed);
   chunk.events[count] = event;
   chunk.count.store(count + 1, std::memory_order_relaxed);
-  if (count + 1 == Chunk::kCapacity) flush_locked(annotation_slot);
+  if (count + 1 == Chunk::kCapacity) flush_locked(*annotation_slot);
 }
 
 std::uint32_t HistoryRecorder::State::string_id(std::string_view text) {
@@ -266,8 +279,8 @@ void HistoryRecorder::start(const HistoryOptions& options) {
       s.spare.push_back(chunk);
     }
     s.ring.clear();
-    for (auto& slot : s.slots) slot->chunk->count.store(0, std::memory_order_relaxed);
-    if (s.annotation_slot.chunk) s.annotation_slot.chunk->count.store(0, std::memory_order_relaxed);
+    for (auto& slot : s.slots) slot->staging.count.store(0, std::memory_order_relaxed);
+    s.annotation_slot->staging.count.store(0, std::memory_order_relaxed);
     s.next = 0;
     s.evicted = 0;
     s.newest_dropped = 0;
@@ -310,7 +323,7 @@ std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
   // merges after a free carry the time of the call's first event. Reading
   // the clock costs 10-30 ns, more than the rest of an event.
   if (!event.continues_call) t_state.call_time = detail::now_ticks(s.use_tsc);
-  Chunk& chunk = *slot->chunk;
+  Chunk& chunk = slot->staging;
   const std::uint32_t count = chunk.count.load(std::memory_order_relaxed);
   snapshot::Event& record = chunk.events[count];  // written in place: no copy
   record.kind = event.kind;
@@ -381,8 +394,8 @@ std::uint64_t HistoryRecorder::recorded_events() const noexcept {
   std::lock_guard lock(s.ring_lock);
   std::uint64_t total = s.evicted;
   for (const Chunk* chunk : s.ring) total += chunk->count.load(std::memory_order_relaxed);
-  for (const auto& slot : s.slots) total += slot->chunk->count.load(std::memory_order_relaxed);
-  if (s.annotation_slot.chunk) total += s.annotation_slot.chunk->count.load(std::memory_order_relaxed);
+  for (const auto& slot : s.slots) total += slot->staging.count.load(std::memory_order_relaxed);
+  total += s.annotation_slot->staging.count.load(std::memory_order_relaxed);
   return total;
 }
 

@@ -156,8 +156,8 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
     for (const Chunk* chunk : s.ring) held += chunk->count.load(std::memory_order_relaxed);
     events.reserve(held + (s.slots.size() + 1) * Chunk::kCapacity);
     for (const Chunk* chunk : s.ring) take(chunk);
-    for (const auto& slot : s.slots) take(slot->chunk);
-    take(s.annotation_slot.chunk);
+    for (const auto& slot : s.slots) take(&slot->staging);
+    take(&s.annotation_slot->staging);
     total = s.evicted + events.size();
     newest_dropped = s.newest_dropped;
     max_entries = s.max_entries;

@@ -47,22 +47,23 @@ struct TickAnchor {
 };
 }  // namespace detail
 
-// A fixed block of events. The ring is a ring of chunks: a thread fills its
-// own chunk in place, without any lock, and when it is full swaps it into
-// the ring for the oldest chunk there, which it empties and fills next. No
-// event is copied on the hot path, and the ring lock is taken once per
-// kCapacity events.
+// A fixed block of events. Each thread fills its own staging chunk in place,
+// without any lock; it stays hot in the thread's cache. When it is full the
+// thread copies it into the ring (a ring of chunks, the oldest one evicted)
+// with non-temporal stores, which neither read the ring's cold memory first
+// nor evict the thread's working set, then starts over. The ring lock is
+// taken once per kCapacity events.
 struct Chunk {
   static constexpr std::uint32_t kCapacity = 256;
+  alignas(64) snapshot::Event events[kCapacity];
   std::atomic<std::uint32_t> count{0};  // atomic only so that counters may be read racily
-  snapshot::Event events[kCapacity];
 };
 
-// One thread's chunk. Only its owner writes it, and only inside on_event,
-// which runs under a pool lock; a dump reads it inside
+// One thread's staging chunk. Only its owner writes it, and only inside
+// on_event, which runs under a pool lock; a dump reads it inside
 // CachingAllocator::layout()'s hook, where every pool lock is held.
 struct ThreadSlot {
-  Chunk* chunk = nullptr;
+  Chunk staging;
   std::uint32_t thread = 0;  // the owner's detail::thread_index()
 };
 
@@ -98,7 +99,7 @@ struct HistoryRecorder::State {
   mutable detail::Spinlock ring_lock;
   std::vector<std::unique_ptr<Chunk>> chunks;       // owns every chunk
   std::vector<std::unique_ptr<ThreadSlot>> slots;   // one per thread that recorded
-  ThreadSlot annotation_slot;                       // events from append_direct
+  std::unique_ptr<ThreadSlot> annotation_slot = std::make_unique<ThreadSlot>();  // events from append_direct
   std::vector<Chunk*> ring;                         // full chunks, oldest at ring[next % size]
   std::vector<Chunk*> spare;                        // empty chunks
   std::uint64_t next = 0;                           // chunks pushed into the ring
