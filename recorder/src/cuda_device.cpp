@@ -256,6 +256,15 @@ int cuda_device_count() noexcept {
   return count;
 }
 
+int cuda_current_device() noexcept {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return device;
+}
+
 std::shared_ptr<Device> make_cuda_device(int index) {
   const int count = cuda_device_count();
   if (count == 0) throw DeviceError("no CUDA device: the driver reports none (or no driver is installed)");

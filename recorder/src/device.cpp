@@ -14,11 +14,11 @@ DeviceChoice parse_device_choice(const std::string& text) {
 
 std::shared_ptr<Device> make_device(DeviceChoice choice) {
   switch (choice) {
-    case DeviceChoice::cuda: return make_cuda_device(0);
+    case DeviceChoice::cuda: return make_cuda_device(cuda_current_device());
     case DeviceChoice::simulated: return make_simulated_device();
     case DeviceChoice::automatic: break;
   }
-  return cuda_device_count() > 0 ? make_cuda_device(0) : make_simulated_device();
+  return cuda_device_count() > 0 ? make_cuda_device(cuda_current_device()) : make_simulated_device();
 }
 
 std::shared_ptr<Device> make_device_from_environment() {

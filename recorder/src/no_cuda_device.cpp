@@ -5,6 +5,7 @@
 namespace cachealloc {
 bool cuda_backend_built() noexcept { return false; }
 int cuda_device_count() noexcept { return 0; }
+int cuda_current_device() noexcept { return 0; }
 std::shared_ptr<Device> make_cuda_device(int) {
   throw DeviceError("no CUDA device: this build of cachealloc has no cuda backend (CUDA toolkit not found at build time)");
 }

@@ -69,8 +69,9 @@ void cachealloc_free(void* ptr, size_t size, uintptr_t stream);
 /* PyTorch's pluggable-allocator signatures:
  *   torch.cuda.memory.CUDAPluggableAllocator(path_to_libcachealloc_so,
  *       'cachealloc_torch_malloc', 'cachealloc_torch_free')
- * `device` must be the device the process-wide allocator serves (CUDA device
- * 0 unless CACHEALLOC_DEVICE says otherwise); `stream` is a cudaStream_t.
+ * `device` must be the device the process-wide allocator serves: the current
+ * CUDA device when it was created (call torch.cuda.set_device(rank) first,
+ * as one process per GPU does); `stream` is a cudaStream_t.
  * A request of 0 bytes returns NULL, as PyTorch expects for empty tensors. */
 void* cachealloc_torch_malloc(ptrdiff_t size, int device, void* stream);
 void cachealloc_torch_free(void* ptr, ptrdiff_t size, int device, void* stream);

@@ -106,6 +106,8 @@ std::shared_ptr<Device> make_simulated_device(const SimulatedDeviceOptions& opti
 bool cuda_backend_built() noexcept;
 // Number of CUDA devices visible; 0 when there is no driver or no device.
 int cuda_device_count() noexcept;
+// The calling thread's current CUDA device (cudaGetDevice), 0 when unknown.
+int cuda_current_device() noexcept;
 // Throws DeviceError("no CUDA device ...") when there is none, or when the
 // backend was not built.
 std::shared_ptr<Device> make_cuda_device(int index = 0);
@@ -113,8 +115,9 @@ std::shared_ptr<Device> make_cuda_device(int index = 0);
 enum class DeviceChoice { automatic, cuda, simulated };
 // Parses "auto", "cuda" or "simulated". Throws InvalidArgument naming the value.
 DeviceChoice parse_device_choice(const std::string& text);
-// cuda when a device is present (for automatic), else simulated. Reads
-// CACHEALLOC_DEVICE when `choice` is not given.
+// cuda when a device is present (for automatic), else simulated. The cuda
+// device is the calling thread's current one (torch.cuda.set_device), as
+// PyTorch does. Reads CACHEALLOC_DEVICE when `choice` is not given.
 std::shared_ptr<Device> make_device(DeviceChoice choice);
 std::shared_ptr<Device> make_device_from_environment();
 
