@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "cachealloc/analyzer/event_source.hpp"
 #include "replay_hot.hpp"
 
 namespace cachealloc::analyzer {
@@ -15,9 +16,6 @@ using snapshot::Segment;
 using snapshot::Snapshot;
 
 namespace {
-
-// Progress is reported between chunks so the inner loop stays branch-light.
-constexpr std::size_t kProgressChunk = std::size_t{1} << 21;
 
 std::vector<Segment> stored_layout(const Snapshot& snapshot, std::int32_t device) {
   std::vector<Segment> result;
@@ -90,7 +88,8 @@ bool counts_for(const Event& event, std::int32_t device) {
 
 }  // namespace
 
-std::optional<std::size_t> parse_event_point(const Snapshot& snapshot, std::string_view text, std::string& error) {
+std::optional<std::size_t> parse_event_point(EventSource& source, std::string_view text, std::string& error) {
+  const std::size_t n = source.event_count();
   const std::string original(text);
   if (text.empty()) {
     error = "empty event or time";
@@ -107,12 +106,19 @@ std::optional<std::size_t> parse_event_point(const Snapshot& snapshot, std::stri
     char* end = nullptr;
     const double value = std::strtod(number.c_str(), &end);
     if (end != number.c_str() + number.size() || !(value >= 0) || !std::isfinite(value)) break;
-    if (snapshot.events.empty()) return 0;
+    if (n == 0) return 0;
     const std::uint64_t target =
-        snapshot.events.front().time_ns + static_cast<std::uint64_t>(std::llround(value * unit.ns));
-    auto it = std::lower_bound(snapshot.events.begin(), snapshot.events.end(), target,
-                               [](const Event& e, std::uint64_t t) { return e.time_ns < t; });
-    return static_cast<std::size_t>(it - snapshot.events.begin());
+        source.block(0).front().time_ns + static_cast<std::uint64_t>(std::llround(value * unit.ns));
+    // A lower_bound over the whole trace, one block at a time: blocks that
+    // end before the target are skipped after one comparison.
+    for (std::size_t b = 0; b < source.block_count(); ++b) {
+      const std::span<const Event> events = source.block(b);
+      if (events.empty() || events.back().time_ns < target) continue;
+      const auto it = std::lower_bound(events.begin(), events.end(), target,
+                                       [](const Event& e, std::uint64_t t) { return e.time_ns < t; });
+      return source.block_begin(b) + static_cast<std::size_t>(it - events.begin());
+    }
+    return n;
   }
   std::size_t index = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
@@ -120,85 +126,107 @@ std::optional<std::size_t> parse_event_point(const Snapshot& snapshot, std::stri
     error = "'" + original + "' is neither an event index nor a time such as 1.5s, 200ms, 10us or 5ns";
     return std::nullopt;
   }
-  return std::min(index, snapshot.events.size());
+  return std::min(index, n);
+}
+
+std::optional<std::size_t> parse_event_point(const Snapshot& snapshot, std::string_view text, std::string& error) {
+  SnapshotEvents source(snapshot);
+  return parse_event_point(source, text, error);
+}
+
+std::int32_t pick_device(EventSource& source, std::int32_t requested) {
+  if (requested >= 0) return requested;
+  const Snapshot& head = source.head();
+  if (!head.devices.empty()) return head.devices.front().index;
+  for (std::size_t b = 0; b < source.block_count(); ++b) {
+    for (const Event& event : source.block(b)) {
+      if (!counts_for(event, -1)) return event.device;
+    }
+  }
+  if (!head.segments.empty()) return head.segments.front().device;
+  return 0;
 }
 
 std::int32_t pick_device(const Snapshot& snapshot, std::int32_t requested) {
-  if (requested >= 0) return requested;
-  if (!snapshot.devices.empty()) return snapshot.devices.front().index;
-  for (const Event& event : snapshot.events) {
-    if (!counts_for(event, -1)) return event.device;
-  }
-  if (!snapshot.segments.empty()) return snapshot.segments.front().device;
-  return 0;
+  SnapshotEvents source(snapshot);
+  return pick_device(source, requested);
 }
 
 namespace {
 
-Analysis run_analysis(const Snapshot& snapshot, const AnalysisOptions& options, std::int32_t device,
+Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::int32_t device,
                       InitialLayout initial) {
+  const Snapshot& head = source.head();
   Analysis a;
   a.device = device;
-  a.dropped_events = snapshot.dropped_events;
-  a.time_origin_ns = snapshot.events.empty() ? 0 : snapshot.events.front().time_ns;
-  const std::size_t n = snapshot.events.size();
+  a.dropped_events = head.dropped_events;
+  const std::size_t n = source.event_count();
+  a.event_count = n;
   a.window.end = std::min(options.window.end, n);
   a.window.begin = std::min(options.window.begin, a.window.end);
 
   a.blocks_from_before_ring = initial.blocks_from_before_ring;
   a.starts_mid_run = !initial.segments.empty();
   a.unplaced_blocks = initial.unplaced_blocks;
-  Replay replay(initial.segments, a.device, snapshot.stacks.size());
+  Replay replay(initial.segments, a.device, head.stacks.size());
   initial.segments.clear();
   initial.segments.shrink_to_fit();
 
-  const Event* events = snapshot.events.data();
-  auto report = [&](std::size_t done) {
-    if (options.progress) options.progress(done, n);
-  };
-  // Events before the window only build up state.
-  for (std::size_t i = 0; i < a.window.begin; ++i) {
-    replay.apply_inline(events[i]);
-    if ((i & (kProgressChunk - 1)) == 0) report(i);
-  }
-
-  a.totals_at_start = replay.totals();
-  a.cache_at_start = replay.cache_figures();
-  a.cache_at_peak_reserved = replay.cache_figures(false);
-  const std::uint64_t start_time = a.window.begin < n ? events[a.window.begin].time_ns : a.time_origin_ns;
-  record_peak(a.peak_allocated, a.totals_at_start.allocated, kNoEvent, start_time, replay);
-  record_peak(a.peak_reserved, a.totals_at_start.reserved, kNoEvent, start_time, replay);
-  record_peak(a.peak_active, a.totals_at_start.active, kNoEvent, start_time, replay);
-  record_peak(a.peak_requested, a.totals_at_start.requested, kNoEvent, start_time, replay);
-
-  a.sites.resize(snapshot.stacks.size());
+  a.sites.resize(head.stacks.size());
   SitePeakTracker at_peak_allocated;
   SitePeakTracker at_peak_reserved;
-  at_peak_allocated.start(replay);
-  at_peak_reserved.start(replay);
-
   const bool per_event = options.timeline == AnalysisOptions::Timeline::per_event;
   const std::size_t window_size = a.window.end - a.window.begin;
   const std::size_t buckets = options.timeline == AnalysisOptions::Timeline::buckets
                                   ? std::max<std::size_t>(1, std::min(options.buckets, std::max<std::size_t>(window_size, 1)))
                                   : 0;
-  if (options.timeline != AnalysisOptions::Timeline::none) {
-    TimelineRow start;
-    start.time_ns = start_time;
-    start.at_end = start.max = a.totals_at_start;
-    if (options.sample_fragmentation) start.cache = a.cache_at_start;
-    a.timeline.reserve(per_event ? window_size + 1 : buckets + 1);
-    a.timeline.push_back(start);
-  }
   std::size_t bucket = 0;
   std::size_t bucket_end = buckets ? a.window.begin + window_size / buckets : 0;
   TimelineRow row;
   row.first_event = a.window.begin;
 
-  for (std::size_t i = a.window.begin; i < a.window.end; ++i) {
-    const Event& e = events[i];
+  // The state at the window's start; `start_time` is the time of its first
+  // event, or of events[0] when the window starts past the end.
+  auto start_window = [&](std::uint64_t start_time) {
+    a.totals_at_start = replay.totals();
+    a.cache_at_start = replay.cache_figures();
+    a.cache_at_peak_reserved = replay.cache_figures(false);
+    record_peak(a.peak_allocated, a.totals_at_start.allocated, kNoEvent, start_time, replay);
+    record_peak(a.peak_reserved, a.totals_at_start.reserved, kNoEvent, start_time, replay);
+    record_peak(a.peak_active, a.totals_at_start.active, kNoEvent, start_time, replay);
+    record_peak(a.peak_requested, a.totals_at_start.requested, kNoEvent, start_time, replay);
+    at_peak_allocated.start(replay);
+    at_peak_reserved.start(replay);
+    if (options.timeline != AnalysisOptions::Timeline::none) {
+      TimelineRow start;
+      start.time_ns = start_time;
+      start.at_end = start.max = a.totals_at_start;
+      if (options.sample_fragmentation) start.cache = a.cache_at_start;
+      a.timeline.reserve(per_event ? window_size + 1 : buckets + 1);
+      a.timeline.push_back(start);
+    }
+  };
+
+  auto on_oom = [&](std::size_t i, const Event& e) {
+    OomRecord oom{i, e.time_ns, replay.open_annotations(), e.size, e.address, e.aux, replay.totals(),
+                  replay.cache_figures(), {}};
+    const auto& live = replay.live_bytes_by_stack();
+    const auto& blocks = replay.live_blocks_by_stack();
+    for (std::uint32_t s = 0; s < live.size(); ++s) {
+      if (live[s] != 0) oom.top_sites.push_back(SiteBytes{snapshot::StackId{s}, live[s], blocks[s]});
+    }
+    const std::size_t keep = std::min(options.oom_sites, oom.top_sites.size());
+    std::partial_sort(oom.top_sites.begin(), oom.top_sites.begin() + static_cast<std::ptrdiff_t>(keep),
+                      oom.top_sites.end(), [](const SiteBytes& x, const SiteBytes& y) {
+                        return x.bytes != y.bytes ? x.bytes > y.bytes : x.stack < y.stack;
+                      });
+    oom.top_sites.resize(keep);
+    a.ooms.push_back(std::move(oom));
+  };
+
+  // One event inside the window: the per-event cost of the whole tool.
+  auto step = [&](std::size_t i, const Event& e) {
     replay.apply_inline(e);
-    if ((i & (kProgressChunk - 1)) == 0) report(i);
     if (counts_for(e, a.device)) {
       const auto kind = static_cast<std::size_t>(e.kind);
       if (kind < a.counts.size()) ++a.counts[kind];
@@ -208,20 +236,7 @@ Analysis run_analysis(const Snapshot& snapshot, const AnalysisOptions& options, 
         site.alloc_bytes += e.size;
         site.requested_bytes += e.aux;
       } else if (e.kind == EventKind::oom && e.device == a.device) {
-        OomRecord oom{i, e.time_ns, replay.open_annotations(), e.size, e.address, e.aux, replay.totals(),
-                      replay.cache_figures(), {}};
-        const auto& live = replay.live_bytes_by_stack();
-        const auto& blocks = replay.live_blocks_by_stack();
-        for (std::uint32_t s = 0; s < live.size(); ++s) {
-          if (live[s] != 0) oom.top_sites.push_back(SiteBytes{snapshot::StackId{s}, live[s], blocks[s]});
-        }
-        const std::size_t keep = std::min(options.oom_sites, oom.top_sites.size());
-        std::partial_sort(oom.top_sites.begin(), oom.top_sites.begin() + static_cast<std::ptrdiff_t>(keep),
-                          oom.top_sites.end(), [](const SiteBytes& x, const SiteBytes& y) {
-                            return x.bytes != y.bytes ? x.bytes > y.bytes : x.stack < y.stack;
-                          });
-        oom.top_sites.resize(keep);
-        a.ooms.push_back(std::move(oom));
+        on_oom(i, e);
       }
     }
     if (const std::optional<snapshot::StackId> touched = replay.last_touched_stack()) {
@@ -264,8 +279,30 @@ Analysis run_analysis(const Snapshot& snapshot, const AnalysisOptions& options, 
         row.max = Totals{};
       }
     }
+  };
+
+  // Events before the window only build up state; reading stops after the
+  // window's last event.
+  bool started = false;
+  for (std::size_t b = 0; b < source.block_count(); ++b) {
+    const std::size_t base = source.block_begin(b);
+    if (started && base >= a.window.end) break;
+    const std::span<const Event> events = source.block(b);
+    if (b == 0 && !events.empty()) a.time_origin_ns = events.front().time_ns;
+    const std::size_t length = events.size();
+    std::size_t j = 0;
+    const std::size_t before = a.window.begin > base ? std::min(a.window.begin - base, length) : 0;
+    for (; j < before; ++j) replay.apply_inline(events[j]);
+    if (!started && a.window.begin < base + length) {
+      start_window(events[a.window.begin - base].time_ns);
+      started = true;
+    }
+    const std::size_t inside = a.window.end > base ? std::min(a.window.end - base, length) : 0;
+    for (; j < inside; ++j) step(base + j, events[j]);
+    if (options.progress) options.progress(base + length, n);
   }
-  report(n);
+  if (!started) start_window(a.time_origin_ns);
+  if (options.progress) options.progress(n, n);
 
   a.totals_at_end = replay.totals();
   a.cache_at_end = replay.cache_figures();
@@ -295,40 +332,56 @@ Analysis run_analysis(const Snapshot& snapshot, const AnalysisOptions& options, 
   if (a.window.end == n) {
     a.layout_check.checked = true;
     a.layout_check.first_differences =
-        compare_layouts(replayed, stored_layout(snapshot, a.device), 5, a.layout_check.differences);
+        compare_layouts(replayed, stored_layout(head, a.device), 5, a.layout_check.differences);
   }
   return a;
 }
 
 }  // namespace
 
-Analysis analyze(const Snapshot& snapshot, const AnalysisOptions& options) {
-  const std::int32_t device = pick_device(snapshot, options.device);
+Analysis analyze(EventSource& source, const AnalysisOptions& options) {
+  const std::int32_t device = pick_device(source, options.device);
   // Deriving the start costs a backward pass over the events. A ring that
   // never overflowed almost always starts from an empty allocator, so try that
   // first and derive only when the events or the final layout contradict it
   // (which needs the window to reach the end, where the layout is checked).
-  const bool to_the_end = std::min(options.window.end, snapshot.events.size()) == snapshot.events.size();
-  if (snapshot.dropped_events == 0 && to_the_end) {
-    Analysis a = run_analysis(snapshot, options, device, InitialLayout{});
+  const std::size_t n = source.event_count();
+  const bool to_the_end = std::min(options.window.end, n) == n;
+  if (source.head().dropped_events == 0 && to_the_end) {
+    Analysis a = run_analysis(source, options, device, InitialLayout{});
     if (a.anomalies.total() == 0 && a.layout_check.differences == 0) return a;
   }
-  return run_analysis(snapshot, options, device, derive_initial_layout(snapshot, device));
+  return run_analysis(source, options, device, derive_initial_layout(source, device));
+}
+
+Analysis analyze(const Snapshot& snapshot, const AnalysisOptions& options) {
+  SnapshotEvents source(snapshot);
+  return analyze(source, options);
+}
+
+void replay_to(EventSource& source, std::int32_t device, std::size_t index,
+               const std::function<void(const Replay&)>& inspect,
+               const std::function<void(std::size_t, std::size_t)>& progress) {
+  InitialLayout initial = derive_initial_layout(source, device);
+  Replay replay(initial.segments, device, source.head().stacks.size());
+  const std::size_t n = source.event_count();
+  const std::size_t end = index == kNoEvent ? 0 : std::min(index + 1, n);
+  for (std::size_t b = 0; b < source.block_count() && source.block_begin(b) < end; ++b) {
+    const std::size_t base = source.block_begin(b);
+    const std::span<const Event> events = source.block(b);
+    const std::size_t stop = std::min(events.size(), end - base);
+    for (std::size_t j = 0; j < stop; ++j) replay.apply_inline(events[j]);
+    if (progress) progress(base + stop, n);
+  }
+  if (progress) progress(n, n);
+  inspect(replay);
 }
 
 void replay_to(const Snapshot& snapshot, std::int32_t device, std::size_t index,
                const std::function<void(const Replay&)>& inspect,
                const std::function<void(std::size_t, std::size_t)>& progress) {
-  InitialLayout initial = derive_initial_layout(snapshot, device);
-  Replay replay(initial.segments, device, snapshot.stacks.size());
-  const std::size_t n = snapshot.events.size();
-  const std::size_t end = index == kNoEvent ? 0 : std::min(index + 1, n);
-  for (std::size_t i = 0; i < end; ++i) {
-    replay.apply_inline(snapshot.events[i]);
-    if (progress && (i & (kProgressChunk - 1)) == 0) progress(i, n);
-  }
-  if (progress) progress(n, n);
-  inspect(replay);
+  SnapshotEvents source(snapshot);
+  replay_to(source, device, index, inspect, progress);
 }
 
 namespace {

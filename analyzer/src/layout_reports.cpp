@@ -52,7 +52,8 @@ std::string page_map(const Segment& segment) {
 
 }  // namespace
 
-Document segments_report(const Snapshot& snapshot, const ReportOptions& options) {
+Document segments_report(EventSource& source, const ReportOptions& options) {
+  const Snapshot& snapshot = source.head();
   AnalysisOptions analysis = detail::analysis_options(options);
   std::vector<Segment> layout;
   std::vector<SegmentFigures> figures;
@@ -60,9 +61,9 @@ Document segments_report(const Snapshot& snapshot, const ReportOptions& options)
     layout = replay.layout();
     figures = replay.segment_figures();
   };
-  if (options.at) analysis.window.end = std::min(*options.at + 1, snapshot.events.size());
+  if (options.at) analysis.window.end = std::min(*options.at + 1, source.event_count());
   analysis.at_end = capture;
-  const Analysis a = analyze(snapshot, analysis);
+  const Analysis a = analyze(source, analysis);
 
   Document doc;
   doc.report = "segments";
@@ -107,14 +108,15 @@ Document segments_report(const Snapshot& snapshot, const ReportOptions& options)
   return doc;
 }
 
-Document fragmentation_report(const Snapshot& snapshot, const ReportOptions& options) {
+Document fragmentation_report(EventSource& source, const ReportOptions& options) {
+  const Snapshot& snapshot = source.head();
   AnalysisOptions analysis = detail::analysis_options(options);
   analysis.timeline = AnalysisOptions::Timeline::buckets;
   analysis.buckets = options.buckets != 0 ? options.buckets : kDefaultFragmentationBuckets;
   analysis.sample_fragmentation = true;
   std::vector<SegmentFigures> figures;
   analysis.at_end = [&](const Replay& replay) { figures = replay.segment_figures(); };
-  const Analysis a = analyze(snapshot, analysis);
+  const Analysis a = analyze(source, analysis);
 
   Document doc;
   doc.report = "fragmentation";
@@ -172,6 +174,16 @@ Document fragmentation_report(const Snapshot& snapshot, const ReportOptions& opt
   }
   detail::add_common_notes(doc, snapshot, a);
   return doc;
+}
+
+Document segments_report(const Snapshot& snapshot, const ReportOptions& options) {
+  SnapshotEvents source(snapshot);
+  return segments_report(source, options);
+}
+
+Document fragmentation_report(const Snapshot& snapshot, const ReportOptions& options) {
+  SnapshotEvents source(snapshot);
+  return fragmentation_report(source, options);
 }
 
 }  // namespace cachealloc::analyzer

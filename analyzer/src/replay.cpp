@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "cachealloc/analyzer/detail/flat_hash.hpp"
+#include "cachealloc/analyzer/event_source.hpp"
 #include "replay_hot.hpp"
 
 namespace cachealloc::analyzer {
@@ -32,6 +33,12 @@ std::uint64_t minus(std::uint64_t a, std::uint64_t b) noexcept { return a > b ? 
 // The layout before the ring.
 
 InitialLayout derive_initial_layout(const snapshot::Snapshot& snapshot, std::int32_t device) {
+  SnapshotEvents source(snapshot);
+  return derive_initial_layout(source, device);
+}
+
+InitialLayout derive_initial_layout(EventSource& source, std::int32_t device) {
+  const snapshot::Snapshot& snapshot = source.head();
   struct SegmentInfo {
     std::uint64_t total_size = 0;
     std::uint64_t stream = 0;
@@ -92,71 +99,74 @@ InitialLayout derive_initial_layout(const snapshot::Snapshot& snapshot, std::int
     return address < it->first + it->second.total_size ? it : segments.end();
   };
 
-  for (auto e = snapshot.events.rbegin(); e != snapshot.events.rend(); ++e) {
-    if (e->device != device) continue;
-    switch (e->kind) {
-      case EventKind::alloc: {
-        const std::uint32_t id = block_at.find(e->address);
-        if (id != detail::FlatHashMap::kMissing) {
-          block_at.erase(e->address);
-          blocks[id].live = false;
-          free_ids.push_back(id);
-        }
-        break;
-      }
-      case EventKind::free_requested: {
-        const std::uint32_t id = block_at.find(e->address);
-        if (id != detail::FlatHashMap::kMissing) {
-          blocks[id].state = BlockState::active_allocated;
-        } else {
-          put_block(BlockInfo{e->address, e->size, e->aux, e->stack, BlockState::active_allocated, true, true});
-        }
-        break;
-      }
-      case EventKind::free_completed:
-        put_block(BlockInfo{e->address, e->size, e->aux, e->stack, BlockState::active_pending_free, true, true});
-        break;
-      case EventKind::segment_alloc:
-        segments.erase(e->address);
-        break;
-      case EventKind::segment_release:
-        // The release carries no flags; a small-pool segment is always exactly 2 MiB.
-        segments[e->address] =
-            SegmentInfo{e->size, e->stream, e->size != kSmallPoolSegmentSize, false, e->stack, {}};
-        break;
-      case EventKind::segment_map: {
-        auto it = containing(e->address);
-        if (it == segments.end()) break;
-        SegmentInfo& info = it->second;
-        const std::uint64_t end = it->first + info.total_size;
-        if (e->address == it->first && e->size >= info.total_size) {
-          segments.erase(it);  // the map created this segment
-        } else if (e->address + e->size >= end) {
-          info.total_size = e->address - it->first;  // the map grew this segment
-        } else {
-          info.unmapped.emplace_back(e->address, e->address + e->size);
-        }
-        break;
-      }
-      case EventKind::segment_unmap: {
-        auto it = containing(e->address);
-        if (it == segments.end()) break;
-        const std::uint64_t begin = e->address;
-        const std::uint64_t end = e->address + e->size;
-        std::vector<std::pair<std::uint64_t, std::uint64_t>> kept;
-        for (auto [b, f] : it->second.unmapped) {
-          if (f <= begin || b >= end) {
-            kept.emplace_back(b, f);
-            continue;
+  for (std::size_t block_index = source.block_count(); block_index-- > 0;) {
+    const std::span<const Event> block = source.block(block_index);
+    for (auto e = block.rbegin(); e != block.rend(); ++e) {
+      if (e->device != device) continue;
+      switch (e->kind) {
+        case EventKind::alloc: {
+          const std::uint32_t id = block_at.find(e->address);
+          if (id != detail::FlatHashMap::kMissing) {
+            block_at.erase(e->address);
+            blocks[id].live = false;
+            free_ids.push_back(id);
           }
-          if (b < begin) kept.emplace_back(b, begin);
-          if (f > end) kept.emplace_back(end, f);
+          break;
         }
-        it->second.unmapped = std::move(kept);
-        break;
+        case EventKind::free_requested: {
+          const std::uint32_t id = block_at.find(e->address);
+          if (id != detail::FlatHashMap::kMissing) {
+            blocks[id].state = BlockState::active_allocated;
+          } else {
+            put_block(BlockInfo{e->address, e->size, e->aux, e->stack, BlockState::active_allocated, true, true});
+          }
+          break;
+        }
+        case EventKind::free_completed:
+          put_block(BlockInfo{e->address, e->size, e->aux, e->stack, BlockState::active_pending_free, true, true});
+          break;
+        case EventKind::segment_alloc:
+          segments.erase(e->address);
+          break;
+        case EventKind::segment_release:
+          // The release carries no flags; a small-pool segment is always exactly 2 MiB.
+          segments[e->address] =
+              SegmentInfo{e->size, e->stream, e->size != kSmallPoolSegmentSize, false, e->stack, {}};
+          break;
+        case EventKind::segment_map: {
+          auto it = containing(e->address);
+          if (it == segments.end()) break;
+          SegmentInfo& info = it->second;
+          const std::uint64_t end = it->first + info.total_size;
+          if (e->address == it->first && e->size >= info.total_size) {
+            segments.erase(it);  // the map created this segment
+          } else if (e->address + e->size >= end) {
+            info.total_size = e->address - it->first;  // the map grew this segment
+          } else {
+            info.unmapped.emplace_back(e->address, e->address + e->size);
+          }
+          break;
+        }
+        case EventKind::segment_unmap: {
+          auto it = containing(e->address);
+          if (it == segments.end()) break;
+          const std::uint64_t begin = e->address;
+          const std::uint64_t end = e->address + e->size;
+          std::vector<std::pair<std::uint64_t, std::uint64_t>> kept;
+          for (auto [b, f] : it->second.unmapped) {
+            if (f <= begin || b >= end) {
+              kept.emplace_back(b, f);
+              continue;
+            }
+            if (b < begin) kept.emplace_back(b, begin);
+            if (f > end) kept.emplace_back(end, f);
+          }
+          it->second.unmapped = std::move(kept);
+          break;
+        }
+        default:
+          break;
       }
-      default:
-        break;
     }
   }
 

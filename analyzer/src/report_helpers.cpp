@@ -25,7 +25,7 @@ std::string title(const Snapshot& snapshot, std::int32_t device, const std::stri
   return line;
 }
 
-void add_common_notes(Document& document, const Snapshot& snapshot, const Analysis& analysis) {
+void add_common_notes(Document& document, const Snapshot& /*snapshot*/, const Analysis& analysis) {
   if (analysis.truncated()) {
     const std::string why = analysis.dropped_events > 0
                                 ? "the ring overflowed: " + std::to_string(analysis.dropped_events) +
@@ -50,10 +50,10 @@ void add_common_notes(Document& document, const Snapshot& snapshot, const Analys
     if (!analysis.layout_check.first_differences.empty()) note += ", e.g. " + analysis.layout_check.first_differences[0];
     document.notes.push_back(note);
   }
-  if (analysis.window.begin != 0 || analysis.window.end != snapshot.events.size()) {
+  if (analysis.window.begin != 0 || analysis.window.end != analysis.event_count) {
     document.notes.push_back("limited to events #" + std::to_string(analysis.window.begin) + " to #" +
                              std::to_string(analysis.window.end == 0 ? 0 : analysis.window.end - 1) + " of " +
-                             std::to_string(snapshot.events.size()));
+                             std::to_string(analysis.event_count));
   }
 }
 

@@ -75,14 +75,15 @@ std::vector<Column> allocation_columns() {
 
 }  // namespace
 
-Document peak_report(const Snapshot& snapshot, const ReportOptions& options) {
-  const Analysis a = analyze(snapshot, detail::analysis_options(options));
+Document peak_report(EventSource& source, const ReportOptions& options) {
+  const Snapshot& snapshot = source.head();
+  const Analysis a = analyze(source, detail::analysis_options(options));
   const Peak& peak = options.peak_reserved ? a.peak_reserved : a.peak_allocated;
   const char* metric = options.peak_reserved ? "reserved" : "allocated";
   // Second pass: the full live set at the peak, for the per-allocation listing.
   std::vector<Replay::LiveBlock> blocks;
   const std::size_t until = peak.event == kNoEvent ? (a.window.begin == 0 ? kNoEvent : a.window.begin - 1) : peak.event;
-  replay_to(snapshot, a.device, until, [&](const Replay& replay) { blocks = live_blocks(replay, 0); }, options.progress);
+  replay_to(source, a.device, until, [&](const Replay& replay) { blocks = live_blocks(replay, 0); }, options.progress);
   const std::vector<SiteGroup> groups = group_by_site(blocks);
   std::uint64_t live = 0;
   for (const auto& b : blocks) live += b.size;
@@ -113,8 +114,9 @@ Document peak_report(const Snapshot& snapshot, const ReportOptions& options) {
   return doc;
 }
 
-Document top_report(const Snapshot& snapshot, const ReportOptions& options) {
-  const Analysis a = analyze(snapshot, detail::analysis_options(options));
+Document top_report(EventSource& source, const ReportOptions& options) {
+  const Snapshot& snapshot = source.head();
+  const Analysis a = analyze(source, detail::analysis_options(options));
   std::vector<const SiteFigures*> sites;
   for (const SiteFigures& s : a.sites) {
     if (s.allocs != 0 || s.bytes_at_peak_allocated != 0 || s.live_bytes_at_end != 0) sites.push_back(&s);
@@ -160,11 +162,12 @@ Document top_report(const Snapshot& snapshot, const ReportOptions& options) {
   return doc;
 }
 
-Document leaks_report(const Snapshot& snapshot, const ReportOptions& options) {
+Document leaks_report(EventSource& source, const ReportOptions& options) {
+  const Snapshot& snapshot = source.head();
   AnalysisOptions analysis = detail::analysis_options(options);
   std::vector<Replay::LiveBlock> blocks;
   analysis.at_end = [&](const Replay& replay) { blocks = live_blocks(replay, options.min_size); };
-  const Analysis a = analyze(snapshot, analysis);
+  const Analysis a = analyze(source, analysis);
   const std::vector<SiteGroup> groups = group_by_site(blocks);
   std::uint64_t live = 0;
   for (const auto& b : blocks) live += b.size;
@@ -188,8 +191,9 @@ Document leaks_report(const Snapshot& snapshot, const ReportOptions& options) {
   return doc;
 }
 
-Document oom_report(const Snapshot& snapshot, const ReportOptions& options) {
-  const Analysis a = analyze(snapshot, detail::analysis_options(options));
+Document oom_report(EventSource& source, const ReportOptions& options) {
+  const Snapshot& snapshot = source.head();
+  const Analysis a = analyze(source, detail::analysis_options(options));
   Document doc;
   doc.report = "oom";
   doc.title = detail::title(snapshot, a.device, std::to_string(a.ooms.size()) + " out-of-memory event(s)");
@@ -260,24 +264,49 @@ std::optional<ExportTable> parse_export_table(const std::string& name) noexcept 
   return std::nullopt;
 }
 
-Document export_report(const Snapshot& snapshot, ExportTable what, const ReportOptions& options) {
+Document export_report(EventSource& source, ExportTable what, const ReportOptions& options) {
   Document doc;
   switch (what) {
-    case ExportTable::timeline: doc = timeline_report(snapshot, options); break;
-    case ExportTable::events: doc = events_report(snapshot, options); break;
+    case ExportTable::timeline: doc = timeline_report(source, options); break;
+    case ExportTable::events: doc = events_report(source, options); break;
     case ExportTable::segments:
-      doc = segments_report(snapshot, options);
+      doc = segments_report(source, options);
       doc.csv_table = "blocks";
       break;
     case ExportTable::sites: {
       ReportOptions all = options;
       if (all.limit == 0) all.limit = std::numeric_limits<std::size_t>::max();
-      doc = top_report(snapshot, all);
+      doc = top_report(source, all);
       break;
     }
   }
   doc.report = "export";
   return doc;
+}
+
+Document peak_report(const Snapshot& snapshot, const ReportOptions& options) {
+  SnapshotEvents source(snapshot);
+  return peak_report(source, options);
+}
+
+Document top_report(const Snapshot& snapshot, const ReportOptions& options) {
+  SnapshotEvents source(snapshot);
+  return top_report(source, options);
+}
+
+Document leaks_report(const Snapshot& snapshot, const ReportOptions& options) {
+  SnapshotEvents source(snapshot);
+  return leaks_report(source, options);
+}
+
+Document oom_report(const Snapshot& snapshot, const ReportOptions& options) {
+  SnapshotEvents source(snapshot);
+  return oom_report(source, options);
+}
+
+Document export_report(const Snapshot& snapshot, ExportTable what, const ReportOptions& options) {
+  SnapshotEvents source(snapshot);
+  return export_report(source, what, options);
 }
 
 }  // namespace cachealloc::analyzer

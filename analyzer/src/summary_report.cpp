@@ -20,8 +20,9 @@ std::string pad(std::string text, std::size_t width) {
 
 }  // namespace
 
-Document summary_report(const Snapshot& snapshot, const ReportOptions& options) {
-  const Analysis a = analyze(snapshot, detail::analysis_options(options));
+Document summary_report(EventSource& source, const ReportOptions& options) {
+  const Snapshot& snapshot = source.head();
+  const Analysis a = analyze(source, detail::analysis_options(options));
   const bool lower = a.truncated();
   Document doc;
   doc.report = "summary";
@@ -115,6 +116,11 @@ Document summary_report(const Snapshot& snapshot, const ReportOptions& options) 
   }
   detail::add_common_notes(doc, snapshot, a);
   return doc;
+}
+
+Document summary_report(const Snapshot& snapshot, const ReportOptions& options) {
+  SnapshotEvents source(snapshot);
+  return summary_report(source, options);
 }
 
 }  // namespace cachealloc::analyzer

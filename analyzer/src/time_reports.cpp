@@ -8,11 +8,12 @@ namespace cachealloc::analyzer {
 
 using snapshot::Snapshot;
 
-Document timeline_report(const Snapshot& snapshot, const ReportOptions& options) {
+Document timeline_report(EventSource& source, const ReportOptions& options) {
+  const Snapshot& snapshot = source.head();
   AnalysisOptions analysis = detail::analysis_options(options);
   analysis.timeline = options.buckets != 0 ? AnalysisOptions::Timeline::buckets : AnalysisOptions::Timeline::per_event;
   analysis.buckets = options.buckets;
-  const Analysis a = analyze(snapshot, analysis);
+  const Analysis a = analyze(source, analysis);
   const bool bucketed = options.buckets != 0;
 
   Document doc;
@@ -57,8 +58,9 @@ Document timeline_report(const Snapshot& snapshot, const ReportOptions& options)
   return doc;
 }
 
-Document events_report(const Snapshot& snapshot, const ReportOptions& options) {
-  const Analysis a = analyze(snapshot, detail::analysis_options(options));
+Document events_report(EventSource& source, const ReportOptions& options) {
+  const Snapshot& snapshot = source.head();
+  const Analysis a = analyze(source, detail::analysis_options(options));
   Document doc;
   doc.report = "events";
   doc.title = detail::title(snapshot, a.device, "events");
@@ -73,16 +75,16 @@ Document events_report(const Snapshot& snapshot, const ReportOptions& options) {
                             {"thread", "thread", Unit::count},
                             {"site", "site"}});
   std::size_t shown = 0;
-  for (std::size_t i = a.window.begin; i < a.window.end; ++i) {
-    const snapshot::Event& e = snapshot.events[i];
+  // Returns false once the listing is full.
+  auto list = [&](std::size_t i, const snapshot::Event& e) {
     const bool annotation =
         e.kind == snapshot::EventKind::annotation_begin || e.kind == snapshot::EventKind::annotation_end;
-    if (e.device != a.device && !annotation) continue;
+    if (e.device != a.device && !annotation) return true;
     if (!options.kinds.empty() && std::find(options.kinds.begin(), options.kinds.end(), e.kind) == options.kinds.end())
-      continue;
+      return true;
     if (options.limit != 0 && shown == options.limit) {
       doc.notes.push_back("listing stops at " + std::to_string(options.limit) + " events (--limit)");
-      break;
+      return false;
     }
     ++shown;
     Value aux = e.aux;
@@ -90,9 +92,29 @@ Document events_report(const Snapshot& snapshot, const ReportOptions& options) {
     table.rows.push_back({static_cast<std::uint64_t>(i), detail::since_origin(a, e.time_ns),
                           std::string(snapshot::to_string(e.kind)), e.address, e.size, aux, e.stream,
                           static_cast<std::uint64_t>(e.thread), e.stack ? Value{top_frame(snapshot, e.stack)} : Value{}});
+    return true;
+  };
+  bool more = true;
+  for (std::size_t b = 0; more && b < source.block_count() && source.block_begin(b) < a.window.end; ++b) {
+    const std::size_t base = source.block_begin(b);
+    if (source.block_begin(b + 1) <= a.window.begin) continue;
+    const std::span<const snapshot::Event> events = source.block(b);
+    const std::size_t from = a.window.begin > base ? a.window.begin - base : 0;
+    const std::size_t to = std::min(events.size(), a.window.end - base);
+    for (std::size_t j = from; more && j < to; ++j) more = list(base + j, events[j]);
   }
   detail::add_common_notes(doc, snapshot, a);
   return doc;
+}
+
+Document timeline_report(const Snapshot& snapshot, const ReportOptions& options) {
+  SnapshotEvents source(snapshot);
+  return timeline_report(source, options);
+}
+
+Document events_report(const Snapshot& snapshot, const ReportOptions& options) {
+  SnapshotEvents source(snapshot);
+  return events_report(source, options);
 }
 
 }  // namespace cachealloc::analyzer

@@ -44,9 +44,9 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool file_req
       "print the version and exit");
 }
 
-std::size_t event_point(const snapshot::Snapshot& snapshot, const std::string& text, const char* option) {
+std::size_t event_point(analyzer::EventSource& source, const std::string& text, const char* option) {
   std::string error;
-  const std::optional<std::size_t> point = analyzer::parse_event_point(snapshot, text, error);
+  const std::optional<std::size_t> point = analyzer::parse_event_point(source, text, error);
   if (!point) throw UsageError(std::string(option) + ": " + error);
   return *point;
 }
@@ -73,24 +73,24 @@ std::uint64_t byte_count(const std::string& text, const char* option) {
 void Runner::run() const {
   const std::optional<analyzer::Format> format = analyzer::parse_format(common.format);
   if (!format) throw UsageError("--format: expected table, csv or json");
-  // The only place a file is read: load() sniffs the content.
-  const snapshot::Snapshot snapshot = analyzer::load(common.file);
+  // The only place a file is read; both sniff the content.
   if (action_) {
-    action_(snapshot);
+    action_(analyzer::load(common.file));
     return;
   }
+  analyzer::FileEvents source(common.file);
 
   analyzer::ReportOptions options;
   options.device = common.device;
-  if (!common.from.empty()) options.window.begin = event_point(snapshot, common.from, "--from");
+  if (!common.from.empty()) options.window.begin = event_point(source, common.from, "--from");
   if (!common.to.empty()) {
-    const std::size_t to = event_point(snapshot, common.to, "--to");
+    const std::size_t to = event_point(source, common.to, "--to");
     // A time names the first event at or after it; an index is inclusive.
-    options.window.end = to < snapshot.events.size() ? to + 1 : to;
+    options.window.end = to < source.event_count() ? to + 1 : to;
   }
   if (options.window.begin > options.window.end) throw UsageError("--from is after --to");
   options.progress = progress_indicator(name_);
-  const analyzer::Document document = build_(snapshot, options);
+  const analyzer::Document document = build_(source, options);
 
   if (common.output.empty()) {
     analyzer::render(document, *format, std::cout);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cachealloc/analyzer/document.hpp"
+#include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/analyzer/reports.hpp"
 #include "cachealloc/snapshot/model.hpp"
 
@@ -30,7 +31,7 @@ struct CommonOptions {
   int device = -1;
 };
 
-using BuildReport = std::function<analyzer::Document(const snapshot::Snapshot&, analyzer::ReportOptions&)>;
+using BuildReport = std::function<analyzer::Document(analyzer::EventSource&, analyzer::ReportOptions&)>;
 
 class Runner {
  public:
@@ -47,7 +48,9 @@ class Runner {
     action_ = std::move(action);
   }
   bool selected() const { return static_cast<bool>(build_) || static_cast<bool>(action_); }
-  // Loads, builds, renders and writes. Throws UsageError or SnapshotError.
+  // Opens the file, builds, renders and writes. Throws UsageError or
+  // SnapshotError. Reports read the events block by block (FileEvents);
+  // actions get the whole snapshot.
   void run() const;
 
  private:
@@ -60,7 +63,7 @@ class Runner {
 void add_common_options(CLI::App& command, CommonOptions& options, bool file_required = true);
 
 // Parses an event index or a time ("1.5s"); throws UsageError naming `option`.
-std::size_t event_point(const snapshot::Snapshot& snapshot, const std::string& text, const char* option);
+std::size_t event_point(analyzer::EventSource& source, const std::string& text, const char* option);
 // Parses a byte count with an optional K, M, G or T suffix (powers of 1024).
 std::uint64_t byte_count(const std::string& text, const char* option);
 

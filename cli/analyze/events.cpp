@@ -18,14 +18,14 @@ void add_events_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze events run.bin --kind oom\n"
       "  cachealloc-analyze events run.bin --kind segment_alloc,segment_release --from 1s --to 2s");
   command->callback([&runner, kinds, limit] {
-    runner.select("events", [kinds, limit](const snapshot::Snapshot& snapshot, analyzer::ReportOptions& options) {
+    runner.select("events", [kinds, limit](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       for (const std::string& name : *kinds) {
         snapshot::EventKind kind;
         if (!snapshot::parse_event_kind(name, kind)) throw UsageError("--kind: no event kind is named '" + name + "'");
         options.kinds.push_back(kind);
       }
       options.limit = *limit;
-      return analyzer::events_report(snapshot, options);
+      return analyzer::events_report(source, options);
     });
   });
 }

@@ -20,9 +20,9 @@ void add_export_command(CLI::App& app, Runner& runner) {
   command->callback([&runner, what, buckets, command] {
     // CSV unless --format was given explicitly.
     if (command->get_option("--format")->count() == 0) runner.common.format = "csv";
-    runner.select("export", [what, buckets](const snapshot::Snapshot& snapshot, analyzer::ReportOptions& options) {
+    runner.select("export", [what, buckets](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       options.buckets = *buckets;
-      return analyzer::export_report(snapshot, *analyzer::parse_export_table(*what), options);
+      return analyzer::export_report(source, *analyzer::parse_export_table(*what), options);
     });
   });
 }

@@ -18,9 +18,9 @@ void add_fragmentation_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze fragmentation run.bin\n"
       "  cachealloc-analyze fragmentation run.bin --buckets 200 --format csv -o frag.csv   # over time");
   command->callback([&runner, buckets] {
-    runner.select("fragmentation", [buckets](const snapshot::Snapshot& snapshot, analyzer::ReportOptions& options) {
+    runner.select("fragmentation", [buckets](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       options.buckets = *buckets;
-      return analyzer::fragmentation_report(snapshot, options);
+      return analyzer::fragmentation_report(source, options);
     });
   });
 }

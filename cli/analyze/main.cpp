@@ -37,7 +37,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     if (!runner.selected()) {
       if (runner.common.file.empty()) throw CLI::RequiredError("FILE");
-      runner.select("summary", cachealloc::analyzer::summary_report);
+      runner.select("summary", [](cachealloc::analyzer::EventSource& source, cachealloc::analyzer::ReportOptions& options) {
+        return cachealloc::analyzer::summary_report(source, options);
+      });
     }
   } catch (const CLI::Success& e) {
     return app.exit(e);  // --help, --version

@@ -10,7 +10,9 @@ void add_oom_command(CLI::App& app, Runner& runner) {
       "Examples:\n"
       "  cachealloc-analyze oom run.bin\n"
       "  cachealloc-analyze oom run.bin --format json");
-  command->callback([&runner] { runner.select("oom", analyzer::oom_report); });
+  command->callback([&runner] { runner.select("oom", [](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+      return analyzer::oom_report(source, options);
+    }); });
 }
 
 }  // namespace cachealloc::cli

@@ -18,15 +18,15 @@ void add_segments_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze segments run.bin --at 1200\n"
       "  cachealloc-analyze segments run.bin --at-time 2.5s --format csv -o blocks.csv");
   command->callback([&runner, at, at_time] {
-    runner.select("segments", [at, at_time](const snapshot::Snapshot& snapshot, analyzer::ReportOptions& options) {
-      if (!at->empty()) options.at = event_point(snapshot, *at, "--at");
+    runner.select("segments", [at, at_time](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+      if (!at->empty()) options.at = event_point(source, *at, "--at");
       if (!at_time->empty()) {
         // A time names the first event at or after it; the state is just before that event.
-        const std::size_t next = event_point(snapshot, *at_time + (at_time->back() == 's' ? "" : "s"), "--at-time");
+        const std::size_t next = event_point(source, *at_time + (at_time->back() == 's' ? "" : "s"), "--at-time");
         options.at = next == 0 ? analyzer::kNoEvent : next - 1;
       }
       if (options.at == analyzer::kNoEvent) options.at = std::nullopt, options.window.end = 0;
-      return analyzer::segments_report(snapshot, options);
+      return analyzer::segments_report(source, options);
     });
   });
 }

@@ -11,7 +11,9 @@ void add_summary_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze summary run.bin\n"
       "  cachealloc-analyze run.bin --format json        # the same: summary is the default\n"
       "  cachealloc-analyze summary run.bin --from 2s --to 5s");
-  command->callback([&runner] { runner.select("summary", analyzer::summary_report); });
+  command->callback([&runner] { runner.select("summary", [](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+      return analyzer::summary_report(source, options);
+    }); });
 }
 
 }  // namespace cachealloc::cli

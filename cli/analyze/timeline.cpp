@@ -15,9 +15,9 @@ void add_timeline_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze timeline run.bin --buckets 50\n"
       "  cachealloc-analyze timeline run.bin --format csv -o timeline.csv");
   command->callback([&runner, buckets] {
-    runner.select("timeline", [buckets](const snapshot::Snapshot& snapshot, analyzer::ReportOptions& options) {
+    runner.select("timeline", [buckets](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       options.buckets = *buckets;
-      return analyzer::timeline_report(snapshot, options);
+      return analyzer::timeline_report(source, options);
     });
   });
 }

@@ -3,7 +3,8 @@
 // per-site figures (including each site's share of the peak), fragmentation
 // samples, OOM post-mortems and a check of the replayed final layout.
 //
-// Cost: one forward Replay, O(1) amortized per event. Per-site bytes at the
+// Cost: one forward Replay, O(1) amortized per event, reading the events
+// block by block from an EventSource (event_source.hpp). Per-site bytes at the
 // peak are kept with a "touched since the last peak" list, so a new peak costs
 // only the sites that changed since the previous one, never a copy of the
 // live set. Memory: O(live blocks + stacks + timeline rows asked for).
@@ -21,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/analyzer/replay.hpp"
 #include "cachealloc/snapshot/model.hpp"
 
@@ -40,10 +42,13 @@ struct EventWindow {
 // with `error` set.
 std::optional<std::size_t> parse_event_point(const snapshot::Snapshot& snapshot, std::string_view text,
                                              std::string& error);
+// The same over a source; a time costs a forward read up to its block.
+std::optional<std::size_t> parse_event_point(EventSource& source, std::string_view text, std::string& error);
 
 // Picks the device to analyze: `requested` when >= 0, else the first device
 // the snapshot describes, else the first device that has events or segments.
 std::int32_t pick_device(const snapshot::Snapshot& snapshot, std::int32_t requested);
+std::int32_t pick_device(EventSource& source, std::int32_t requested);
 
 struct AnalysisOptions {
   std::int32_t device = -1;
@@ -55,7 +60,7 @@ struct AnalysisOptions {
   bool sample_fragmentation = false;
   // How many sites to keep per OOM.
   std::size_t oom_sites = 5;
-  // Called every few million events with (events done, events total).
+  // Called after every block of events with (events done, events total).
   std::function<void(std::size_t, std::size_t)> progress;
   // Called once with the state after the window's last event, for reports
   // that need the full layout or live set at the end in the same pass.
@@ -120,6 +125,7 @@ struct LayoutCheck {
 
 struct Analysis {
   std::int32_t device = 0;
+  std::size_t event_count = 0;      // in the whole trace
   EventWindow window;               // resolved
   std::uint64_t time_origin_ns = 0; // events[0].time_ns; report times are relative to it
   std::uint64_t dropped_events = 0;
@@ -150,11 +156,20 @@ struct Analysis {
 };
 
 Analysis analyze(const snapshot::Snapshot& snapshot, const AnalysisOptions& options);
+// The same, reading the events block by block: memory is the replayed state
+// (live blocks, segments, per-stack counters), the head's tables and one
+// block of events, whatever the number of events. A trace that does not
+// start from an empty allocator costs a second forward pass and one
+// backward pass (derive_initial_layout), each one block at a time.
+Analysis analyze(EventSource& source, const AnalysisOptions& options);
 
 // Replays to just after event `index` (kNoEvent: the state before events[0]) and
 // hands the Replay to `inspect`. For reports that need the full state at one
 // moment (segments --at, leaks, peak listings). O(index) time.
 void replay_to(const snapshot::Snapshot& snapshot, std::int32_t device, std::size_t index,
+               const std::function<void(const Replay&)>& inspect,
+               const std::function<void(std::size_t, std::size_t)>& progress = {});
+void replay_to(EventSource& source, std::int32_t device, std::size_t index,
                const std::function<void(const Replay&)>& inspect,
                const std::function<void(std::size_t, std::size_t)>& progress = {});
 

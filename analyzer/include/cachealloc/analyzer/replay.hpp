@@ -114,6 +114,9 @@ struct InitialLayout {
 // is exact because the allocator always merges free neighbours.
 // Cost: O(events + final blocks) time, O(live blocks) memory.
 InitialLayout derive_initial_layout(const snapshot::Snapshot& snapshot, std::int32_t device);
+// The same over a source, reading its blocks from the last to the first.
+class EventSource;
+InitialLayout derive_initial_layout(EventSource& source, std::int32_t device);
 
 class Replay {
   static constexpr std::uint32_t kNone = 0xffffffffu;

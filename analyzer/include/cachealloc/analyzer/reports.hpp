@@ -9,7 +9,9 @@
 // run. Builders mark such fields lower_bound and say so in the notes.
 //
 // Cost: summary, fragmentation, timeline, top and oom make one pass over the
-// events; peak, segments --at and leaks make at most two.
+// events; peak, segments --at and leaks make at most two. A trace that does
+// not start from an empty allocator adds one backward pass. Memory: the
+// replayed state plus one block of events, and the Document itself.
 //
 // Thread safety: reentrant.
 #pragma once
@@ -39,6 +41,18 @@ struct ReportOptions {
   std::function<void(std::size_t, std::size_t)> progress;
 };
 
+// Each builder reads the events through an EventSource (event_source.hpp),
+// block by block; the Snapshot overloads wrap the snapshot in one.
+Document summary_report(EventSource& source, const ReportOptions& options);
+Document segments_report(EventSource& source, const ReportOptions& options);
+Document fragmentation_report(EventSource& source, const ReportOptions& options);
+Document timeline_report(EventSource& source, const ReportOptions& options);
+Document peak_report(EventSource& source, const ReportOptions& options);
+Document top_report(EventSource& source, const ReportOptions& options);
+Document leaks_report(EventSource& source, const ReportOptions& options);
+Document oom_report(EventSource& source, const ReportOptions& options);
+Document events_report(EventSource& source, const ReportOptions& options);
+
 Document summary_report(const snapshot::Snapshot& snapshot, const ReportOptions& options);
 Document segments_report(const snapshot::Snapshot& snapshot, const ReportOptions& options);
 Document fragmentation_report(const snapshot::Snapshot& snapshot, const ReportOptions& options);
@@ -53,6 +67,7 @@ Document events_report(const snapshot::Snapshot& snapshot, const ReportOptions& 
 enum class ExportTable { timeline, events, segments, sites };
 std::optional<ExportTable> parse_export_table(const std::string& name) noexcept;
 Document export_report(const snapshot::Snapshot& snapshot, ExportTable what, const ReportOptions& options);
+Document export_report(EventSource& source, ExportTable what, const ReportOptions& options);
 
 // Symbolized stacks, from the snapshot's tables.
 // "function (file:line)", or the hex ip and module when unresolved.

@@ -1,0 +1,79 @@
+// Where the analyzer gets a snapshot's events: all in memory, or block by
+// block from a file (snapshot::SnapshotReader), so a report over a large
+// file keeps only its own state and one block.
+//
+// Every report takes an EventSource. head() is everything but the events
+// (tables, final layout, header); its `events` member is never read through
+// a source. Events come in blocks, forwards or backwards: replay walks them
+// forwards, derive_initial_layout backwards.
+//
+// Thread safety: none; a source and the spans it returns belong to one thread.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <span>
+#include <vector>
+
+#include "cachealloc/snapshot/model.hpp"
+#include "cachealloc/snapshot/reader.hpp"
+
+namespace cachealloc::analyzer {
+
+class EventSource {
+ public:
+  virtual ~EventSource() = default;
+  virtual const snapshot::Snapshot& head() const = 0;
+  virtual std::size_t event_count() const = 0;
+  virtual std::size_t block_count() const = 0;
+  // The index of the block's first event; block_begin(block_count()) is event_count().
+  virtual std::size_t block_begin(std::size_t block) const = 0;
+  // The events of `block`, valid until the next call. Throws SnapshotError
+  // when a file's block is damaged.
+  virtual std::span<const snapshot::Event> block(std::size_t block) = 0;
+};
+
+// A snapshot already in memory; blocks are views of its events, no copy.
+class SnapshotEvents final : public EventSource {
+ public:
+  explicit SnapshotEvents(const snapshot::Snapshot& snapshot) : snapshot_(snapshot) {}
+  const snapshot::Snapshot& head() const override { return snapshot_; }
+  std::size_t event_count() const override { return snapshot_.events.size(); }
+  std::size_t block_count() const override { return (snapshot_.events.size() + kBlock - 1) / kBlock; }
+  std::size_t block_begin(std::size_t block) const override {
+    return std::min(block * kBlock, snapshot_.events.size());
+  }
+  std::span<const snapshot::Event> block(std::size_t block) override {
+    const std::size_t begin = block_begin(block);
+    return std::span<const snapshot::Event>(snapshot_.events).subspan(begin, block_begin(block + 1) - begin);
+  }
+
+ private:
+  static constexpr std::size_t kBlock = std::size_t{1} << 16;
+  const snapshot::Snapshot& snapshot_;
+};
+
+// A file, read through snapshot::SnapshotReader: for format version 3, one
+// block in memory at a time; for anything else the whole file (reader.hpp).
+// Throws SnapshotError as snapshot::load() does.
+class FileEvents final : public EventSource {
+ public:
+  explicit FileEvents(const std::filesystem::path& path) : reader_(path) {}
+  const snapshot::Snapshot& head() const override { return reader_.head(); }
+  std::size_t event_count() const override { return static_cast<std::size_t>(reader_.event_count()); }
+  std::size_t block_count() const override { return reader_.block_count(); }
+  std::size_t block_begin(std::size_t block) const override {
+    return static_cast<std::size_t>(reader_.block_first_event(block));
+  }
+  std::span<const snapshot::Event> block(std::size_t block) override {
+    reader_.read_block(block, buffer_);
+    return buffer_;
+  }
+  bool streaming() const noexcept { return reader_.streaming(); }
+
+ private:
+  snapshot::SnapshotReader reader_;
+  std::vector<snapshot::Event> buffer_;
+};
+
+}  // namespace cachealloc::analyzer

@@ -1,0 +1,142 @@
+// Analyzer throughput and memory: the one-pass summary + peak + fragmentation
+// analysis over a large snapshot, results in docs/PERFORMANCE.md ("Analyzer").
+//
+//   cachealloc-synthetic --events 3000000 --seed 1 --stacks native --threads 1 -o /tmp/s3m.bin
+//   bench_analyze_throughput /tmp/s3m.bin
+//
+// Reports, best of 3 runs each:
+//   - decode + analysis, streaming: FileEvents reads and decodes one block at
+//     a time and the analysis consumes it (what cachealloc-analyze does);
+//   - decode + analysis, load everything: snapshot::load(), then analyze();
+//   - analysis alone: analyze() over a snapshot already in memory;
+//   - decode alone: every block of the file decoded, nothing analyzed.
+// and the peak RSS (getrusage ru_maxrss) of one streaming run and one
+// load-everything run, each in a fresh process (this binary re-executed with
+// --child), so neither inherits the other's pages.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "cachealloc/analyzer/analysis.hpp"
+#include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/snapshot/load.hpp"
+
+using namespace cachealloc;
+
+namespace {
+
+// What summary, peak and fragmentation need, in one pass: the peaks and
+// counts always, plus 20 slices with fragmentation figures.
+analyzer::AnalysisOptions one_pass_options() {
+  analyzer::AnalysisOptions options;
+  options.timeline = analyzer::AnalysisOptions::Timeline::buckets;
+  options.buckets = 20;
+  options.sample_fragmentation = true;
+  return options;
+}
+
+double seconds_best_of_3(const std::function<void()>& run) {
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    best = std::min(best, took.count());
+  }
+  return best;
+}
+
+// Keeps the optimizer from dropping an analysis whose result is unused.
+volatile std::uint64_t g_sink = 0;
+
+void streaming_run(const char* path) {
+  analyzer::FileEvents source(path);
+  g_sink = g_sink + analyzer::analyze(source, one_pass_options()).peak_allocated.bytes;
+}
+
+void load_everything_run(const char* path) {
+  const snapshot::Snapshot snapshot = snapshot::load(path);
+  g_sink = g_sink + analyzer::analyze(snapshot, one_pass_options()).peak_allocated.bytes;
+}
+
+// Peak RSS in KiB of this binary re-executed as `--child mode path`.
+long child_max_rss_kib(const char* self, const char* mode, const char* path) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl(self, self, "--child", mode, path, static_cast<char*>(nullptr));
+    std::perror("exec");
+    std::_Exit(127);
+  }
+  int status = 0;
+  struct rusage usage {};
+  if (pid < 0 || ::wait4(pid, &status, 0, &usage) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "the %s child failed\n", mode);
+    std::exit(1);
+  }
+  return usage.ru_maxrss;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 4 && std::strcmp(argv[1], "--child") == 0) {
+    if (std::strcmp(argv[2], "streaming") == 0) {
+      streaming_run(argv[3]);
+    } else {
+      load_everything_run(argv[3]);
+    }
+    return 0;
+  }
+  if (argc != 2) {
+    std::fprintf(stderr,
+                 "usage: %s SNAPSHOT\n"
+                 "  make one with: cachealloc-synthetic --events 3000000 --seed 1 --stacks native --threads 1 -o "
+                 "/tmp/s3m.bin\n",
+                 argv[0]);
+    return 2;
+  }
+  const char* path = argv[1];
+  try {
+    // Memory first, from a parent that holds nothing yet.
+    const long streaming_kib = child_max_rss_kib("/proc/self/exe", "streaming", path);
+    const long loading_kib = child_max_rss_kib("/proc/self/exe", "load", path);
+
+    analyzer::FileEvents probe(path);
+    const double events = static_cast<double>(probe.event_count());
+    std::printf("file: %s, %.0f events in %zu blocks, format version %u, streamed: %s\n", path, events,
+                probe.block_count(), probe.head().header.format_version, probe.streaming() ? "yes" : "no");
+
+    const double streaming = seconds_best_of_3([&] { streaming_run(path); });
+    const double loading = seconds_best_of_3([&] { load_everything_run(path); });
+    const double decode_only = seconds_best_of_3([&] {
+      analyzer::FileEvents source(path);
+      for (std::size_t b = 0; b < source.block_count(); ++b) g_sink = g_sink + source.block(b).size();
+    });
+    const snapshot::Snapshot snapshot = snapshot::load(path);
+    const double analysis_only = seconds_best_of_3(
+        [&] { g_sink = g_sink + analyzer::analyze(snapshot, one_pass_options()).peak_allocated.bytes; });
+
+    auto line = [&](const char* what, double s) {
+      std::printf("%-46s %8.3f s  %6.1f M events/s\n", what, s, events / s / 1e6);
+    };
+    std::printf("one pass: summary + peak + fragmentation (20 sampled slices), best of 3\n");
+    line("decode + analysis, streaming (FileEvents)", streaming);
+    line("decode + analysis, load everything first", loading);
+    line("decode alone (every block, no analysis)", decode_only);
+    line("analysis alone (snapshot in memory)", analysis_only);
+    std::printf("peak RSS, fresh process each:\n");
+    std::printf("%-46s %8.1f MiB\n", "streaming", static_cast<double>(streaming_kib) / 1024.0);
+    std::printf("%-46s %8.1f MiB\n", "load everything", static_cast<double>(loading_kib) / 1024.0);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "error: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}
