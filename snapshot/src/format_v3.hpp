@@ -17,8 +17,8 @@ namespace cachealloc::snapshot::detail {
 
 // Events per block as written. A block's columns and codec state start
 // afresh, so one block decodes alone: 64 Ki events is about 250 KB of
-// columns and 3.5 MiB of decoded events, and the reset costs about 1% in
-// size (docs/PERFORMANCE.md).
+// columns and 3.5 MiB of decoded events, and the reset costs under 0.1% in
+// size (docs/FORMAT.md, "Version history").
 inline constexpr std::uint32_t kBlockEvents = 65536;
 // The largest block a reader accepts, so a hostile block size cannot make
 // it decode a block into more memory than a few hundred MiB.

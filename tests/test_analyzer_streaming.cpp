@@ -1,0 +1,101 @@
+// The streaming path (FileEvents over a version 3 file, one block at a time)
+// gives byte for byte the golden outputs of the in-memory path.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "../analyzer/testing/trace_builder.hpp"
+#include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/analyzer/load.hpp"
+#include "cachealloc/analyzer/reports.hpp"
+#include "cachealloc/snapshot/format.hpp"
+
+using namespace cachealloc;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kOwnDir = fs::path(CACHEALLOC_SOURCE_DIR) / "analyzer" / "testdata";
+
+using Builder = analyzer::Document (*)(analyzer::EventSource&, const analyzer::ReportOptions&);
+analyzer::Document timeline_in_buckets(analyzer::EventSource& source, const analyzer::ReportOptions& options) {
+  analyzer::ReportOptions bucketed = options;
+  bucketed.buckets = 8;
+  return analyzer::timeline_report(source, bucketed);
+}
+const std::pair<const char*, Builder> kSubcommands[] = {
+    {"summary", analyzer::summary_report}, {"segments", analyzer::segments_report},
+    {"fragmentation", analyzer::fragmentation_report}, {"timeline", analyzer::timeline_report},
+    {"timeline-buckets", timeline_in_buckets}, {"peak", analyzer::peak_report},
+    {"top", analyzer::top_report},         {"leaks", analyzer::leaks_report},
+    {"oom", analyzer::oom_report},         {"events", analyzer::events_report}};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST_CASE("every report over a streamed version 3 file matches the golden output") {
+  for (const char* name : {"small_step", "small_overflow", "small_random"}) {
+    CAPTURE(name);
+    // Given a golden snapshot rewritten in today's format
+    const fs::path path = fs::temp_directory_path() /
+                          ("cachealloc-streaming-test-" + std::to_string(::getpid()) + "-" + name + ".bin");
+    snapshot::write_snapshot(analyzer::load(kOwnDir / (std::string(name) + ".bin")), path);
+    analyzer::FileEvents source(path);
+    REQUIRE(source.streaming());
+    for (const auto& [subcommand, build] : kSubcommands) {
+      CAPTURE(subcommand);
+      // When each report reads it block by block
+      const analyzer::Document document = build(source, {});
+      // Then the output is the golden one, in every format
+      for (const auto& [extension, format] : {std::pair{"table", analyzer::Format::table},
+                                              std::pair{"csv", analyzer::Format::csv},
+                                              std::pair{"json", analyzer::Format::json}}) {
+        std::ostringstream out;
+        analyzer::render(document, format, out);
+        CHECK(out.str() == read_file(kOwnDir / name / (std::string(subcommand) + "." + extension)));
+      }
+    }
+    fs::remove(path);
+  }
+}
+
+TEST_CASE("reports over several blocks match the in-memory path, with and without a derived start") {
+  for (const bool overflowed : {false, true}) {
+    CAPTURE(overflowed);
+    // Given a random trace of four blocks, the second time missing its first events
+    snapshot::Snapshot trace = analyzer::testing::random_trace(4, 200000, 3, 3);
+    if (overflowed) {
+      trace.events.erase(trace.events.begin(), trace.events.begin() + 1000);
+      trace.dropped_events = 1000;
+    }
+    REQUIRE(trace.events.size() > 2 * 65536);
+    const fs::path path =
+        fs::temp_directory_path() / ("cachealloc-streaming-test-" + std::to_string(::getpid()) + "-blocks.bin");
+    snapshot::write_snapshot(trace, path);
+    analyzer::FileEvents source(path);
+    analyzer::ReportOptions window;
+    window.window = {70000, 140000};
+    for (const auto& [subcommand, build] : kSubcommands) {
+      CAPTURE(subcommand);
+      for (const analyzer::ReportOptions& options : {analyzer::ReportOptions{}, window}) {
+        // When a report reads it block by block, then it says what the in-memory path says
+        analyzer::SnapshotEvents in_memory(trace);
+        std::ostringstream streamed, loaded;
+        analyzer::render(build(source, options), analyzer::Format::json, streamed);
+        analyzer::render(build(in_memory, options), analyzer::Format::json, loaded);
+        CHECK(streamed.str() == loaded.str());
+      }
+    }
+    fs::remove(path);
+  }
+}
