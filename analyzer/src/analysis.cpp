@@ -36,16 +36,11 @@ class SitePeakTracker {
     blocks_ = replay.live_blocks_by_stack();
     touched_flag_.assign(bytes_.size(), 0);
   }
+  // Inline: most events touch a site already touched since the last peak.
   void touch(snapshot::StackId stack) {
-    if (stack.value >= touched_flag_.size()) {
-      touched_flag_.resize(stack.value + 1, 0);
-      bytes_.resize(stack.value + 1, 0);
-      blocks_.resize(stack.value + 1, 0);
-    }
-    if (!touched_flag_[stack.value]) {
-      touched_flag_[stack.value] = 1;
-      touched_.push_back(stack.value);
-    }
+    if (stack.value < touched_flag_.size() && touched_flag_[stack.value]) [[likely]]
+      return;
+    first_touch(stack);
   }
   void new_peak(const Replay& replay) {
     const auto& live_bytes = replay.live_bytes_by_stack();
@@ -61,6 +56,18 @@ class SitePeakTracker {
   const std::vector<std::uint32_t>& blocks() const { return blocks_; }
 
  private:
+  [[gnu::noinline]] void first_touch(snapshot::StackId stack) {
+    if (stack.value >= touched_flag_.size()) {
+      touched_flag_.resize(stack.value + 1, 0);
+      bytes_.resize(stack.value + 1, 0);
+      blocks_.resize(stack.value + 1, 0);
+    }
+    if (!touched_flag_[stack.value]) {
+      touched_flag_[stack.value] = 1;
+      touched_.push_back(stack.value);
+    }
+  }
+
   std::vector<std::uint64_t> bytes_;
   std::vector<std::uint32_t> blocks_;
   std::vector<std::uint8_t> touched_flag_;
@@ -79,6 +86,20 @@ void grow_max(Totals& max, const Totals& now) {
   max.requested = std::max(max.requested, now.requested);
   max.active = std::max(max.active, now.active);
   max.reserved = std::max(max.reserved, now.reserved);
+}
+
+// Whether replaying the event can change Replay::totals(): split, merge and
+// the purely informative kinds never do, and make up a third of a trace.
+bool may_change_totals(EventKind kind) {
+  constexpr unsigned kChanging = (1u << static_cast<unsigned>(EventKind::alloc)) |
+                                 (1u << static_cast<unsigned>(EventKind::free_requested)) |
+                                 (1u << static_cast<unsigned>(EventKind::free_completed)) |
+                                 (1u << static_cast<unsigned>(EventKind::segment_alloc)) |
+                                 (1u << static_cast<unsigned>(EventKind::segment_release)) |
+                                 (1u << static_cast<unsigned>(EventKind::segment_map)) |
+                                 (1u << static_cast<unsigned>(EventKind::segment_unmap));
+  const auto bit = static_cast<unsigned>(kind);
+  return bit < 32 && ((kChanging >> bit) & 1u) != 0;
 }
 
 bool counts_for(const Event& event, std::int32_t device) {
@@ -239,22 +260,27 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
         on_oom(i, e);
       }
     }
-    if (const std::optional<snapshot::StackId> touched = replay.last_touched_stack()) {
-      at_peak_allocated.touch(*touched);
-      at_peak_reserved.touch(*touched);
-    }
+    // Totals that did not change cannot make a peak: the previous event, or
+    // start_window, already compared them.
+    const bool changed = may_change_totals(e.kind);
     const Totals& t = replay.totals();
-    if (t.allocated > a.peak_allocated.bytes) {
-      record_peak(a.peak_allocated, t.allocated, i, e.time_ns, replay);
-      at_peak_allocated.new_peak(replay);
+    if (changed) {
+      if (const std::optional<snapshot::StackId> touched = replay.last_touched_stack()) {
+        at_peak_allocated.touch(*touched);
+        at_peak_reserved.touch(*touched);
+      }
+      if (t.allocated > a.peak_allocated.bytes) {
+        record_peak(a.peak_allocated, t.allocated, i, e.time_ns, replay);
+        at_peak_allocated.new_peak(replay);
+      }
+      if (t.reserved > a.peak_reserved.bytes) {
+        record_peak(a.peak_reserved, t.reserved, i, e.time_ns, replay);
+        at_peak_reserved.new_peak(replay);
+        a.cache_at_peak_reserved = replay.cache_figures(false);
+      }
+      if (t.active > a.peak_active.bytes) record_peak(a.peak_active, t.active, i, e.time_ns, replay);
+      if (t.requested > a.peak_requested.bytes) record_peak(a.peak_requested, t.requested, i, e.time_ns, replay);
     }
-    if (t.reserved > a.peak_reserved.bytes) {
-      record_peak(a.peak_reserved, t.reserved, i, e.time_ns, replay);
-      at_peak_reserved.new_peak(replay);
-      a.cache_at_peak_reserved = replay.cache_figures(false);
-    }
-    if (t.active > a.peak_active.bytes) record_peak(a.peak_active, t.active, i, e.time_ns, replay);
-    if (t.requested > a.peak_requested.bytes) record_peak(a.peak_requested, t.requested, i, e.time_ns, replay);
 
     if (per_event) {
       TimelineRow r;
@@ -264,7 +290,7 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
       r.at_end = r.max = t;
       a.timeline.push_back(r);
     } else if (buckets) {
-      grow_max(row.max, t);
+      if (changed || row.first_event == i) grow_max(row.max, t);  // a row starts from zero
       if (i + 1 >= bucket_end) {
         row.last_event = i;
         row.time_ns = e.time_ns;

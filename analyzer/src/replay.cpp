@@ -99,6 +99,9 @@ InitialLayout derive_initial_layout(EventSource& source, std::int32_t device) {
     return address < it->first + it->second.total_size ? it : segments.end();
   };
 
+  // The block the last free_completed put, while it stays at that address.
+  std::uint64_t last_put_address = 0;
+  std::uint32_t last_put_id = detail::FlatHashMap::kMissing;
   for (std::size_t block_index = source.block_count(); block_index-- > 0;) {
     const std::span<const Event> block = source.block(block_index);
     for (auto e = block.rbegin(); e != block.rend(); ++e) {
@@ -106,6 +109,7 @@ InitialLayout derive_initial_layout(EventSource& source, std::int32_t device) {
       switch (e->kind) {
         case EventKind::alloc: {
           const std::uint32_t id = block_at.find(e->address);
+          if (id == last_put_id) last_put_id = detail::FlatHashMap::kMissing;
           if (id != detail::FlatHashMap::kMissing) {
             block_at.erase(e->address);
             blocks[id].live = false;
@@ -114,7 +118,11 @@ InitialLayout derive_initial_layout(EventSource& source, std::int32_t device) {
           break;
         }
         case EventKind::free_requested: {
-          const std::uint32_t id = block_at.find(e->address);
+          // Walking backwards, a free_requested mostly comes right after
+          // (before, in time) its block's free_completed: skip the lookup.
+          const std::uint32_t id = e->address == last_put_address && last_put_id != detail::FlatHashMap::kMissing
+                                       ? last_put_id
+                                       : block_at.find(e->address);
           if (id != detail::FlatHashMap::kMissing) {
             blocks[id].state = BlockState::active_allocated;
           } else {
@@ -123,7 +131,9 @@ InitialLayout derive_initial_layout(EventSource& source, std::int32_t device) {
           break;
         }
         case EventKind::free_completed:
-          put_block(BlockInfo{e->address, e->size, e->aux, e->stack, BlockState::active_pending_free, true, true});
+          last_put_id =
+              put_block(BlockInfo{e->address, e->size, e->aux, e->stack, BlockState::active_pending_free, true, true});
+          last_put_address = e->address;
           break;
         case EventKind::segment_alloc:
           segments.erase(e->address);
