@@ -423,3 +423,66 @@ TEST_CASE("100k devices sharing one big trace entry cost time linear in the file
   CHECK(s.events.back().device == 99999);
   CHECK(s.events.back().size == 512);
 }
+
+// --- shapes the reader stores compactly -------------------------------------
+
+namespace {
+// SHORT_BINUNICODE of `text`, and small ints, for hand-written pickles.
+std::string str8(const std::string& text) { return "\x8c"s + static_cast<char>(text.size()) + text; }
+std::string int1(int value) { return "K"s + static_cast<char>(value); }
+std::string int2(int value) { return "M"s + static_cast<char>(value & 0xff) + static_cast<char>(value >> 8); }
+}  // namespace
+
+TEST_CASE("a trace entry or frame list changed after it was built reads as Python would build it") {
+  // Given a trace of one entry E = {'action': 'alloc', 'addr': 512, 'size': 64, 'time_us': 5, 'frames': F},
+  // F = [{'name': 'f', 'line': 1}], and later in the file E['size'] = 1024, E['extra'] = 'x' and
+  // F.append({'name': 'g'}); the trace list is also the root's 'external_annotations'
+  std::string body = kProto4 + "}\x94"s;                              // memo 0: the root
+  body += str8("segments") + "]s";
+  body += str8("device_traces") + "]" + "]\x94"s;                     // the device list; memo 1: the trace
+  body += "}\x94("s;                                                  // memo 2: E
+  body += str8("action") + str8("alloc") + str8("addr") + int2(512) + str8("size") + int1(64) + str8("time_us") + int1(5);
+  body += str8("frames") + "]\x94"s + "}(" + str8("name") + str8("f") + str8("line") + int1(1) + "ua";  // memo 3: F
+  body += "u" "a" "a" "s";                                            // E done, in the trace, in the device list
+  body += str8("later") + "h\x02"s + str8("size") + int2(1024) + "s" + str8("extra") + str8("x") + "ss";
+  body += str8("more") + "h\x03"s + "}(" + str8("name") + str8("g") + "ua" + "s";
+  body += str8("external_annotations") + "h\x01"s + "s.";
+  // When it is read
+  const Snapshot s = decode_pytorch_pickle(bytes_of(body));
+  // Then the event has the final size and the final frames, and the trace is also read as annotations
+  REQUIRE(s.events.size() == 1);
+  CHECK(s.events[0].kind == EventKind::alloc);
+  CHECK(s.events[0].address == 512);
+  CHECK(s.events[0].aux == 1024);
+  REQUIRE(s.events[0].stack);
+  const Stack& stack = s.stacks[s.events[0].stack.value];
+  REQUIRE(stack.frames.size() == 2);
+  CHECK(s.strings[s.frames[stack.frames[0].value].function.value] == "f");
+  CHECK(s.strings[s.frames[stack.frames[1].value].function.value] == "g");
+  CHECK(s.settings.at("pytorch_skipped_records") == "1");  // the entry has no 'stage'
+}
+
+TEST_CASE("trace entries that share frame dicts through the memo share one stack") {
+  // Given three entries whose frame lists are fresh lists of the same memoized frame dicts, as PyTorch writes them
+  std::string body = kProto4 + "}\x94"s + str8("segments") + "]s" + str8("device_traces") + "]]\x94("s;  // memo 1: the trace
+  const std::string frame_a = "}\x94(" + str8("name") + str8("a") + str8("filename") + str8("x.py") + str8("line") + int1(3) + "u";
+  for (int i = 0; i < 3; ++i) {
+    body += "}\x94(" + str8("action") + str8(i == 0 ? "alloc" : i == 1 ? "free_requested" : "free_completed") +
+            str8("addr") + int2(512) + str8("size") + int1(64) + str8("time_us") + int1(5 + i) +
+            str8("compile_context") + str8("N/A") + "\x94" + str8("frames") + "]\x94(";
+    body += i == 0 ? frame_a : "h\x05"s;  // the first entry memoizes the frame dict (memo 5), the others BINGET it
+    body += "eu";
+  }
+  body += "eas.";
+  // When it is read
+  const Snapshot s = decode_pytorch_pickle(bytes_of(body));
+  // Then every event names the same stack of one frame
+  REQUIRE(s.events.size() == 3);
+  CHECK(s.events[0].stack);
+  CHECK(s.events[1].stack == s.events[0].stack);
+  CHECK(s.events[2].stack == s.events[0].stack);
+  CHECK(s.stacks.size() == 2);
+  CHECK(s.frames.size() == 2);
+  CHECK(s.events[2].kind == EventKind::free_completed);
+  CHECK(s.events[2].size == 512);  // the allocation's block size
+}

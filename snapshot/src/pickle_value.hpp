@@ -1,55 +1,125 @@
 // The value tree of the restricted unpickler (pickle_reader.cpp) that the
 // mapper (pickle_mapper.cpp) turns into a Snapshot.
 //
-// Every node lives in one arena and refers to others by index. That is what
-// makes the memo cheap (BINGET pushes an index, never a copy), keeps cycles
-// harmless (a list may contain itself; nothing owns anything), and lets the
-// tree be destroyed without recursion, however deep it is.
+// Compact by design: a 3M-entry PyTorch trace is ~200 MB of pickle, and one
+// heap node per value made the tree 20x the file. Here
+//   - a value is 16 bytes (Value); text and bytes are views into the input,
+//     which must outlive the tree;
+//   - a list, tuple or dict is a 16-byte Container, referred to by id: the
+//     memo holds ids (BINGET pushes an id, never a copy), cycles are
+//     harmless and nothing is destroyed recursively;
+//   - items live in one arena (slices with power-of-two capacity, so
+//     appending is amortized O(1) however containers interleave);
+//   - two shapes PyTorch repeats millions of times are stored in a form of
+//     their own, with the same meaning:
+//       * a list of dicts (a 'frames' list) is a FrameList: the sequence of
+//         dict ids, deduplicated, so a stack repeated a million times is kept
+//         once and the mapper interns it once;
+//       * a dict whose keys are all trace-entry keys ('action' with a known
+//         action, 'addr', 'size', 'stream', 'time_us', 'frames',
+//         'device_free', 'compile_context', 'user_metadata') is a
+//         TraceEntry: its fields packed into an Event-sized record (see
+//         TraceFields), so the trace can become the model's events in place.
+//         'compile_context' and 'user_metadata' keep only their presence: no
+//         mapping reads them (a TraceEntry iterated as a dict shows them as None).
+//       * a list of consecutive TraceEntries (a device's trace) is a
+//         TraceRun: two numbers, however long the trace.
+//     Changing such a container later (a second batch of SETITEMS with
+//     other keys, an APPEND to a frame list) turns it back into plain items
+//     first, so what the mapper sees is what Python would build.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
-#include <string>
 #include <string_view>
 #include <vector>
 
-namespace cachealloc::snapshot::pickle {
+#include "cachealloc/snapshot/model.hpp"
 
-using NodeId = std::uint32_t;
+namespace cachealloc::snapshot::pickle {
 
 enum class Kind : std::uint8_t { none, boolean, integer, floating, text, bytes, list, tuple, dict };
 const char* to_string(Kind kind) noexcept;
 
-// A Python int. Values past 64 bits keep only `too_big`: no field of a
-// memory snapshot needs them, but a reader must still parse past them.
-struct Integer {
-  bool negative = false;
-  bool too_big = false;
-  std::uint64_t magnitude = 0;
-};
+using ContainerId = std::uint32_t;
 
-struct Node {
+// A Python value. Integers past 64 bits keep only `too_big`: no field of a
+// memory snapshot needs them, but a reader must still parse past them.
+struct Value {
   Kind kind = Kind::none;
-  bool flag = false;     // boolean
-  Integer integer{};     // integer
-  double number = 0.0;   // floating
-  std::string text;      // text (UTF-8 as stored) and bytes
-  // list and tuple: the items; dict: keys and values interleaved, in
-  // insertion order (a repeated key: the last one wins, as in Python).
-  std::vector<NodeId> items;
+  bool flag = false;      // boolean: its value; integer: negative
+  bool too_big = false;   // integer: does not fit in 64 bits
+  std::uint32_t length = 0;  // text, bytes: byte length; list, tuple, dict: ContainerId
+  union {
+    std::uint64_t magnitude = 0;  // integer (and boolean: 0 or 1)
+    double number;                // floating
+    const char* text;             // text (UTF-8 as stored), bytes
+  };
+
+  bool is_container() const noexcept { return kind == Kind::list || kind == Kind::tuple || kind == Kind::dict; }
+  ContainerId container() const noexcept { return length; }
+  std::string_view view() const noexcept { return {text, length}; }
+};
+static_assert(sizeof(Value) == 16);
+
+enum class Shape : std::uint8_t { items, frame_list, trace_entry, trace_run };
+
+struct Container {
+  Kind kind = Kind::list;
+  Shape shape = Shape::items;
+  // items: values (a dict: keys and values interleaved, in insertion order;
+  // a repeated key: the last one wins, as in Python); frame_list: dicts.
+  std::uint32_t size = 0;
+  // items: arena offset; frame_list: FrameList number; trace_entry: index in
+  // Tree::traces; trace_run: the index of the first of `size` consecutive
+  // TraceEntries in Tree::traces (a device's trace, as PyTorch writes it)
+  std::uint64_t offset = 0;
+};
+static_assert(sizeof(Container) == 16);
+
+// The fields of a TraceEntry, packed into an Event of Tree::traces:
+//   kind = the action; time_ns = time_us; address = addr; size; stream;
+//   aux = device_free; thread = the 'frames' container; device = the state
+//   of each field (FieldState, 3 bits each, at 3 * TraceField); stack = the
+//   dict's own ContainerId.
+enum class TraceField : std::uint8_t { addr, size, stream, time_us, device_free, frames, compile_context, user_metadata };
+inline constexpr int kTraceFieldCount = 8;
+enum class FieldState : std::uint8_t { absent, none, boolean, integer, negative, too_big, container };
+
+std::string_view trace_key(TraceField field) noexcept;
+// PyTorch's name of an action, e.g. "segment_free" for segment_release.
+std::string_view trace_action_name(EventKind kind) noexcept;
+
+inline FieldState field_state(const Event& entry, TraceField field) noexcept {
+  return static_cast<FieldState>((static_cast<std::uint32_t>(entry.device) >> (3 * static_cast<int>(field))) & 7u);
+}
+
+struct FrameList {
+  std::uint64_t offset = 0;  // into Tree::frame_items
+  std::uint32_t size = 0;
 };
 
 struct Tree {
-  std::vector<Node> nodes;
-  NodeId root = 0;
-  const Node& operator[](NodeId id) const { return nodes[id]; }
+  Value root;
+  std::vector<Container> containers;
+  std::vector<Value> arena;
+  std::vector<FrameList> frame_lists;
+  std::vector<ContainerId> frame_items;
+  std::vector<Event> traces;
+
+  std::size_t size(ContainerId id) const noexcept;  // a dict: twice its entries
+  Value item(ContainerId id, std::size_t index) const noexcept;
+  // The value of `key` in a dict (last one wins), nullopt when absent. Linear
+  // in the dict's size; the mapper indexes big dicts itself.
+  std::optional<Value> find(ContainerId dict, std::string_view key) const noexcept;
+  // A TraceEntry's field as the dict would hold it; nullopt when absent.
+  std::optional<Value> trace_value(const Event& entry, TraceField field) const noexcept;
 };
 
 // Parses a pickle of protocol 2 to 5. Throws SnapshotError (see pickle.hpp).
+// The tree points into `bytes`.
 Tree parse(std::span<const std::byte> bytes);
-
-// The value of `key` in a dict node, or nullptr when absent.
-const NodeId* find(const Tree& tree, const Node& dict, std::string_view key);
 
 }  // namespace cachealloc::snapshot::pickle
