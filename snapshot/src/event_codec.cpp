@@ -194,10 +194,11 @@ class RecentList {
     }
     return kMissing;
   }
-  void touch(const T& value) noexcept {
+  // `listed_at`: where the caller already knows the value is, else kMissing.
+  void touch(const T& value, std::size_t listed_at = kMissing) noexcept {
     // Often the value is already first: the same address or stack again.
     if (count_ != 0 && values_[0] == value) return;
-    std::size_t at = find(value);
+    std::size_t at = listed_at != kMissing ? listed_at : find(value);
     if (at == kMissing) at = count_ < N ? count_++ : N - 1;
     std::copy_backward(values_.begin(), values_.begin() + static_cast<std::ptrdiff_t>(at),
                        values_.begin() + static_cast<std::ptrdiff_t>(at) + 1);
@@ -488,6 +489,10 @@ struct Predictor {
   std::array<StackSource, 16> stack_source{};
   RecentList<std::uint64_t, kRecentAddresses> recent_addresses;
   RecentList<StackId, kRecentStacks> recent_stacks;
+  // The decoder's hints to learn(): where this event's address and stack
+  // sit in the recent lists when it read them from there, else kMissing.
+  std::size_t address_listed_at = decltype(recent_addresses)::kMissing;
+  std::size_t stack_listed_at = decltype(recent_stacks)::kMissing;
   // Live blocks by address, filled by alloc and emptied by free_completed: the
   // free_* events of a block repeat its alloc's size and aux.
   FlatMap<Remembered> live;
@@ -559,7 +564,8 @@ struct Predictor {
     }
     stack_of_kind[kind] = event.stack;
     previous_stack = event.stack;
-    if (event.stack) recent_stacks.touch(event.stack);
+    if (event.stack) recent_stacks.touch(event.stack, stack_listed_at);
+    stack_listed_at = decltype(recent_stacks)::kMissing;
 
     thread = event.thread;
     device = event.device;
@@ -567,8 +573,9 @@ struct Predictor {
     time_ns = event.time_ns;
     if (event.address != 0) {
       last_address = event.address;
-      recent_addresses.touch(event.address);
+      recent_addresses.touch(event.address, address_listed_at);
     }
+    address_listed_at = decltype(recent_addresses)::kMissing;
     last_size = event.size;
     if (block == nullptr) at_site = Remembered{event.size, event.aux, event.stack};
 
@@ -783,6 +790,7 @@ void decode(const EventColumns& columns, std::vector<Event>& events) {
                              std::to_string(predictor.recent_addresses.size()));
         }
         event.address = predictor.recent_addresses[recent];
+        predictor.address_listed_at = recent;
         break;
       }
       case address_aligned_delta:
@@ -806,6 +814,7 @@ void decode(const EventColumns& columns, std::vector<Event>& events) {
                              std::to_string(predictor.recent_stacks.size()));
         }
         event.stack = predictor.recent_stacks[recent];
+        predictor.stack_listed_at = recent;
         break;
       }
       case stack_explicit: event.stack = read_stack_id(read.stack, index); break;
