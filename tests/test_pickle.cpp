@@ -434,32 +434,37 @@ std::string int2(int value) { return "M"s + static_cast<char>(value & 0xff) + st
 }  // namespace
 
 TEST_CASE("a trace entry or frame list changed after it was built reads as Python would build it") {
-  // Given a trace of one entry E = {'action': 'alloc', 'addr': 512, 'size': 64, 'time_us': 5, 'frames': F},
-  // F = [{'name': 'f', 'line': 1}], and later in the file E['size'] = 1024, E['extra'] = 'x' and
-  // F.append({'name': 'g'}); the trace list is also the root's 'external_annotations'
-  std::string body = kProto4 + "}\x94"s;                              // memo 0: the root
-  body += str8("segments") + "]s";
-  body += str8("device_traces") + "]" + "]\x94"s;                     // the device list; memo 1: the trace
-  body += "}\x94("s;                                                  // memo 2: E
-  body += str8("action") + str8("alloc") + str8("addr") + int2(512) + str8("size") + int1(64) + str8("time_us") + int1(5);
-  body += str8("frames") + "]\x94"s + "}(" + str8("name") + str8("f") + str8("line") + int1(1) + "ua";  // memo 3: F
-  body += "u" "a" "a" "s";                                            // E done, in the trace, in the device list
-  body += str8("later") + "h\x02"s + str8("size") + int2(1024) + "s" + str8("extra") + str8("x") + "ss";
-  body += str8("more") + "h\x03"s + "}(" + str8("name") + str8("g") + "ua" + "s";
-  body += str8("external_annotations") + "h\x01"s + "s.";
-  // When it is read
-  const Snapshot s = decode_pytorch_pickle(bytes_of(body));
-  // Then the event has the final size and the final frames, and the trace is also read as annotations
-  REQUIRE(s.events.size() == 1);
-  CHECK(s.events[0].kind == EventKind::alloc);
-  CHECK(s.events[0].address == 512);
-  CHECK(s.events[0].aux == 1024);
-  REQUIRE(s.events[0].stack);
-  const Stack& stack = s.stacks[s.events[0].stack.value];
-  REQUIRE(stack.frames.size() == 2);
-  CHECK(s.strings[s.frames[stack.frames[0].value].function.value] == "f");
-  CHECK(s.strings[s.frames[stack.frames[1].value].function.value] == "g");
-  CHECK(s.settings.at("pytorch_skipped_records") == "1");  // the entry has no 'stage'
+  for (const bool trace_is_also_annotations : {false, true}) {
+    CAPTURE(trace_is_also_annotations);
+    // Given a trace of one entry E = {'action': 'alloc', 'addr': 512, 'size': 64, 'time_us': 5, 'frames': F},
+    // F = [{'name': 'f', 'line': 1}], and later in the file E['extra'] = 'x', E['size'] = 1024 and
+    // F.append({'name': 'g'}); in one variant the trace list is also the root's 'external_annotations'
+    std::string body = kProto4 + "}\x94"s;                              // memo 0: the root
+    body += str8("segments") + "]s";
+    body += str8("device_traces") + "]" + "]\x94"s;                     // the device list; memo 1: the trace
+    body += "}\x94("s;                                                  // memo 2: E
+    body += str8("action") + str8("alloc") + str8("addr") + int2(512) + str8("size") + int1(64) + str8("time_us") + int1(5);
+    body += str8("frames") + "]\x94"s + "}(" + str8("name") + str8("f") + str8("line") + int1(1) + "ua";  // memo 3: F
+    body += "u" "a" "a" "s";                                            // E done, in the trace, in the device list
+    body += str8("later") + "h\x02"s + str8("extra") + str8("x") + "s" + str8("size") + int2(1024) + "ss";
+    body += str8("more") + "h\x03"s + "}(" + str8("name") + str8("g") + "ua" + "s";
+    if (trace_is_also_annotations) body += str8("external_annotations") + "h\x01"s + "s";
+    body += ".";
+    // When it is read
+    const Snapshot s = decode_pytorch_pickle(bytes_of(body));
+    // Then the event has the final size and the final frames
+    REQUIRE(s.events.size() == 1);
+    CHECK(s.events[0].kind == EventKind::alloc);
+    CHECK(s.events[0].address == 512);
+    CHECK(s.events[0].aux == 1024);
+    REQUIRE(s.events[0].stack);
+    const Stack& stack = s.stacks[s.events[0].stack.value];
+    REQUIRE(stack.frames.size() == 2);
+    CHECK(s.strings[s.frames[stack.frames[0].value].function.value] == "f");
+    CHECK(s.strings[s.frames[stack.frames[1].value].function.value] == "g");
+    // and a trace read again as annotations is still there to read (its entry has no 'stage')
+    if (trace_is_also_annotations) CHECK(s.settings.at("pytorch_skipped_records") == "1");
+  }
 }
 
 TEST_CASE("trace entries that share frame dicts through the memo share one stack") {

@@ -483,7 +483,8 @@ class Mapper {
     if (value.kind != Kind::list) return false;
     const pickle::Container& run = tree_.containers[value.container()];
     const std::size_t count = run.size;
-    if (run.shape != pickle::Shape::trace_run || run.offset != 0 || count != tree_.traces.size() || count > budget_) {
+    if (run.shape != pickle::Shape::trace_run || run.offset != 0 || count != tree_.traces.size() || count > budget_ ||
+        tree_.trace_entry_detached) {
       return false;
     }
     // Read again later (the same list as 'external_annotations'): keep it.

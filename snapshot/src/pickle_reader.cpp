@@ -560,6 +560,7 @@ class Unpickler {
   // A FrameList or TraceEntry about to change in a way its shape cannot
   // hold: back to plain items, with the same content.
   void to_items(ContainerId id) {
+    if (tree_.containers[id].shape == Shape::trace_entry) tree_.trace_entry_detached = true;
     std::vector<Value> items(tree_.size(id));
     for (std::size_t i = 0; i < items.size(); ++i) items[i] = tree_.item(id, i);
     Container& c = tree_.containers[id];

@@ -108,6 +108,9 @@ struct Tree {
   std::vector<FrameList> frame_lists;
   std::vector<ContainerId> frame_items;
   std::vector<Event> traces;
+  // A TraceEntry turned back into items: its record in `traces` is stale, so
+  // the trace cannot become the events in place.
+  bool trace_entry_detached = false;
 
   std::size_t size(ContainerId id) const noexcept;  // a dict: twice its entries
   Value item(ContainerId id, std::size_t index) const noexcept;
