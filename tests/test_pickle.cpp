@@ -409,7 +409,10 @@ TEST_CASE("100k devices sharing one big trace entry cost time linear in the file
   std::string entry = "}\x94(\x8c\x06" "action\x8c\x05" "alloc\x8c\x04" "addrK\x00\x8c\x04sizeK\x01\x8c\x07time_usK\x00"s;
   for (int i = 0; i < 5000; ++i) {
     const std::string key = "k" + std::to_string(10000 + i);
-    entry += "\x8c" + std::string(1, static_cast<char>(key.size())) + key + "N";
+    entry += '\x8c';
+    entry += static_cast<char>(key.size());
+    entry += key;
+    entry += 'N';
   }
   entry += "u";
   std::string body = kProto4 + "}\x94(\x8c\x08segments]\x8c\x0d" "device_traces](" + "]\x94(" + entry + "e";  // L is memo 1
