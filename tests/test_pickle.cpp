@@ -408,7 +408,8 @@ TEST_CASE("100k devices sharing one big trace entry cost time linear in the file
   // Given device_traces = [L] * 100000 where L = [one alloc entry padded with 5000 extra keys]
   std::string entry = "}\x94(\x8c\x06" "action\x8c\x05" "alloc\x8c\x04" "addrK\x00\x8c\x04sizeK\x01\x8c\x07time_usK\x00"s;
   for (int i = 0; i < 5000; ++i) {
-    const std::string key = "k" + std::to_string(10000 + i);
+    std::string key = "k";
+    key += std::to_string(10000 + i);
     entry += '\x8c';
     entry += static_cast<char>(key.size());
     entry += key;
