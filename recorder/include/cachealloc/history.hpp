@@ -6,12 +6,16 @@
 // recorder is installed the allocator pays one atomic load per event.
 //
 // What the hot path does per event (docs/PERFORMANCE.md has the figures):
-//   - reads CLOCK_MONOTONIC (vDSO, ~20 ns, no system call);
+//   - reads the clock once per allocator call (the invariant TSC where there
+//     is one, else CLOCK_MONOTONIC; converted to CLOCK_MONOTONIC ns at dump);
+//     the other events of the call share that time;
 //   - with stacks == native, walks the frame-pointer chain (~1 ns a frame)
 //     and interns the return addresses in a lock-sharded table, so each
 //     unique stack is stored once and the event carries a small id;
-//   - appends to a fixed-capacity ring under a spinlock, overwriting the
-//     oldest event when full and counting it as dropped.
+//   - writes the event into the calling thread's staging chunk, with no
+//     lock; a full chunk is copied into a ring of chunks (one short lock per
+//     256 events) that overwrites the oldest when full and counts what it
+//     drops. A dump merges the ring and the staging chunks by time.
 // Symbolizing (function, file, line, module) happens once per unique frame,
 // at dump time.
 //
