@@ -14,6 +14,7 @@
 
 #include "cachealloc/snapshot/pickle.hpp"
 #include "pickle_file.hpp"
+#include "pickle_value.hpp"
 
 namespace cachealloc::snapshot {
 
@@ -299,20 +300,9 @@ class SnapshotPickler {
     });
   }
 
-  static const char* action(EventKind kind) {
-    switch (kind) {
-      case EventKind::alloc: return "alloc";
-      case EventKind::free_requested: return "free_requested";
-      case EventKind::free_completed: return "free_completed";
-      case EventKind::segment_alloc: return "segment_alloc";
-      case EventKind::segment_release: return "segment_free";
-      case EventKind::segment_map: return "segment_map";
-      case EventKind::segment_unmap: return "segment_unmap";
-      case EventKind::snapshot: return "snapshot";
-      case EventKind::oom: return "oom";
-      default: return nullptr;  // split, merge, empty_cache, annotations: no trace action
-    }
-  }
+  // PyTorch's action name, the reader's own table; empty for kinds with no
+  // trace action (split, merge, empty_cache, annotations).
+  static std::string_view action(EventKind kind) { return pickle::trace_action_name(kind); }
 
   // PyTorch keeps one trace list per device index, so the highest index
   // sizes the output; an absurd one is refused rather than written as
@@ -331,11 +321,11 @@ class SnapshotPickler {
     for (const DeviceInfo& info : s_.devices) devices = std::max(devices, checked_device(info.index) + 1);
     for (const Segment& segment : s_.segments) devices = std::max(devices, checked_device(segment.device) + 1);
     for (const Event& event : s_.events) {
-      if (action(event.kind) != nullptr) devices = std::max(devices, checked_device(event.device) + 1);
+      if (!action(event.kind).empty()) devices = std::max(devices, checked_device(event.device) + 1);
     }
     std::vector<std::vector<const Event*>> per_device(static_cast<std::size_t>(devices));
     for (const Event& event : s_.events) {
-      if (action(event.kind) == nullptr || event.device < 0) continue;
+      if (action(event.kind).empty() || event.device < 0) continue;
       per_device[static_cast<std::size_t>(event.device)].push_back(&event);
     }
     w_.list(per_device.size(), [&](std::size_t d) {
