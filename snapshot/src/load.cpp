@@ -31,7 +31,8 @@ Snapshot load(std::span<const std::byte> bytes) {
 }
 
 Snapshot load(const std::filesystem::path& path) {
-  return load(std::span<const std::byte>(pickle_file::read_all(path, "snapshot")));
+  const pickle_file::FileBytes file(path, "snapshot");
+  return load(file.bytes());
 }
 
 }  // namespace cachealloc::snapshot

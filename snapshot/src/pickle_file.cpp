@@ -1,6 +1,7 @@
 #include "pickle_file.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,6 +66,33 @@ std::vector<std::byte> read_all(const std::filesystem::path& path, const char* w
   }
   bytes.resize(filled);
   return bytes;
+}
+
+FileBytes::FileBytes(const std::filesystem::path& path, const char* what) {
+  // Below this, read() costs about what setting up a mapping does.
+  constexpr off_t kMapAtLeast = off_t{16} << 20;
+  {
+    Descriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat info {};
+    if (file.fd >= 0 && ::fstat(file.fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size >= kMapAtLeast) {
+      const auto size = static_cast<std::size_t>(info.st_size);
+      void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, file.fd, 0);
+      if (mapping != MAP_FAILED) {
+        ::madvise(mapping, size, MADV_SEQUENTIAL);
+        mapping_ = mapping;
+        mapped_size_ = size;
+        bytes_ = std::span<const std::byte>(static_cast<const std::byte*>(mapping), size);
+        return;
+      }
+    }
+  }
+  // Every error (missing file, directory, permissions) is reported by read_all.
+  read_ = read_all(path, what);
+  bytes_ = read_;
+}
+
+FileBytes::~FileBytes() {
+  if (mapping_ != nullptr) ::munmap(mapping_, mapped_size_);
 }
 
 void write_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes, const char* what) {

@@ -8,6 +8,8 @@
 #include <charconv>
 #include <limits>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <optional>
 #include <queue>
 #include <set>
@@ -17,6 +19,8 @@
 
 #include "cachealloc/snapshot/pickle.hpp"
 #include "pickle_file.hpp"
+#include "format_v3.hpp"
+#include "parallel.hpp"
 #include "pickle_value.hpp"
 
 namespace cachealloc::snapshot {
@@ -55,6 +59,7 @@ std::string python_repr(double value) {
 // trace in node allocation and rehashing.
 class AddressMap {
  public:
+  bool empty() const noexcept { return count_ == 0; }
   // The value at `key`, inserted as `fallback` when absent; `inserted` says which.
   std::uint64_t& at(std::uint64_t key, bool& inserted, std::uint64_t fallback = 0) {
     if ((count_ + 1) * 2 > slots_.size()) grow();
@@ -153,7 +158,8 @@ class Where {
 
 class Mapper {
  public:
-  Mapper(Tree& tree, std::size_t input_bytes) : tree_(tree), budget_(input_bytes) {}
+  Mapper(Tree& tree, std::size_t input_bytes, unsigned threads)
+      : tree_(tree), budget_(input_bytes), threads_(std::max(threads, 1u)) {}
 
   Snapshot run() {
     const Value root = tree_.root;
@@ -172,9 +178,14 @@ class Mapper {
     if (const auto list = find(top, "external_annotations")) annotations = map_annotations(*list);
     std::unordered_map<std::int32_t, std::vector<const Segment*>> segments_by_device;
     for (const Segment& segment : out_.segments) segments_by_device[segment.device].push_back(&segment);
+    // One sequence of events (the usual file: one device, no annotations)
+    // needs no merging, only its times made non-decreasing, which the
+    // inference's pass does on the way.
+    const bool one_sequence =
+        annotations.empty() && std::count_if(per_device.begin(), per_device.end(), [](const auto& d) { return !d.empty(); }) == 1;
     for (std::size_t device = 0; device < per_device.size(); ++device) {
       if (per_device[device].empty()) continue;
-      infer_block_sizes(per_device[device], segments_by_device[static_cast<std::int32_t>(device)]);
+      infer_block_sizes(per_device[device], segments_by_device[static_cast<std::int32_t>(device)], one_sequence);
     }
     std::vector<std::int32_t> used_devices;
     for (std::size_t d = 0; d < per_device.size(); ++d) {
@@ -183,11 +194,35 @@ class Mapper {
     merge_by_time(per_device, annotations);
     fill_devices(used_devices);
     if (skipped_records_ != 0) out_.settings["pytorch_skipped_records"] = std::to_string(skipped_records_);
-    validate(out_);
+    validate_in_parallel();
     return std::move(out_);
   }
 
  private:
+  // validate(out_), with the events checked side by side; the error is the
+  // one validate() would report first.
+  void validate_in_parallel() {
+    std::vector<Event> events = std::move(out_.events);
+    out_.events.clear();
+    validate(out_);  // the tables and the layout
+    out_.events = std::move(events);
+    std::size_t first_bad = out_.events.size();
+    std::optional<SnapshotError> first_error;
+    std::mutex errors;
+    detail::parallel_ranges(out_.events.size(), threads_, 1u << 16, [&](std::size_t begin, std::size_t end) {
+      try {
+        detail::validate_events(out_, std::span<const Event>(out_.events).subspan(begin, end - begin), begin);
+      } catch (const SnapshotError& error) {
+        const std::lock_guard<std::mutex> lock(errors);
+        if (begin < first_bad) {
+          first_bad = begin;
+          first_error = error;
+        }
+      }
+    });
+    if (first_error) throw *first_error;
+  }
+
   // --- typed access ------------------------------------------------------
 
   // Tree::find() is a linear scan. A big dict referenced many times would
@@ -493,9 +528,43 @@ class Mapper {
     out = std::move(tree_.traces);
     tree_.traces.clear();  // each entry is read before it is overwritten; nothing reads them after
     budget_ -= count;
-    for (std::size_t i = 0; i < count; ++i) {
-      out[i] = map_trace_entry(out[i], 0, [i] { return "device_traces[0][" + std::to_string(i) + "]"; });
+    const auto where = [](std::size_t i) {
+      return [i] { return "device_traces[0][" + std::to_string(i) + "]"; };
+    };
+    // Stacks first, in order, so they are numbered by first use whatever the
+    // threads do; it stops at the first entry whose frames are bad.
+    std::size_t stacks_done = 0;
+    std::optional<SnapshotError> stack_error;
+    try {
+      for (; stacks_done < count; ++stacks_done) {
+        Event& entry = out[stacks_done];
+        entry.stack = pickle::field_state(entry, TraceField::frames) == FieldState::absent
+                          ? StackId{}
+                          : stack_of(tree_.trace_value(entry, TraceField::frames), where(stacks_done));
+      }
+    } catch (const SnapshotError& error) {
+      stack_error = error;
     }
+    // The rest of each entry on its own: side by side. The error reported is
+    // the first in trace order, as one thread would meet it.
+    std::size_t first_bad = stacks_done;
+    std::optional<SnapshotError> first_error = stack_error;
+    std::mutex errors;
+    detail::parallel_ranges(stacks_done, threads_, 1u << 16, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) {
+        try {
+          out[i] = map_trace_entry(out[i], out[i].stack, 0, where(i));
+        } catch (const SnapshotError& error) {
+          const std::lock_guard<std::mutex> lock(errors);
+          if (i < first_bad) {
+            first_bad = i;
+            first_error = error;
+          }
+          return;
+        }
+      }
+    });
+    if (first_error) throw *first_error;
     return true;
   }
 
@@ -507,6 +576,14 @@ class Mapper {
   // A TraceEntry (pickle_value.hpp): the same mapping as map_event(), read
   // from the packed fields without a key lookup.
   Event map_trace_entry(const Event& entry, std::int32_t device, const Where& where) {
+    const StackId stack = pickle::field_state(entry, TraceField::frames) == FieldState::absent
+                              ? StackId{}
+                              : stack_of(tree_.trace_value(entry, TraceField::frames), where);
+    return map_trace_entry(entry, stack, device, where);
+  }
+  // With the stack already known: touches nothing shared, so threads may
+  // map entries side by side.
+  Event map_trace_entry(const Event& entry, StackId stack, std::int32_t device, const Where& where) const {
     const auto field = [&](TraceField f) { return tree_.trace_value(entry, f); };
     const auto number = [&](TraceField f, bool allow_negative) {
       const FieldState state = pickle::field_state(entry, f);
@@ -519,8 +596,7 @@ class Mapper {
     event.device = device;
     event.time_ns = time_ns_of(number(TraceField::time_us, false), where);
     event.stream = number(TraceField::stream, true);
-    event.stack = pickle::field_state(entry, TraceField::frames) == FieldState::absent ? StackId{}
-                                                                                       : stack_of(field(TraceField::frames), where);
+    event.stack = stack;
     const std::uint64_t size = number(TraceField::size, false);
     event.size = size;
     if (event.kind == EventKind::oom) {
@@ -622,7 +698,8 @@ class Mapper {
   // In order of trust: the final layout's block for an allocation still alive
   // at dump time; the whole fresh segment when PyTorch would not split it;
   // round_size() otherwise. Frees carry the size of their allocation.
-  void infer_block_sizes(std::vector<Event>& events, const std::vector<const Segment*>& segments) {
+  // `clamp_time`: also raise each time to at least the one before.
+  void infer_block_sizes(std::vector<Event>& events, const std::vector<const Segment*>& segments, bool clamp_time) {
     // address -> the Block still in use at dump time (the first one listed there)
     AddressMap final_blocks;
     std::unordered_map<std::uint64_t, const Segment*> final_segments;
@@ -639,49 +716,67 @@ class Mapper {
       const std::uint64_t* found = final_blocks.find(address);
       return found == nullptr ? nullptr : reinterpret_cast<const Block*>(static_cast<std::uintptr_t>(*found));
     };
-    // Forward: the rounding rules, and segment flags.
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      Event& event = events[i];
-      if (event.kind == EventKind::segment_alloc) {
-        const auto found = final_segments.find(event.address);
-        const bool large = found != final_segments.end() && found->second->total_size == event.size
-                               ? found->second->large_pool
-                               : event.size > kSmallBuffer;
-        event.aux = large ? std::uint64_t{segment_flag_large_pool} : std::uint64_t{0};
-      }
-      if (event.kind != EventKind::alloc) continue;
-      event.size = detail::pytorch_round_size(event.aux, divisions_);
-      if (i > 0 && events[i - 1].kind == EventKind::segment_alloc && events[i - 1].address == event.address &&
-          events[i - 1].size >= event.size) {
-        const std::uint64_t remaining = events[i - 1].size - event.size;
-        const bool small = event.size <= kSmallSize;
-        const bool split = small ? remaining >= kMinBlockSize : event.size < max_split_size_ && remaining > kSmallSize;
-        if (!split) event.size = events[i - 1].size;
-      }
-    }
-    // Backward: allocations never freed in the trace are the final blocks.
-    // Only addresses of final blocks can change anything, so only they are
-    // tracked: the set stays as small as the final layout.
-    AddressMap freed_later;
-    for (std::size_t i = events.size(); i-- > 0;) {
-      Event& event = events[i];
-      if (event.kind != EventKind::free_completed && event.kind != EventKind::alloc) continue;
-      const Block* block = final_block(event.address);
-      if (block == nullptr) continue;
-      if (event.kind == EventKind::free_completed) freed_later.insert(event.address);
-      if (event.kind != EventKind::alloc) continue;
-      if (freed_later.insert(event.address)) {  // the last alloc at this address, still alive
-        if (block->requested == event.aux) event.size = block->size;
+    // Backward: allocations never freed in the trace are the final blocks,
+    // and take their size. Only addresses of final blocks can change
+    // anything, so only they are tracked: the set stays as small as the
+    // final layout, and with no final block there is nothing to walk.
+    std::vector<std::pair<std::size_t, std::uint64_t>> sized_at_end;  // event, block size; last event first
+    if (!final_blocks.empty()) {
+      AddressMap freed_later;
+      for (std::size_t i = events.size(); i-- > 0;) {
+        const Event& event = events[i];
+        if (event.kind != EventKind::free_completed && event.kind != EventKind::alloc) continue;
+        const Block* block = final_block(event.address);
+        if (block == nullptr) continue;
+        if (event.kind == EventKind::free_completed) freed_later.insert(event.address);
+        if (event.kind != EventKind::alloc) continue;
+        if (freed_later.insert(event.address)) {  // the last alloc at this address, still alive
+          if (block->requested == event.aux) sized_at_end.emplace_back(i, block->size);
+        }
       }
     }
-    // Forward: frees take their allocation's size; a free of a block the
-    // trace never allocated means the trace does not start at the beginning.
+    // Forward, one pass: segment flags; each allocation's size by the
+    // rounding rules (unless it lives to the end); frees take their
+    // allocation's size; a free of a block the trace never allocated means
+    // the trace does not start at the beginning.
     AddressMap live;  // address -> block size
     AddressMap segments_seen;
     bool begins_mid_run = false;
-    for (Event& event : events) {
+    std::uint64_t last_time = 0;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      Event& event = events[i];
+      if (clamp_time) {
+        event.time_ns = std::max(event.time_ns, last_time);
+        last_time = event.time_ns;
+      }
       switch (event.kind) {
-        case EventKind::alloc: live[event.address] = event.size; break;
+        case EventKind::segment_alloc: {
+          const auto found = final_segments.find(event.address);
+          const bool large = found != final_segments.end() && found->second->total_size == event.size
+                                 ? found->second->large_pool
+                                 : event.size > kSmallBuffer;
+          event.aux = large ? std::uint64_t{segment_flag_large_pool} : std::uint64_t{0};
+          segments_seen.insert(event.address);
+          break;
+        }
+        case EventKind::alloc: {
+          if (!sized_at_end.empty() && sized_at_end.back().first == i) {
+            event.size = sized_at_end.back().second;
+            sized_at_end.pop_back();
+          } else {
+            event.size = detail::pytorch_round_size(event.aux, divisions_);
+            if (i > 0 && events[i - 1].kind == EventKind::segment_alloc && events[i - 1].address == event.address &&
+                events[i - 1].size >= event.size) {
+              const std::uint64_t remaining = events[i - 1].size - event.size;
+              const bool small = event.size <= kSmallSize;
+              const bool split =
+                  small ? remaining >= kMinBlockSize : event.size < max_split_size_ && remaining > kSmallSize;
+              if (!split) event.size = events[i - 1].size;
+            }
+          }
+          live[event.address] = event.size;
+          break;
+        }
         case EventKind::free_requested:
         case EventKind::free_completed: {
           if (const std::uint64_t* found = live.find(event.address)) {
@@ -697,7 +792,6 @@ class Mapper {
           }
           break;
         }
-        case EventKind::segment_alloc: segments_seen.insert(event.address); break;
         case EventKind::segment_release:
           if (!segments_seen.erase(event.address)) begins_mid_run = true;
           break;
@@ -720,11 +814,14 @@ class Mapper {
     // One sequence (the usual file: one device, no annotations): it becomes
     // the events as it is, clamped, with no copy.
     if (std::count_if(sequences.begin(), sequences.end(), [](const auto* s) { return !s->empty(); }) == 1) {
-      out_.events = std::move(**std::find_if(sequences.begin(), sequences.end(), [](const auto* s) { return !s->empty(); }));
-      std::uint64_t last = 0;
-      for (Event& event : out_.events) {
-        event.time_ns = std::max(event.time_ns, last);
-        last = event.time_ns;
+      std::vector<Event>* only = *std::find_if(sequences.begin(), sequences.end(), [](const auto* s) { return !s->empty(); });
+      out_.events = std::move(*only);
+      if (only == &annotations) {  // a device's trace was clamped by infer_block_sizes()
+        std::uint64_t last = 0;
+        for (Event& event : out_.events) {
+          event.time_ns = std::max(event.time_ns, last);
+          last = event.time_ns;
+        }
       }
       return;
     }
@@ -773,6 +870,7 @@ class Mapper {
   std::array<std::uint64_t, 16> divisions_{};
   std::uint64_t max_split_size_ = std::numeric_limits<std::uint64_t>::max();
   std::uint64_t skipped_records_ = 0;
+  unsigned threads_ = 1;
   mutable std::unordered_map<ContainerId, std::unordered_map<std::string_view, Value>> dict_index_;
   // Keys view the input or static text, both alive until run() returns.
   std::unordered_map<std::string_view, std::uint32_t> string_ids_;
@@ -812,12 +910,19 @@ bool has_pickle_header(std::span<const std::byte> bytes) noexcept {
 }
 
 Snapshot decode_pytorch_pickle(std::span<const std::byte> bytes) {
-  pickle::Tree tree = pickle::parse(bytes);
-  return Mapper(tree, bytes.size()).run();
+  return detail::decode_pytorch_pickle(bytes, detail::PickleReadOptions{});
+}
+
+Snapshot detail::decode_pytorch_pickle(std::span<const std::byte> bytes, const PickleReadOptions& options) {
+  PickleReadOptions settings = options;
+  if (settings.threads == 0) settings.threads = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
+  pickle::Tree tree = pickle::parse(bytes, settings);
+  return Mapper(tree, bytes.size(), settings.threads).run();
 }
 
 Snapshot read_pytorch_pickle(const std::filesystem::path& path) {
-  return decode_pytorch_pickle(pickle_file::read_all(path, "PyTorch snapshot"));
+  const pickle_file::FileBytes file(path, "PyTorch snapshot");
+  return decode_pytorch_pickle(file.bytes());
 }
 
 }  // namespace cachealloc::snapshot

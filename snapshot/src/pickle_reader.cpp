@@ -1,16 +1,21 @@
 // The restricted unpickler: a stack machine over the opcodes that build plain
 // data. See pickle.hpp for what it accepts and what it costs.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <string.h>  // memmem
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "cachealloc/snapshot/format.hpp"
+#include "pickle_entry.hpp"
 #include "pickle_value.hpp"
 
 namespace cachealloc::snapshot::pickle {
@@ -119,9 +124,8 @@ std::string hex_byte(std::uint8_t value) {
   return text.data();
 }
 
-// PyTorch's trace-entry keys, and the TraceField of each (action: -1).
-constexpr int kActionKey = -1;
-constexpr int kNotATraceKey = -2;
+}  // namespace
+
 int trace_key_of(std::string_view key) noexcept {
   switch (key.size()) {
     case 4:
@@ -153,38 +157,12 @@ std::optional<EventKind> trace_action_of(std::string_view name) noexcept {
   return std::nullopt;
 }
 
-std::uint64_t& trace_slot(Event& entry, TraceField field) noexcept {
-  switch (field) {
-    case TraceField::addr: return entry.address;
-    case TraceField::size: return entry.size;
-    case TraceField::stream: return entry.stream;
-    case TraceField::time_us: return entry.time_ns;
-    default: return entry.aux;  // device_free
-  }
-}
+namespace {
+
 std::uint64_t trace_slot(const Event& entry, TraceField field) noexcept {
   return trace_slot(const_cast<Event&>(entry), field);
 }
 
-void set_field_state(Event& entry, TraceField field, FieldState state) noexcept {
-  const int shift = 3 * static_cast<int>(field);
-  auto bits = static_cast<std::uint32_t>(entry.device);
-  bits = (bits & ~(7u << shift)) | (static_cast<std::uint32_t>(state) << shift);
-  entry.device = static_cast<std::int32_t>(bits);
-}
-
-// A memo entry: the kind in the top 2 bits (0: a boxed scalar, else the
-// container's kind) and a container id or boxed-scalar index below. 4 bytes,
-// because PyTorch memoizes three values per trace entry, ~10M in a 3M-entry
-// trace, and BINGET then needs no look at the container.
-using MemoEntry = std::uint32_t;
-constexpr MemoEntry kUnsetMemo = std::numeric_limits<MemoEntry>::max();
-constexpr int kMemoKindShift = 30;
-constexpr MemoEntry kMemoIndexMask = (MemoEntry{1} << kMemoKindShift) - 1;
-constexpr MemoEntry memo_kind_bits(Kind kind) noexcept {
-  return kind == Kind::list ? 1 : kind == Kind::tuple ? 2 : kind == Kind::dict ? 3 : 0;
-}
-constexpr Kind kMemoKinds[4] = {Kind::none, Kind::list, Kind::tuple, Kind::dict};
 
 // What a text value means to a trace entry, as a key (a TraceField,
 // kActionKey or kNotATraceKey) and as an action (an EventKind, or -1).
@@ -215,9 +193,250 @@ class ValueStack {
   std::size_t size_ = 0;
 };
 
+// Thrown when a parallel read meets something only the one-by-one reader
+// may decide (a memo reference of the wrong kind, a run of trace entries
+// that does not join up); parse() then reads the whole pickle on one thread.
+struct ParallelReadAbandoned {};
+
+// Inputs from which the tree's big arrays ask for huge pages.
+constexpr std::size_t kHugePagesFrom = std::size_t{32} << 20;
+
+void advise_huge_pages(const void* data, std::size_t bytes) noexcept {
+  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+  const auto from = (reinterpret_cast<std::uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
+  const auto to = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(kHuge - 1);
+  if (from < to) ::madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE);
+}
+
+// Where one chunk's entries go in the tree: after those of the chunks
+// before it.
+struct ChunkBase {
+  std::size_t containers = 0;
+  std::size_t records = 0;
+  std::size_t memo = 0;
+  std::size_t boxes = 0;
+  std::vector<std::uint64_t> frame_lists;  // the chunk's FrameList numbers -> the tree's
+};
+
+// The tree's arrays, as chunk writers fill them side by side: each writes
+// only its own slots, sized before any starts.
+struct TreeSlots {
+  Container* containers = nullptr;
+  Event* records = nullptr;
+  MemoEntry* memo = nullptr;
+  Value* boxed = nullptr;
+};
+
+// One thread's share of a long trace list: the bytes [begin, stop), taking
+// only whole entries, MARK, APPENDS and FRAME; reading stops at anything
+// else, or at the first opcode boundary at or past stop. Read twice: count()
+// learns how many containers, records, memo entries and boxes the chunk
+// adds (and interns its frame lists), so every chunk's place in the tree is
+// known; write() then reads it again straight into those places. Reading
+// twice costs less than faulting in and copying a second set of arrays.
+struct ChunkReader {
+  std::size_t begin = 0;
+  std::size_t stop = 0;
+  std::size_t end = 0;  // where reading stopped
+  bool failed = false;  // an exception left the chunk half read
+  // Batches (MARK entries... APPENDS): whether the chunk ends inside one,
+  // and how many of its entries come after its last APPENDS.
+  bool open_at_end = true;
+  bool has_appends = false;
+  std::size_t entries_after_appends = 0;
+  // What count() found; write() must find the same.
+  std::size_t containers = 0;
+  std::size_t records = 0;
+  std::size_t memo = 0;
+  std::size_t boxes = 0;
+  std::vector<FrameList> frame_lists;  // the chunk's numbers, frame dicts by the tree's ids
+  std::vector<ContainerId> frame_items;
+  FrameListTable frame_table;
+  // References into earlier chunks' memo entries, followed once all are written.
+  struct Fixup {
+    std::size_t record;
+    DeferredRef ref;
+  };
+  std::vector<Fixup> fixups;
+
+  // Walks the chunk, calling on_entry(entry) for each whole entry; returns
+  // where it stopped.
+  template <class OnEntry>
+  std::size_t walk(const std::uint8_t* data, std::size_t size, const MemoView& memo_view, OnEntry&& on_entry) {
+    EntryScanner scanner;
+    ScannedEntry entry;
+    std::size_t at = begin;
+    bool open = true;          // every chunk starts inside a batch
+    std::size_t in_batch = 0;  // entries since the batch's MARK, as far as this chunk saw
+    has_appends = false;
+    entries_after_appends = 0;
+    while (at < stop && at < size) {
+      const std::uint8_t op = data[at];
+      if (op == 0x7d) {  // EMPTY_DICT: a trace entry, whole, or stop
+        std::size_t next = at + 1;
+        if (!open || !scanner.scan(data, next, size, memo_view, true, entry)) break;
+        on_entry(entry);
+        ++in_batch;
+        ++entries_after_appends;
+        at = next;
+      } else if (op == 0x65) {  // APPENDS
+        if (!open || in_batch == 0) break;
+        open = false;
+        has_appends = true;
+        entries_after_appends = 0;
+        ++at;
+      } else if (op == 0x28) {  // MARK
+        if (open) break;
+        open = true;
+        in_batch = 0;
+        ++at;
+      } else if (op == 0x95) {  // FRAME
+        if (size - at < 9) break;
+        std::uint64_t length = 0;
+        std::memcpy(&length, data + at + 1, 8);
+        if (length > size - at - 9) break;
+        at += 9;
+      } else {
+        break;
+      }
+    }
+    open_at_end = open;
+    return at;
+  }
+
+  // box_text()'s test: equal to the last text boxed (a short 'N/A', mostly).
+  static bool same_text(const char* last, std::uint32_t last_length, const char* text, std::uint32_t length) {
+    if (last == nullptr || last_length != length) return false;
+    for (std::uint32_t i = 0; i < length; ++i) {
+      if (last[i] != text[i]) return false;
+    }
+    return true;
+  }
+
+  std::uint64_t intern(const ScannedEntry& entry) {
+    return frame_table.intern(std::span<const ContainerId>(entry.frames, entry.frame_count), frame_lists, frame_items);
+  }
+
+  void count(const std::uint8_t* data, std::size_t size, const MemoView& memo_view) {
+    const char* last_text = nullptr;  // box_text()'s test, within the chunk
+    std::uint32_t last_length = 0;
+    end = walk(data, size, memo_view, [&](const ScannedEntry& entry) {
+      ++records;
+      ++containers;
+      memo += entry.memoized_count;
+      for (std::size_t i = 0; i < entry.memoized_count; ++i) {
+        if (entry.memoized[i] == ScannedEntry::Memoized::frames) {
+          ++containers;
+          if (entry.frame_count != 0) intern(entry);
+        } else if (entry.memoized[i] == ScannedEntry::Memoized::text) {
+          if (!same_text(last_text, last_length, entry.text[i], entry.text_length[i])) {
+            ++boxes;
+            last_text = entry.text[i];
+            last_length = entry.text_length[i];
+          }
+        }
+      }
+    });
+  }
+
+  // Returns false when the second reading differs from the first (it cannot,
+  // short of a bug: the bytes are the same).
+  bool write(const std::uint8_t* data, std::size_t size, const MemoView& memo_view, const ChunkBase& base,
+             const TreeSlots& tree) {
+    std::size_t container = base.containers;
+    std::size_t record_index = base.records;
+    std::size_t memo_index = base.memo;
+    std::size_t box = base.boxes;
+    const char* last_text = nullptr;
+    std::uint32_t last_length = 0;
+    bool same = true;
+    const std::size_t stopped = walk(data, size, memo_view, [&](const ScannedEntry& entry) {
+      if (record_index == base.records + records) {
+        same = false;
+        return;
+      }
+      const std::size_t memo_start = memo_index;
+      const auto dict = static_cast<ContainerId>(container++);
+      tree.containers[dict] = Container{Kind::dict, Shape::trace_entry, 0, record_index};
+      Event record = entry.record;
+      for (std::size_t i = 0; i < entry.memoized_count; ++i) {
+        MemoEntry stored = 0;
+        switch (entry.memoized[i]) {
+          case ScannedEntry::Memoized::dict: stored = (memo_kind_bits(Kind::dict) << kMemoKindShift) | dict; break;
+          case ScannedEntry::Memoized::text:
+            if (!same_text(last_text, last_length, entry.text[i], entry.text_length[i])) {
+              Value value;
+              value.kind = Kind::text;
+              value.text = entry.text[i];
+              value.length = entry.text_length[i];
+              tree.boxed[box++] = value;
+              last_text = entry.text[i];
+              last_length = entry.text_length[i];
+            }
+            stored = static_cast<MemoEntry>(box - 1);
+            break;
+          case ScannedEntry::Memoized::frames: {
+            const auto list = static_cast<ContainerId>(container++);
+            Container c{Kind::list, Shape::items, 0, 0};
+            if (entry.frame_count != 0) {
+              c.shape = Shape::frame_list;
+              c.size = static_cast<std::uint32_t>(entry.frame_count);
+              c.offset = base.frame_lists[intern(entry)];
+            }
+            tree.containers[list] = c;
+            record.thread = list;
+            stored = (memo_kind_bits(Kind::list) << kMemoKindShift) | list;
+            break;
+          }
+        }
+        tree.memo[memo_index++] = stored;
+      }
+      record.stack = StackId{dict};
+      // References past the memo as the chunks started: into this chunk's
+      // own entries, follow them now; into an earlier chunk's, after all
+      // chunks are written.
+      for (std::size_t i = 0; i < entry.deferred_count; ++i) {
+        const DeferredRef& ref = entry.deferred[i];
+        if (ref.index >= memo_start + ref.memoized_before) {
+          same = false;  // never stored by then: the one-by-one reader says what is wrong
+        } else if (ref.index < base.memo) {
+          fixups.push_back(Fixup{record_index, ref});
+        } else if (!follow(ref, tree.memo[ref.index], tree.boxed, record)) {
+          same = false;
+        }
+      }
+      tree.records[record_index++] = record;
+    });
+    return same && stopped == end && record_index == base.records + records && container == base.containers + containers &&
+           memo_index == base.memo + memo && box == base.boxes + boxes;
+  }
+
+  // What a deferred reference means to its record; false when the one-by-one
+  // reader would not have made the dict a TraceEntry.
+  static bool follow(const DeferredRef& ref, MemoEntry entry, const Value* boxed, Event& record) {
+    switch (ref.use) {
+      case DeferredRef::Use::action: {
+        if ((entry >> kMemoKindShift) != 0 || boxed[entry].kind != Kind::text) return false;
+        const std::optional<EventKind> action = trace_action_of(boxed[entry].view());
+        if (!action) return false;
+        record.kind = *action;
+        return true;
+      }
+      case DeferredRef::Use::frames: {
+        const Kind kind = memo_kind(entry);
+        if (kind != Kind::list && kind != Kind::tuple) return false;
+        record.thread = entry & kMemoIndexMask;
+        return true;
+      }
+      case DeferredRef::Use::any: return true;
+    }
+    return false;
+  }
+};
+
 class Unpickler {
  public:
-  explicit Unpickler(std::span<const std::byte> bytes) : bytes_(bytes) {
+  Unpickler(std::span<const std::byte> bytes, const ParseOptions& options) : bytes_(bytes), options_(options) {
     tree_.containers.push_back(Container{Kind::tuple, Shape::items, 0, 0});  // kEmptyTuple
     // Room, in address space only, for what a PyTorch pickle of this size
     // holds (a trace entry is ~60 bytes with a dict, a frame list and three
@@ -225,6 +444,16 @@ class Unpickler {
     tree_.traces.reserve(bytes.size() / 48);
     tree_.containers.reserve(bytes.size() / 24);
     memo_.reserve(bytes.size() / 16);
+    // Faulting in those hundreds of MB 4 KiB at a time was a third of the
+    // time to read a 190 MB trace on the H200 host (~2 us a page); with
+    // transparent huge pages on request (the usual 'madvise' setting) they
+    // come 2 MiB at a time. A hint: refused, nothing changes. (One VM seen
+    // here backs a guest's first huge pages slowly; once, not per run.)
+    if (bytes.size() >= kHugePagesFrom) {
+      advise_huge_pages(tree_.traces.data(), tree_.traces.capacity() * sizeof(Event));
+      advise_huge_pages(tree_.containers.data(), tree_.containers.capacity() * sizeof(Container));
+      advise_huge_pages(memo_.data(), memo_.capacity() * sizeof(MemoEntry));
+    }
   }
 
   Tree run() {
@@ -265,6 +494,12 @@ class Unpickler {
           inconsistent("nesting deeper than " + std::to_string(kMaxMarks) + " MARKs");
         }
         marks_.push_back(stack_.size());
+        // A new batch of a long trace list: the rest of it may be read by
+        // several threads.
+        if (op_offset_ == trace_batch_closed_at_ && options_.threads > 1 &&
+            remaining() >= 2 * options_.min_chunk_bytes) {
+          read_trace_in_parallel();
+        }
         return false;
       case 0x8c: push_text(Kind::text, read_u8()); return false;     // SHORT_BINUNICODE
       case 0x4b: push_integer(false, read_u8()); return false;       // BININT1
@@ -277,7 +512,9 @@ class Unpickler {
       }
       case 0x8a: long_integer(read_u8()); return false;              // LONG1
       case 0x6a: memo_get(static_cast<std::uint32_t>(read_le<4>())); return false;          // LONG_BINGET
-      case 0x7d: push_container(make_container(Kind::dict)); return false;                // EMPTY_DICT
+      case 0x7d:  // EMPTY_DICT
+        if (!read_trace_entry()) push_container(make_container(Kind::dict));
+        return false;
       case 0x5d: push_container(make_container(Kind::list)); return false;                // EMPTY_LIST
       case 0x65: extend(Kind::list); return false;                                        // APPENDS
       case 0x75: extend(Kind::dict); return false;                                        // SETITEMS
@@ -453,6 +690,10 @@ class Unpickler {
     } else {
       entry = box(value);
     }
+    memo_store(index, entry);
+  }
+  void memo_store(std::uint32_t index, MemoEntry entry) {
+    if (index != memo_count_) memo_dense_ = false;
     if (index < memo_.size()) [[likely]] {
       if (memo_[index] == kUnsetMemo) ++memo_count_;
       memo_[index] = entry;
@@ -478,6 +719,23 @@ class Unpickler {
       entry = static_cast<MemoEntry>(boxed_.size() - 1);
     }
     return entry;
+  }
+  // box() of a text, with the check against the last box inline: PyTorch
+  // memoizes a fresh 'N/A' in every trace entry.
+  MemoEntry box_text(const char* text, std::uint32_t length) {
+    if (!boxed_.empty()) {
+      const Value& last = boxed_.back();
+      if (last.kind == Kind::text && last.length == length) {
+        std::uint32_t i = 0;
+        while (i < length && last.text[i] == text[i]) ++i;
+        if (i == length) return static_cast<MemoEntry>(boxed_.size() - 1);
+      }
+    }
+    Value value;
+    value.kind = Kind::text;
+    value.text = text;
+    value.length = length;
+    return box(value);
   }
   [[gnu::noinline]] void memo_store_new(std::uint32_t index, MemoEntry entry) {
     if (index <= bytes_.size()) {
@@ -616,38 +874,18 @@ class Unpickler {
 
   // Frame lists by content: open addressing over FrameList numbers.
   std::uint64_t intern_frame_list(const Value* items, std::size_t count) {
-    std::uint64_t hash = 0x9e3779b97f4a7c15ull ^ count;
-    for (std::size_t i = 0; i < count; ++i) hash = (hash ^ items[i].container()) * 0xff51afd7ed558ccdull;
-    hash ^= hash >> 29;
-    if ((tree_.frame_lists.size() + 1) * 2 > frame_list_slots_.size()) grow_frame_list_slots();
-    const std::size_t mask = frame_list_slots_.size() - 1;
-    for (std::size_t slot = hash & mask;; slot = (slot + 1) & mask) {
-      const std::uint32_t entry = frame_list_slots_[slot];
-      if (entry == 0) {
-        frame_list_slots_[slot] = static_cast<std::uint32_t>(tree_.frame_lists.size() + 1);
-        frame_list_hashes_.push_back(hash);
-        tree_.frame_lists.push_back(FrameList{tree_.frame_items.size(), static_cast<std::uint32_t>(count)});
-        for (std::size_t i = 0; i < count; ++i) tree_.frame_items.push_back(items[i].container());
-        return tree_.frame_lists.size() - 1;
-      }
-      const FrameList& known = tree_.frame_lists[entry - 1];
-      if (frame_list_hashes_[entry - 1] == hash && known.size == count &&
-          std::equal(items, items + count, tree_.frame_items.begin() + static_cast<std::ptrdiff_t>(known.offset),
-                     [](const Value& v, ContainerId c) { return v.container() == c; })) {
-        return entry - 1;
-      }
+    ContainerId ids[kMaxScannedFrames];
+    if (count <= kMaxScannedFrames) {
+      for (std::size_t i = 0; i < count; ++i) ids[i] = items[i].container();
+      return intern_frame_list(std::span<const ContainerId>(ids, count));
     }
+    std::vector<ContainerId> many(count);
+    for (std::size_t i = 0; i < count; ++i) many[i] = items[i].container();
+    return intern_frame_list(std::span<const ContainerId>(many));
   }
-  void grow_frame_list_slots() {
+  std::uint64_t intern_frame_list(std::span<const ContainerId> items) {
     if (tree_.frame_lists.size() >= kMaxContainers / 2) inconsistent("too many containers");
-    std::vector<std::uint32_t> slots(std::max<std::size_t>(64, frame_list_slots_.size() * 2), 0);
-    const std::size_t mask = slots.size() - 1;
-    for (std::size_t n = 0; n < tree_.frame_lists.size(); ++n) {
-      std::size_t slot = frame_list_hashes_[n] & mask;
-      while (slots[slot] != 0) slot = (slot + 1) & mask;
-      slots[slot] = static_cast<std::uint32_t>(n + 1);
-    }
-    frame_list_slots_ = std::move(slots);
+    return frame_list_table_.intern(items, tree_.frame_lists, tree_.frame_items);
   }
 
   void add_to_dict(ContainerId id, const Value* items, std::size_t count) {
@@ -801,6 +1039,199 @@ class Unpickler {
     if (kind == Kind::dict) add_to_dict(id, stack_.data() + mark, count);
     else add_to_list(id, stack_.data() + mark, count);
     stack_.resize(mark);
+    const Container& c = tree_.containers[id];
+    if (c.shape == Shape::trace_run && c.offset + c.size == tree_.traces.size() && stack_.size() == mark &&
+        !stack_.empty() && stack_.back().kind == Kind::list && stack_.back().container() == id) {
+      trace_batch_closed_at_ = position_;  // a MARK right here starts the next batch of a trace
+    }
+  }
+
+  // --- trace entries in one step -----------------------------------------------
+
+  // After an EMPTY_DICT: a whole trace entry in one step (pickle_entry.hpp),
+  // or false, having changed nothing, and the opcodes run one by one.
+  bool read_trace_entry() {
+    if (!memo_dense_ || !options_.whole_entries) return false;
+    const MemoView memo{memo_.data(), memo_count_, boxed_.data(), tree_.containers.data()};
+    if (!scanner_.scan(reinterpret_cast<const std::uint8_t*>(bytes_.data()), position_, bytes_.size(), memo, false,
+                       scanned_)) {
+      return false;
+    }
+    apply(scanned_);
+    if (options_.stats != nullptr) ++options_.stats->entries_read_whole;
+    // How the next entry begins, for the parallel readers to find one.
+    const auto* data = reinterpret_cast<const std::uint8_t*>(bytes_.data());
+    const std::size_t key = op_offset_ + 3;
+    if (key < position_ && (data[key] == 0x68 || data[key] == 0x6a)) {
+      entry_start_length_ = data[key] == 0x68 ? 5 : 8;
+      std::memcpy(entry_start_.data(), data + op_offset_, entry_start_length_);
+    }
+    return true;
+  }
+
+  // What the opcodes of a scanned entry do, in their order: the dict, then
+  // each memoized value, then the TraceEntry record and the dict on the stack.
+  void apply(const ScannedEntry& entry) {
+    const ContainerId dict = make_container(Kind::dict);
+    Event record = entry.record;
+    for (std::size_t i = 0; i < entry.memoized_count; ++i) {
+      MemoEntry stored = 0;
+      switch (entry.memoized[i]) {
+        case ScannedEntry::Memoized::dict: stored = (memo_kind_bits(Kind::dict) << kMemoKindShift) | dict; break;
+        case ScannedEntry::Memoized::text: stored = box_text(entry.text[i], entry.text_length[i]); break;
+        case ScannedEntry::Memoized::frames: {
+          const ContainerId list = make_container(Kind::list);
+          if (entry.frame_count != 0) {
+            Container& c = tree_.containers[list];
+            c.offset = intern_frame_list(std::span<const ContainerId>(entry.frames, entry.frame_count));
+            c.shape = Shape::frame_list;
+            c.size = static_cast<std::uint32_t>(entry.frame_count);
+          }
+          record.thread = list;
+          stored = (memo_kind_bits(Kind::list) << kMemoKindShift) | list;
+          break;
+        }
+      }
+      memo_store(memo_count_, stored);
+    }
+    Container& c = tree_.containers[dict];
+    c.shape = Shape::trace_entry;
+    c.offset = tree_.traces.size();
+    record.stack = StackId{dict};
+    tree_.traces.push_back(record);
+    push_container(dict);
+  }
+
+  // --- a long trace list on several threads ------------------------------------
+
+  // Called at the MARK that opens a batch of a trace list (the list is on the
+  // stack, its TraceRun ends at the last TraceEntry). Splits the bytes left
+  // into one chunk per thread, each starting at an entry (found by the bytes
+  // the last entry started with), reads the chunks side by side, and keeps
+  // the run of chunks that join up: chunk k must stop exactly where chunk
+  // k + 1 starts, which proves that start an opcode boundary. The tree, the
+  // memo and the stack then stand as after reading those bytes one opcode at
+  // a time, and reading goes on from where the last kept chunk stopped.
+  void read_trace_in_parallel() {
+    if (!memo_dense_ || entry_start_length_ == 0 || !options_.whole_entries) return;
+    const auto* data = reinterpret_cast<const std::uint8_t*>(bytes_.data());
+    const std::size_t size = bytes_.size();
+    const std::size_t first = position_;
+    const std::size_t threads =
+        std::min<std::size_t>(options_.threads, std::max<std::size_t>(1, (size - first) / options_.min_chunk_bytes));
+    if (threads < 2) return;
+
+    // Chunk starts: the first entry at or after an even share of the bytes.
+    std::vector<std::size_t> starts{first};
+    for (std::size_t k = 1; k < threads; ++k) {
+      const std::size_t from = first + (size - first) / threads * k;
+      if (from <= starts.back()) continue;
+      const void* found = ::memmem(data + from, size - from, entry_start_.data(), entry_start_length_);
+      if (found == nullptr) break;
+      const auto at = static_cast<std::size_t>(static_cast<const std::uint8_t*>(found) - data);
+      if (at > starts.back()) starts.push_back(at);
+    }
+    std::vector<ChunkReader> chunks(starts.size());
+    for (std::size_t k = 0; k < chunks.size(); ++k) {
+      chunks[k].begin = starts[k];
+      chunks[k].stop = k + 1 < starts.size() ? starts[k + 1] : size;
+    }
+    const MemoView memo{memo_.data(), memo_count_, boxed_.data(), tree_.containers.data()};
+    // Runs step(k) for every chunk, one thread each, and waits.
+    auto each_chunk = [&](std::size_t count, auto step) {
+      std::vector<std::thread> workers;
+      for (std::size_t k = 1; k < count; ++k) {
+        workers.emplace_back([&, k] {
+          try {
+            step(k);
+          } catch (...) {  // out of memory: the one-thread read will say so
+            chunks[k].failed = true;
+          }
+        });
+      }
+      try {
+        step(0);
+      } catch (...) {
+        chunks[0].failed = true;
+      }
+      for (std::thread& worker : workers) worker.join();
+    };
+
+    // Count, then place each chunk, then write.
+    each_chunk(chunks.size(), [&](std::size_t k) { chunks[k].count(data, size, memo); });
+    // The run of chunks that join up: chunk k must stop exactly where chunk
+    // k + 1 starts (proving that start an opcode boundary) and inside a batch
+    // (chunk k + 1 starts with an entry). The first that does not is kept
+    // too (it started at a boundary and stopped at one) and ends the run.
+    std::size_t kept = 0;
+    while (kept < chunks.size()) {
+      const ChunkReader& chunk = chunks[kept++];
+      if (chunk.failed) throw ParallelReadAbandoned{};
+      if (chunk.end != chunk.stop || !chunk.open_at_end) break;
+    }
+    chunks.resize(kept);
+    if (chunks.size() == 1 && chunks[0].records == 0) return;
+
+    // Each chunk's place in the tree.
+    std::vector<ChunkBase> bases(chunks.size());
+    ChunkBase next{tree_.containers.size(), tree_.traces.size(), memo_count_, boxed_.size(), {}};
+    for (std::size_t k = 0; k < chunks.size(); ++k) {
+      const ChunkReader& chunk = chunks[k];
+      bases[k] = ChunkBase{next.containers, next.records, next.memo, next.boxes, {}};
+      for (const FrameList& list : chunk.frame_lists) {
+        bases[k].frame_lists.push_back(intern_frame_list(
+            std::span<const ContainerId>(chunk.frame_items.data() + list.offset, list.size)));
+      }
+      next.containers += chunk.containers;
+      next.records += chunk.records;
+      next.memo += chunk.memo;
+      next.boxes += chunk.boxes;
+    }
+    if (next.containers > kMaxContainers || next.boxes > kMaxContainers || next.memo > size) {
+      throw ParallelReadAbandoned{};
+    }
+    tree_.containers.resize(next.containers);
+    tree_.traces.resize(next.records);
+    if (memo_.size() < next.memo) memo_.resize(next.memo, kUnsetMemo);
+    boxed_.resize(next.boxes);
+
+    // Write, side by side; then follow the references into earlier chunks.
+    const TreeSlots slots{tree_.containers.data(), tree_.traces.data(), memo_.data(), boxed_.data()};
+    std::vector<std::uint8_t> written(chunks.size(), 0);
+    each_chunk(chunks.size(), [&](std::size_t k) { written[k] = chunks[k].write(data, size, memo, bases[k], slots); });
+    for (std::size_t k = 0; k < chunks.size(); ++k) {
+      if (chunks[k].failed || written[k] == 0) throw ParallelReadAbandoned{};
+      for (const ChunkReader::Fixup& fixup : chunks[k].fixups) {
+        if (!ChunkReader::follow(fixup.ref, memo_[fixup.ref.index], boxed_.data(), tree_.traces[fixup.record])) {
+          throw ParallelReadAbandoned{};
+        }
+      }
+    }
+
+    // The stack, the marks and the trace list, as the batches left them.
+    memo_count_ = static_cast<std::uint32_t>(next.memo);
+    const ContainerId list = stack_.back().container();
+    std::size_t open_batch = 0;
+    bool any_appends = false;
+    for (const ChunkReader& chunk : chunks) {
+      open_batch = chunk.has_appends ? chunk.entries_after_appends : open_batch + chunk.records;
+      any_appends = any_appends || chunk.has_appends;
+    }
+    const std::size_t added = next.records - bases[0].records;
+    if (!any_appends) open_batch = added;
+    const std::size_t closed = added - open_batch;
+    if (tree_.containers[list].size + closed > std::numeric_limits<std::uint32_t>::max()) throw ParallelReadAbandoned{};
+    tree_.containers[list].size += static_cast<std::uint32_t>(closed);
+    if (chunks.back().open_at_end) {
+      for (std::size_t r = next.records - open_batch; r < next.records; ++r) push_container(tree_.traces[r].stack.value);
+    } else {
+      marks_.pop_back();
+    }
+    position_ = chunks.back().end;
+    if (options_.stats != nullptr) {
+      options_.stats->entries_read_in_parallel += added;
+      options_.stats->chunks += chunks.size();
+    }
   }
 
   // --- scalars ----------------------------------------------------------------
@@ -863,6 +1294,7 @@ class Unpickler {
   }
 
   std::span<const std::byte> bytes_;
+  ParseOptions options_;
   std::size_t position_ = 0;
   std::size_t op_offset_ = 0;
   std::uint8_t op_ = 0;
@@ -872,9 +1304,19 @@ class Unpickler {
   std::vector<MemoEntry> memo_;
   std::unordered_map<std::uint32_t, MemoEntry> sparse_memo_;
   std::uint32_t memo_count_ = 0;  // entries stored: MEMOIZE's next index, as len(memo) in Python
+  // Every entry so far was stored at index memo_count_ (MEMOIZE, as every
+  // protocol 4+ pickle does): indices below memo_count_ are all set, and
+  // those at or past it are not. read_trace_entry() relies on it.
+  bool memo_dense_ = true;
+  EntryScanner scanner_;
+  ScannedEntry scanned_;
+  // The bytes an entry starts with (EMPTY_DICT MEMOIZE MARK and the BINGET of
+  // its first key), as the last entry read whole did.
+  std::array<std::uint8_t, 8> entry_start_{};
+  std::size_t entry_start_length_ = 0;
+  std::size_t trace_batch_closed_at_ = std::numeric_limits<std::size_t>::max();
   std::vector<Value> boxed_;       // memoized scalars
-  std::vector<std::uint32_t> frame_list_slots_;  // FrameList number + 1, 0 = free
-  std::vector<std::uint64_t> frame_list_hashes_;
+  FrameListTable frame_list_table_;
   std::array<TraceMeaning, 256> meanings_{};
   struct KeyLayout {
     std::size_t pairs = kNoLayout;
@@ -1028,6 +1470,22 @@ std::optional<Value> Tree::find(ContainerId dict, std::string_view key) const no
   return std::nullopt;
 }
 
-Tree parse(std::span<const std::byte> bytes) { return Unpickler(bytes).run(); }
+Tree parse(std::span<const std::byte> bytes, const ParseOptions& options) {
+  ParseOptions settings = options;
+  if (settings.threads == 0) settings.threads = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
+  try {
+    return Unpickler(bytes, settings).run();
+  } catch (const ParallelReadAbandoned&) {
+    // Something the threads cannot vouch for: read it all again on one
+    // thread, which reads (or rejects) every pickle.
+    settings.threads = 1;
+    if (settings.stats != nullptr) {
+      const std::uint64_t restarts = settings.stats->parallel_restarts + 1;
+      *settings.stats = detail::PickleReadStats{};
+      settings.stats->parallel_restarts = restarts;
+    }
+    return Unpickler(bytes, settings).run();
+  }
+}
 
 }  // namespace cachealloc::snapshot::pickle

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "cachealloc/snapshot/model.hpp"
+#include "cachealloc/snapshot/pickle.hpp"
 
 namespace cachealloc::snapshot::pickle {
 
@@ -121,8 +122,10 @@ struct Tree {
   std::optional<Value> trace_value(const Event& entry, TraceField field) const noexcept;
 };
 
+using ParseOptions = detail::PickleReadOptions;
+
 // Parses a pickle of protocol 2 to 5. Throws SnapshotError (see pickle.hpp).
 // The tree points into `bytes`.
-Tree parse(std::span<const std::byte> bytes);
+Tree parse(std::span<const std::byte> bytes, const ParseOptions& options = {});
 
 }  // namespace cachealloc::snapshot::pickle

@@ -66,6 +66,7 @@ class FileEvents final : public EventSource {
     return static_cast<std::size_t>(reader_.block_first_event(block));
   }
   std::span<const snapshot::Event> block(std::size_t block) override {
+    if (!reader_.streaming()) return reader_.loaded_block(block);  // already in memory
     reader_.read_block(block, buffer_);
     return buffer_;
   }

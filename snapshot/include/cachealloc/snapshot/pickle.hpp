@@ -14,9 +14,14 @@
 // 16 bytes per value held in a container, 16 per container, 4 per memo
 // entry, strings viewed in the input (which the caller keeps alive), frame
 // lists stored once per distinct content, and each trace entry packed into
-// the Event it becomes, in place. On a PyTorch trace of 3M entries (~290 MB
-// of pickle) the peak is ~2.2x the file, the file itself included; see
-// docs/PERFORMANCE.md, "PyTorch pickles".
+// the Event it becomes, in place. PyTorch's trace entries, ~20 opcodes each,
+// are read whole in one step; a long trace list is split at entry
+// boundaries and read by one thread per core (up to 16), each chunk proved
+// to start where the one before it ends, and the result is the one-thread
+// result exactly (anything the threads cannot vouch for is read again on
+// one thread). The mapping onto the model also runs on those threads. On a
+// PyTorch trace of 3M entries (186 MB) the peak is ~3.4x the file, the file
+// itself included; see docs/PERFORMANCE.md, "PyTorch pickles".
 //
 // Cost on hostile input: time and memory stay linear in the input size. The
 // memo holds references, never copies, so a container referenced a million
@@ -76,6 +81,30 @@ std::vector<std::byte> encode_pytorch_pickle(const Snapshot& snapshot);
 void write_pytorch_pickle(const Snapshot& snapshot, const std::filesystem::path& path);
 
 namespace detail {
+// How the reader goes about a pickle. The snapshot is the same whatever
+// they are (tests hold the reader to that); they exist for those tests and
+// for benchmarks.
+// What a read did, for tests that must know a path was taken.
+struct PickleReadStats {
+  std::uint64_t entries_read_whole = 0;  // trace entries read in one step on the calling thread
+  std::uint64_t entries_read_in_parallel = 0;
+  std::uint64_t chunks = 0;            // chunks read side by side and kept, over all parallel runs
+  std::uint64_t parallel_restarts = 0;  // parallel reads abandoned for a one-thread read
+};
+struct PickleReadOptions {
+  // Read each of PyTorch's trace entries whole, in one step, rather than one
+  // opcode at a time.
+  bool whole_entries = true;
+  // Threads reading a long trace list side by side: 0 picks one per core (at
+  // most 16), 1 reads everything on the calling thread.
+  unsigned threads = 0;
+  // The least bytes of trace each thread should get for threads to start.
+  std::size_t min_chunk_bytes = std::size_t{4} << 20;
+  // Filled when set.
+  PickleReadStats* stats = nullptr;
+};
+Snapshot decode_pytorch_pickle(std::span<const std::byte> bytes, const PickleReadOptions& options);
+
 // PyTorch's CUDACachingAllocator round_size(): the block size it carves for a
 // request of `requested` bytes. `divisions_by_interval[i]` is the
 // roundup_power2_divisions setting for sizes in [2^i MiB, 2^(i+1) MiB)

@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "cachealloc/snapshot/model.hpp"
@@ -62,6 +63,12 @@ class SnapshotReader {
   // contents and reusing its storage. Any order: a backward pass reads the
   // blocks from last to first.
   void read_block(std::size_t block, std::vector<Event>& out);
+  // When !streaming(): block `block` (< block_count()) of the events in
+  // memory, without a copy; valid until the next open().
+  std::span<const Event> loaded_block(std::size_t block) const noexcept {
+    const auto first = static_cast<std::size_t>(block_first_event(block));
+    return std::span<const Event>(events_).subspan(first, static_cast<std::size_t>(block_first_event(block + 1)) - first);
+  }
   // The next block after the last one read (the first after open() or
   // rewind()); false, with `out` empty, after the last.
   bool next_block(std::vector<Event>& out);
