@@ -533,7 +533,7 @@ class Mapper {
     };
     // Stacks first, in order, so they are numbered by first use whatever the
     // threads do; it stops at the first entry whose frames are bad.
-    std::size_t stacks_done = 0;
+    std::size_t stacks_done = stacks_in_parallel(out) ? count : 0;
     std::optional<SnapshotError> stack_error;
     try {
       for (; stacks_done < count; ++stacks_done) {
@@ -565,6 +565,87 @@ class Mapper {
       }
     });
     if (first_error) throw *first_error;
+    return true;
+  }
+
+  // The usual trace names its frames by shared frame lists (or by none, or
+  // an empty list): then each entry's stack is that of its FrameList, and
+  // the stacks can be numbered by first use from each list's first entry.
+  // Two passes side by side around a short sequential one; false, having
+  // set nothing, when some entry's frames are anything else (the one-thread
+  // pass then handles them, errors included).
+  bool stacks_in_parallel(std::vector<Event>& entries) {
+    constexpr std::uint32_t kUnused = std::numeric_limits<std::uint32_t>::max();
+    const std::size_t lists = tree_.frame_lists.size();
+    if (threads_ < 2 || entries.size() >= kUnused || lists > (std::size_t{1} << 18)) return false;
+    struct FirstUse {
+      std::uint32_t entry = kUnused;
+      ContainerId container = 0;
+    };
+    // Pass 1: each entry's FrameList number + 1 (0: no stack) parked in its
+    // stack field, and each list's first entry per range.
+    std::vector<std::vector<FirstUse>> firsts;
+    std::mutex mutex;
+    bool other = false;
+    detail::parallel_ranges(entries.size(), threads_, 1u << 16, [&](std::size_t begin, std::size_t end) {
+      std::vector<FirstUse> first(lists);
+      bool plain = true;
+      for (std::size_t i = begin; i < end && plain; ++i) {
+        Event& entry = entries[i];
+        std::uint32_t parked = 0;
+        if (pickle::field_state(entry, TraceField::frames) == FieldState::container) {
+          const pickle::Container& c = tree_.containers[entry.thread];
+          if ((c.kind != Kind::list && c.kind != Kind::tuple) ||
+              (c.shape != pickle::Shape::frame_list && !(c.shape == pickle::Shape::items && c.size == 0))) {
+            plain = false;
+            break;
+          }
+          if (c.shape == pickle::Shape::frame_list) {
+            parked = static_cast<std::uint32_t>(c.offset + 1);
+            if (first[c.offset].entry == kUnused) first[c.offset] = FirstUse{static_cast<std::uint32_t>(i), entry.thread};
+          }
+        } else if (pickle::field_state(entry, TraceField::frames) != FieldState::absent &&
+                   pickle::field_state(entry, TraceField::frames) != FieldState::none) {
+          plain = false;
+          break;
+        }
+        entry.stack = StackId{parked};
+      }
+      const std::lock_guard<std::mutex> lock(mutex);
+      other = other || !plain;
+      firsts.push_back(std::move(first));
+    });
+    if (other) return false;  // what pass 1 parked is overwritten by the one-thread pass
+    // Number the lists' stacks in order of first use.
+    std::vector<FirstUse> first(lists);
+    for (const auto& range : firsts) {
+      for (std::size_t n = 0; n < lists; ++n) {
+        if (range[n].entry < first[n].entry) first[n] = range[n];
+      }
+    }
+    std::vector<std::uint32_t> order;
+    for (std::size_t n = 0; n < lists; ++n) {
+      if (first[n].entry != kUnused) order.push_back(static_cast<std::uint32_t>(n));
+    }
+    std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return first[a].entry < first[b].entry; });
+    try {
+      for (const std::uint32_t n : order) {
+        Value list;
+        list.kind = tree_.containers[first[n].container].kind;
+        list.length = first[n].container;
+        const std::size_t at = first[n].entry;
+        stack_of(list, [at] { return "device_traces[0][" + std::to_string(at) + "]"; });
+      }
+    } catch (const SnapshotError&) {
+      return false;  // a bad frame: the one-thread pass reports the first error in trace order
+    }
+    // Pass 2: the parked numbers become stacks.
+    detail::parallel_ranges(entries.size(), threads_, 1u << 16, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) {
+        const std::uint32_t parked = entries[i].stack.value;
+        entries[i].stack = parked == 0 ? StackId{} : StackId{stack_by_frame_list_[parked - 1] - 1};
+      }
+    });
     return true;
   }
 
