@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "../analyzer/testing/trace_builder.hpp"
+#include "cachealloc/snapshot/format.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -85,6 +88,38 @@ TEST_CASE("an unreadable input exits 2 with one line on stderr") {
     CHECK(lines(result.err) == 1);
   }
   fs::remove(junk);
+}
+
+TEST_CASE("a version 4 file whose head is cut short exits 2 with one line on stderr") {
+  if (!tool_built()) return;
+  // Given a recording whose ring overflowed, written as version 4 (the ring
+  // start at the head's end), then cut inside its head, the sizes fixed up
+  cachealloc::snapshot::Snapshot trace = cachealloc::analyzer::testing::random_trace(2, 2000);
+  trace.events.erase(trace.events.begin(), trace.events.begin() + 100);
+  trace.dropped_events = 100;
+  const fs::path path = fs::temp_directory_path() / ("cachealloc-cli-short-head-" + std::to_string(::getpid()) + ".bin");
+  cachealloc::snapshot::write_snapshot(trace, path);
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  std::uint64_t head_size = 0;
+  for (std::size_t i = 0; i < 8; ++i) head_size |= std::uint64_t{static_cast<unsigned char>(bytes[24 + i])} << (8 * i);
+  const std::uint64_t keep = head_size - 3;
+  bytes.resize(32 + keep);
+  for (std::size_t i = 0; i < 8; ++i) {
+    bytes[16 + i] = static_cast<char>(((8 + keep) >> (8 * i)) & 0xff);
+    bytes[24 + i] = static_cast<char>((keep >> (8 * i)) & 0xff);
+  }
+  std::ofstream(path, std::ios::binary) << bytes;
+  // When any report reads it, then it exits 2 with one line on stderr
+  for (const char* subcommand : {"summary", "peak", "segments"}) {
+    CAPTURE(subcommand);
+    const Result result = run(std::string(subcommand) + " " + path.string());
+    CHECK(result.code == 2);
+    CHECK(lines(result.err) == 1);
+    CHECK(result.err.find("snapshot") != std::string::npos);
+  }
+  fs::remove(path);
 }
 
 TEST_CASE("--help shows examples and --version the version, both exit 0") {

@@ -9,6 +9,7 @@
 
 #include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/reader.hpp"
+#include "cachealloc/snapshot/ring_start.hpp"
 
 using namespace cachealloc::snapshot;
 namespace fs = std::filesystem;
@@ -117,6 +118,63 @@ TEST_CASE("an older version or a pickle falls back to loading the whole file") {
   REQUIRE(reader.next_block(block));
   CHECK(block == read_snapshot(path).events);
   CHECK_FALSE(reader.next_block(block));
+}
+
+TEST_CASE("a version 4 file streams with the ring start in its head") {
+  // Given an overflowed trace of two blocks, written with its ring start
+  Snapshot original = make_trace(70000);
+  original.dropped_events = 5;
+  const fs::path path = scratch_file("ring-start.bin");
+  write_snapshot(original, path);
+  // When the reader opens it
+  SnapshotReader reader(path);
+  // Then it streams, and its head holds the start the writer derived
+  CHECK(reader.streaming());
+  CHECK(reader.head().header.format_version == 4);
+  CHECK(reader.head().ring_start == derive_ring_starts(original));
+  CHECK(reader.head().ring_start == read_snapshot(path).ring_start);
+  fs::remove(path);
+}
+
+TEST_CASE("a version 3 file whose ring overflowed still streams, without a ring start") {
+  // Given a version 3 recording kept for the golden tests, 234 events lost
+  const fs::path path = fs::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "synthetic_2k_native.bin";
+  SnapshotReader reader(path);
+  // Then the reader streams it, and it has no ring start to offer
+  CHECK(reader.streaming());
+  CHECK(reader.head().header.format_version == 3);
+  CHECK(reader.head().dropped_events > 0);
+  CHECK(reader.head().ring_start.empty());
+  CHECK(reader.head() == [&] {
+    Snapshot whole = read_snapshot(path);
+    whole.events.clear();
+    return whole;
+  }());
+}
+
+TEST_CASE("a version 4 head cut short is rejected when opened") {
+  // Given a version 4 file with a ring start, its head cut before its end
+  // (inside the ring start) and the sizes fixed up to match
+  Snapshot original = make_trace(1000);
+  original.dropped_events = 5;
+  const fs::path path = scratch_file("short-head.bin");
+  write_snapshot(original, path);
+  const std::vector<std::byte> bytes = read_bytes(path);
+  std::uint64_t head_size = 0;
+  for (std::size_t i = 0; i < 8; ++i) head_size |= std::to_integer<std::uint64_t>(bytes[24 + i]) << (8 * i);
+  for (const std::uint64_t keep : {head_size - 1, head_size - 9, head_size / 2}) {
+    CAPTURE(keep);
+    std::vector<std::byte> cut(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(32 + keep));
+    for (std::size_t i = 0; i < 8; ++i) {
+      cut[16 + i] = static_cast<std::byte>(((8 + keep) >> (8 * i)) & 0xff);
+      cut[24 + i] = static_cast<std::byte>((keep >> (8 * i)) & 0xff);
+    }
+    write_bytes(path, cut);
+    // When opened, then it is rejected, as decode() rejects it
+    const ErrorCode code = open_error(path);
+    CHECK((code == ErrorCode::truncated || code == ErrorCode::inconsistent));
+  }
+  fs::remove(path);
 }
 
 TEST_CASE("a truncated file is rejected when opened") {

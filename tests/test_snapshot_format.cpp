@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/ring_start.hpp"
 
 namespace fs = std::filesystem;
 using namespace cachealloc::snapshot;
@@ -82,6 +83,9 @@ Snapshot make_rich_snapshot() {
   add(EventKind::annotation_begin, 0, 0, 4, 0);
   add(EventKind::annotation_end, 0, 0, 4, 0);
   add(EventKind::snapshot, 0, 0, 0, 0);
+  // What the writer would store for the 77 dropped events, so that the
+  // snapshot round-trips as it is.
+  s.ring_start = derive_ring_starts(s);
   return s;
 }
 
@@ -487,7 +491,7 @@ TEST_CASE("a newer format version is rejected with a message naming both version
   // When decoded, then the message names 7 and ours
   std::string message;
   CHECK(decode_error(bytes, &message) == ErrorCode::newer_version);
-  CHECK(message == "snapshot format version 7 is newer than this reader supports (3); upgrade cachealloc");
+  CHECK(message == "snapshot format version 7 is newer than this reader supports (4); upgrade cachealloc");
 
   // And the very next version is rejected too, even with nothing after the version
   put_u32(bytes, kVersionOffset, kFormatVersion + 1);
@@ -755,6 +759,26 @@ Snapshot make_version3_golden_snapshot() {
   return s;
 }
 
+// The snapshot behind version4_file(). Never edit either, as for version 1.
+// The version 3 snapshot without its first three events (five dropped in
+// all), so that the ring starts with a block alive whose alloc was lost;
+// ring_start is what the writer derives for it.
+Snapshot make_version4_golden_snapshot() {
+  Snapshot s = make_version3_golden_snapshot();
+  s.header.format_version = 4;
+  s.header.writer_version = "0.4.0";
+  s.events.erase(s.events.begin(), s.events.begin() + 3);
+  s.dropped_events = 5;
+  const std::uint64_t base = 0x7f0000000000ULL;
+  const std::uint64_t segment = 2 << 20;
+  s.ring_start = {RingStart{0,
+                            {Segment{0, 0, base, segment, false, false, StackId{1},
+                                     {Block{base, 1024, 1000, BlockState::active_allocated, StackId{}},
+                                      Block{base + 1024, segment - 1024, 0, BlockState::inactive, StackId{}}}}},
+                            1, 0}};
+  return s;
+}
+
 // Written by cachealloc 0.2.0, format version 2.
 std::vector<std::byte> version2_file() {
   const std::vector<unsigned char> raw = {
@@ -833,6 +857,53 @@ std::vector<std::byte> version3_file() {
   return bytes;
 }
 
+// Written by cachealloc 0.4.0, format version 4: a ring start and one block of events.
+std::vector<std::byte> version4_file() {
+  const std::vector<unsigned char> raw = {
+    0x89, 0x43, 0x41, 0x53, 0x4e, 0x41, 0x50, 0x0a, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x43, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xde, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x02, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x05, 0x30, 0x2e, 0x34, 0x2e, 0x30, 0x0a, 0x63,
+    0x61, 0x63, 0x68, 0x65, 0x61, 0x6c, 0x6c, 0x6f, 0x63, 0x00, 0x00, 0x2a, 0x36, 0xfe, 0x9c, 0x97,
+    0x17, 0x05, 0x74, 0x72, 0x61, 0x69, 0x6e, 0x02, 0x02, 0x2d, 0x6e, 0x01, 0x32, 0x41, 0x01, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x68, 0x01, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x09, 0x73, 0x69, 0x6d, 0x75, 0x6c, 0x61, 0x74, 0x65, 0x64, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x20, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00,
+    0x00, 0x00, 0x01, 0x11, 0x6d, 0x61, 0x78, 0x5f, 0x73, 0x70, 0x6c, 0x69, 0x74, 0x5f, 0x73, 0x69,
+    0x7a, 0x65, 0x5f, 0x6d, 0x62, 0x02, 0x36, 0x34, 0x01, 0x08, 0x6e, 0x75, 0x6d, 0x5f, 0x6f, 0x6f,
+    0x6d, 0x73, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0x00, 0x01, 0x66, 0x04, 0x61,
+    0x2e, 0x70, 0x79, 0x02, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
+    0x02, 0x00, 0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0x01, 0x00, 0x00,
+    0x00, 0x00, 0x01, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x02, 0x01, 0x00, 0x00, 0x00,
+    0x01, 0x00, 0x00, 0x00, 0x02, 0x09, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x03, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x7f, 0x00, 0x00, 0x00, 0x00,
+    0x20, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
+    0x02, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x7f, 0x00, 0x00, 0x00, 0x04, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0xe8, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00,
+    0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x7f, 0x00, 0x00, 0x00, 0xfc, 0x1f, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01,
+    0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x7f, 0x00, 0x00, 0x00, 0x00, 0x20,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x7f, 0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xe8, 0x03, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x7f, 0x00,
+    0x00, 0x00, 0xfc, 0x1f, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x49, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x0a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x43,
+    0x10, 0x41, 0x12, 0xcf, 0x92, 0xd4, 0x94, 0x00, 0x4f, 0x04, 0x11, 0x01, 0x1b, 0x00, 0x08, 0xe2,
+    0x09, 0x96, 0x01, 0x64, 0x32, 0x96, 0x01, 0x0f, 0x84, 0x80, 0x80, 0x80, 0xf0, 0x0f, 0x03, 0x04,
+    0x03, 0xff, 0xff, 0xff, 0xff, 0xef, 0x0f, 0x06, 0x68, 0x53, 0x50, 0x50, 0x53, 0x80, 0x02, 0x02,
+    0x01, 0x01, 0x02, 0x07, 0xfc, 0x1f, 0x18, 0x18, 0x18, 0x64, 0x01
+  };
+  std::vector<std::byte> bytes(raw.size());
+  std::memcpy(bytes.data(), raw.data(), raw.size());
+  return bytes;
+}
+
 }  // namespace
 
 TEST_CASE("a version 1 file still reads") {
@@ -859,23 +930,103 @@ TEST_CASE("a version 3 file still reads") {
   CHECK(decoded.header.format_version == 3);
 }
 
-TEST_CASE("a version 1 file re-encodes as the current version and reads back equal") {
-  // Given the version 1 golden snapshot, read from its file
-  Snapshot upgraded = decode(version1_file());
-  // When written again, then today's version comes out and reads back equal
-  upgraded.header.format_version = kFormatVersion;
-  const std::vector<std::byte> bytes = encode(upgraded);
-  CHECK(bytes[kVersionOffset] == std::byte{kFormatVersion});
-  CHECK(decode(bytes) == upgraded);
+TEST_CASE("a version 4 file still reads, ring start included") {
+  // Given a file written by format version 4, whose ring overflowed
+  // When today's reader decodes it, then it gets the snapshot that was
+  // written, with the layout at the ring's start
+  const Snapshot decoded = decode(version4_file());
+  CHECK(decoded == make_version4_golden_snapshot());
+  CHECK(decoded.header.format_version == 4);
+  REQUIRE(decoded.ring_start.size() == 1);
+  CHECK(decoded.ring_start[0].blocks_from_before_ring == 1);
 }
 
-TEST_CASE("the writer still produces version 3 byte for byte") {
+TEST_CASE("the ring start the writer stores is the one derived from the events") {
+  // Given the version 4 golden snapshot without its ring start
+  Snapshot unset = make_version4_golden_snapshot();
+  const std::vector<RingStart> golden = unset.ring_start;
+  unset.ring_start.clear();
+  // When encoded, then the writer derives the same start and writes the same bytes
+  CHECK(derive_ring_starts(unset) == golden);
+  CHECK(encode(unset) == version4_file());
+}
+
+TEST_CASE("a ring that did not overflow stores no ring start") {
+  // Given a snapshot with events but none dropped
+  Snapshot s = make_version4_golden_snapshot();
+  s.ring_start.clear();
+  s.dropped_events = 0;
+  // When it round-trips, then there is no ring start
+  CHECK(derive_ring_starts(s).empty());
+  CHECK(decode(encode(s)).ring_start.empty());
+}
+
+TEST_CASE("ring starts out of device order or with bad references are rejected by the writer and the reader") {
+  Snapshot twice = make_rich_snapshot();
+  REQUIRE(twice.ring_start.size() >= 2);
+  std::swap(twice.ring_start[0], twice.ring_start[1]);
+  std::string message;
+  try {
+    encode(twice);
+    FAIL("encoded ring starts out of order");
+  } catch (const SnapshotError& error) {
+    CHECK(error.code() == ErrorCode::inconsistent);
+    message = error.what();
+  }
+  CHECK(message.find("ring start 1 is for device") != std::string::npos);
+  CHECK(decode_error(detail::encode_unvalidated(twice)) == ErrorCode::inconsistent);
+
+  Snapshot bad_stack = make_version4_golden_snapshot();
+  bad_stack.ring_start[0].segments[0].blocks[0].stack = StackId{99};
+  CHECK(decode_error(detail::encode_unvalidated(bad_stack), &message) == ErrorCode::inconsistent);
+  CHECK(message.find("of segment 0 of ring start 0 references stack 99") != std::string::npos);
+}
+
+TEST_CASE("a version 4 head cut short anywhere is rejected, never misread") {
+  // Given the version 4 golden file with its head cut after `keep` bytes,
+  // the head size and the body size fixed up to match, so that only the
+  // head's own decoding can notice (the ring start is the head's tail)
+  const std::vector<std::byte> whole = version4_file();
+  std::uint64_t head_size = 0;
+  for (std::size_t i = 0; i < 8; ++i) head_size |= std::to_integer<std::uint64_t>(whole[24 + i]) << (8 * i);
+  REQUIRE(head_size < whole.size());
+  for (std::size_t keep = 0; keep < head_size; ++keep) {
+    std::vector<std::byte> cut(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(32 + keep));
+    put_u64(cut, 24, keep);
+    put_u64(cut, 16, 8 + keep);
+    // When decoded, then it is rejected: truncated where a fixed-width
+    // field runs off the end, inconsistent where a length exceeds what is left
+    const ErrorCode code = decode_error(cut);
+    CAPTURE(keep);
+    CHECK((code == ErrorCode::truncated || code == ErrorCode::inconsistent));
+  }
+}
+
+TEST_CASE("a version 1 file re-encodes as the current version and reads back equal, with its ring start") {
+  // Given the version 1 golden snapshot, read from its file: 2 events
+  // dropped, no ring start stored
+  Snapshot upgraded = decode(version1_file());
+  REQUIRE(upgraded.dropped_events == 2);
+  REQUIRE(upgraded.ring_start.empty());
+  // When written again
+  upgraded.header.format_version = kFormatVersion;
+  const std::vector<std::byte> bytes = encode(upgraded);
+  // Then today's version comes out and reads back equal, plus the ring
+  // start the writer derived from the events
+  CHECK(bytes[kVersionOffset] == std::byte{kFormatVersion});
+  Snapshot expected = upgraded;
+  expected.ring_start = derive_ring_starts(upgraded);
+  CHECK(expected.ring_start.size() == 1);
+  CHECK(decode(bytes) == expected);
+}
+
+TEST_CASE("the writer still produces version 4 byte for byte") {
   // A tripwire: if this fails, the layout changed. Bump kFormatVersion, keep
-  // version3_file() and its test above, teach decode_body() (or the type's
+  // version4_file() and its test above, teach decode_body() (or the type's
   // class version) the new version, and point this test at a golden file of
   // the new version (docs/FORMAT.md).
-  REQUIRE(kFormatVersion == 3);
-  CHECK(encode(make_version3_golden_snapshot()) == version3_file());
+  REQUIRE(kFormatVersion == 4);
+  CHECK(encode(make_version4_golden_snapshot()) == version4_file());
 }
 
 // --- files -------------------------------------------------------------------

@@ -4,8 +4,11 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <optional>
+#include <utility>
 
 #include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/snapshot/ring_start.hpp"
 #include "replay_hot.hpp"
 
 namespace cachealloc::analyzer {
@@ -175,8 +178,35 @@ std::int32_t pick_device(const Snapshot& snapshot, std::int32_t requested) {
 
 namespace {
 
+// Applies events [begin, end) to `replay`, reading only the blocks that hold them.
+void replay_range(EventSource& source, Replay& replay, std::size_t begin, std::size_t end,
+                  const std::function<void(std::size_t, std::size_t)>& progress) {
+  for (std::size_t b = 0; b < source.block_count() && source.block_begin(b) < end; ++b) {
+    const std::size_t base = source.block_begin(b);
+    if (source.block_begin(b + 1) <= begin) continue;
+    const std::span<const Event> events = source.block(b);
+    const std::size_t stop = std::min(events.size(), end - base);
+    for (std::size_t j = begin > base ? begin - base : 0; j < stop; ++j) replay.apply_inline(events[j]);
+    if (progress) progress(base + stop, source.event_count());
+  }
+}
+
+// Whether the events, replayed from a guessed start, explain themselves and
+// end in the stored final layout: then the guess is as good as the derived
+// start, which is what a reader needs from it.
+bool explains_the_trace(const Replay& replay, const Snapshot& head, std::int32_t device) {
+  if (replay.anomalies().total() != 0) return false;
+  std::size_t differences = 0;
+  compare_layouts(replay.layout(), stored_layout(head, device), 0, differences);
+  return differences == 0;
+}
+
+// `start_explains`, when not null, is set to whether the trace replayed from
+// `initial` explains itself to its end (explains_the_trace); a window that
+// ends early then costs a replay of the rest, which leaves the Analysis as
+// it was at the window's end.
 Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::int32_t device,
-                      InitialLayout initial) {
+                      InitialLayout initial, bool* start_explains = nullptr) {
   const Snapshot& head = source.head();
   Analysis a;
   a.device = device;
@@ -359,6 +389,11 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
     a.layout_check.checked = true;
     a.layout_check.first_differences =
         compare_layouts(replayed, stored_layout(head, a.device), 5, a.layout_check.differences);
+    if (start_explains != nullptr)
+      *start_explains = a.anomalies.total() == 0 && a.layout_check.differences == 0;
+  } else if (start_explains != nullptr) {
+    replay_range(source, replay, a.window.end, n, {});
+    *start_explains = explains_the_trace(replay, head, a.device);
   }
   return a;
 }
@@ -367,17 +402,38 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
 
 Analysis analyze(EventSource& source, const AnalysisOptions& options) {
   const std::int32_t device = pick_device(source, options.device);
-  // Deriving the start costs a backward pass over the events. A ring that
-  // never overflowed almost always starts from an empty allocator, so try that
-  // first and derive only when the events or the final layout contradict it
+  const Snapshot& head = source.head();
+  // Deriving the start costs a backward pass over the events: for a streamed
+  // file, decoding every block a second time. So first try a start that
+  // costs nothing: the one the file stores (format version 4, when the ring
+  // overflowed), else, for a ring that never overflowed, the empty allocator
   // (which needs the window to reach the end, where the layout is checked).
+  // A guess counts only when the events confirm it (explains_the_trace).
   const std::size_t n = source.event_count();
   const bool to_the_end = std::min(options.window.end, n) == n;
-  if (source.head().dropped_events == 0 && to_the_end) {
-    Analysis a = run_analysis(source, options, device, InitialLayout{});
-    if (a.anomalies.total() == 0 && a.layout_check.differences == 0) return a;
+  std::optional<InitialLayout> guess;
+  if (const snapshot::RingStart* stored = snapshot::find_ring_start(head, device)) {
+    guess = *stored;
+  } else if (head.dropped_events == 0 && to_the_end) {
+    guess = InitialLayout{device, {}, 0, 0};
   }
-  return run_analysis(source, options, device, derive_initial_layout(source, device));
+  if (!guess) return run_analysis(source, options, device, derive_initial_layout(source, device));
+
+  // at_end sees the state only once the guess holds: keep a copy until then.
+  AnalysisOptions guess_options = options;
+  std::optional<Replay> at_end;
+  if (options.at_end) guess_options.at_end = [&](const Replay& replay) { at_end.emplace(replay); };
+  bool explains = false;
+  Analysis a = run_analysis(source, guess_options, device, *guess, &explains);
+  InitialLayout derived;
+  // A trace that contradicts itself from the derived start too: the guess
+  // was that start, and its analysis is the answer.
+  if (!explains) derived = derive_initial_layout(source, device);
+  if (explains || derived == *guess) {
+    if (at_end) options.at_end(*at_end);
+    return a;
+  }
+  return run_analysis(source, options, device, std::move(derived));
 }
 
 Analysis analyze(const Snapshot& snapshot, const AnalysisOptions& options) {
@@ -388,17 +444,32 @@ Analysis analyze(const Snapshot& snapshot, const AnalysisOptions& options) {
 void replay_to(EventSource& source, std::int32_t device, std::size_t index,
                const std::function<void(const Replay&)>& inspect,
                const std::function<void(std::size_t, std::size_t)>& progress) {
-  InitialLayout initial = derive_initial_layout(source, device);
-  Replay replay(initial.segments, device, source.head().stacks.size());
+  const Snapshot& head = source.head();
   const std::size_t n = source.event_count();
   const std::size_t end = index == kNoEvent ? 0 : std::min(index + 1, n);
-  for (std::size_t b = 0; b < source.block_count() && source.block_begin(b) < end; ++b) {
-    const std::size_t base = source.block_begin(b);
-    const std::span<const Event> events = source.block(b);
-    const std::size_t stop = std::min(events.size(), end - base);
-    for (std::size_t j = 0; j < stop; ++j) replay.apply_inline(events[j]);
-    if (progress) progress(base + stop, n);
+  InitialLayout derived;
+  if (const snapshot::RingStart* stored = snapshot::find_ring_start(head, device)) {
+    // The stored start holds when the events confirm it: replay on to the
+    // end, keeping a copy of the state after `index` (O(live blocks)).
+    Replay replay(stored->segments, device, head.stacks.size());
+    replay_range(source, replay, 0, end, progress);
+    std::optional<Replay> at;
+    if (end < n) {
+      at.emplace(replay);
+      replay_range(source, replay, end, n, progress);
+    }
+    const bool explains = explains_the_trace(replay, head, device);
+    if (!explains) derived = derive_initial_layout(source, device);
+    if (explains || derived == *stored) {
+      if (progress) progress(n, n);
+      inspect(at ? *at : replay);
+      return;
+    }
+  } else {
+    derived = derive_initial_layout(source, device);
   }
+  Replay replay(derived.segments, device, head.stacks.size());
+  replay_range(source, replay, 0, end, progress);
   if (progress) progress(n, n);
   inspect(replay);
 }

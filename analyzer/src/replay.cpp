@@ -1,11 +1,11 @@
 #include "cachealloc/analyzer/replay.hpp"
 
 #include <algorithm>
-#include <map>
 #include <utility>
 
 #include "cachealloc/analyzer/detail/flat_hash.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/snapshot/ring_start.hpp"
 #include "replay_hot.hpp"
 
 namespace cachealloc::analyzer {
@@ -19,8 +19,6 @@ using snapshot::StringId;
 
 namespace {
 
-constexpr std::uint64_t kSmallPoolSegmentSize = 2ull << 20;
-
 bool is_active(BlockState state) noexcept {
   return state == BlockState::active_allocated || state == BlockState::active_pending_free;
 }
@@ -33,196 +31,12 @@ std::uint64_t minus(std::uint64_t a, std::uint64_t b) noexcept { return a > b ? 
 // The layout before the ring.
 
 InitialLayout derive_initial_layout(const snapshot::Snapshot& snapshot, std::int32_t device) {
-  SnapshotEvents source(snapshot);
-  return derive_initial_layout(source, device);
+  return snapshot::derive_ring_start(snapshot.segments, device, snapshot.events);
 }
 
 InitialLayout derive_initial_layout(EventSource& source, std::int32_t device) {
-  const snapshot::Snapshot& snapshot = source.head();
-  struct SegmentInfo {
-    std::uint64_t total_size = 0;
-    std::uint64_t stream = 0;
-    bool large_pool = false;
-    bool expandable = false;
-    StackId stack{};
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> unmapped;  // [begin, end)
-  };
-  struct BlockInfo {
-    std::uint64_t address = 0;
-    std::uint64_t size = 0;
-    std::uint64_t requested = 0;
-    StackId stack{};
-    BlockState state = BlockState::active_allocated;
-    bool from_event = false;
-    bool live = false;
-  };
-  // Segments are few; an ordered map keeps the containing-range lookups simple.
-  std::map<std::uint64_t, SegmentInfo> segments;
-  std::vector<BlockInfo> blocks;
-  std::vector<std::uint32_t> free_ids;
-  detail::FlatHashMap block_at;
-
-  auto put_block = [&](const BlockInfo& info) {
-    std::uint32_t id = block_at.find(info.address);
-    if (id == detail::FlatHashMap::kMissing) {
-      if (!free_ids.empty()) {
-        id = free_ids.back();
-        free_ids.pop_back();
-      } else {
-        id = static_cast<std::uint32_t>(blocks.size());
-        blocks.emplace_back();
-      }
-      block_at.insert(info.address, id);
-    }
-    blocks[id] = info;
-    blocks[id].live = true;
-    return id;
-  };
-
-  for (const Segment& segment : snapshot.segments) {
-    if (segment.device != device) continue;
-    SegmentInfo info{segment.total_size, segment.stream, segment.large_pool, segment.expandable, segment.stack, {}};
-    for (const snapshot::Block& block : segment.blocks) {
-      if (block.state == BlockState::unmapped) {
-        info.unmapped.emplace_back(block.address, block.address + block.size);
-      } else if (is_active(block.state)) {
-        put_block(BlockInfo{block.address, block.size, block.requested, block.stack, block.state, false, true});
-      }
-    }
-    segments[segment.address] = std::move(info);
-  }
-
-  auto containing = [&](std::uint64_t address) {
-    auto it = segments.upper_bound(address);
-    if (it == segments.begin()) return segments.end();
-    --it;
-    return address < it->first + it->second.total_size ? it : segments.end();
-  };
-
-  // The block the last free_completed put, while it stays at that address.
-  std::uint64_t last_put_address = 0;
-  std::uint32_t last_put_id = detail::FlatHashMap::kMissing;
-  for (std::size_t block_index = source.block_count(); block_index-- > 0;) {
-    const std::span<const Event> block = source.block(block_index);
-    for (auto e = block.rbegin(); e != block.rend(); ++e) {
-      if (e->device != device) continue;
-      switch (e->kind) {
-        case EventKind::alloc: {
-          const std::uint32_t id = block_at.find(e->address);
-          if (id == last_put_id) last_put_id = detail::FlatHashMap::kMissing;
-          if (id != detail::FlatHashMap::kMissing) {
-            block_at.erase(e->address);
-            blocks[id].live = false;
-            free_ids.push_back(id);
-          }
-          break;
-        }
-        case EventKind::free_requested: {
-          // Walking backwards, a free_requested mostly comes right after
-          // (before, in time) its block's free_completed: skip the lookup.
-          const std::uint32_t id = e->address == last_put_address && last_put_id != detail::FlatHashMap::kMissing
-                                       ? last_put_id
-                                       : block_at.find(e->address);
-          if (id != detail::FlatHashMap::kMissing) {
-            blocks[id].state = BlockState::active_allocated;
-          } else {
-            put_block(BlockInfo{e->address, e->size, e->aux, e->stack, BlockState::active_allocated, true, true});
-          }
-          break;
-        }
-        case EventKind::free_completed:
-          last_put_id =
-              put_block(BlockInfo{e->address, e->size, e->aux, e->stack, BlockState::active_pending_free, true, true});
-          last_put_address = e->address;
-          break;
-        case EventKind::segment_alloc:
-          segments.erase(e->address);
-          break;
-        case EventKind::segment_release:
-          // The release carries no flags; a small-pool segment is always exactly 2 MiB.
-          segments[e->address] =
-              SegmentInfo{e->size, e->stream, e->size != kSmallPoolSegmentSize, false, e->stack, {}};
-          break;
-        case EventKind::segment_map: {
-          auto it = containing(e->address);
-          if (it == segments.end()) break;
-          SegmentInfo& info = it->second;
-          const std::uint64_t end = it->first + info.total_size;
-          if (e->address == it->first && e->size >= info.total_size) {
-            segments.erase(it);  // the map created this segment
-          } else if (e->address + e->size >= end) {
-            info.total_size = e->address - it->first;  // the map grew this segment
-          } else {
-            info.unmapped.emplace_back(e->address, e->address + e->size);
-          }
-          break;
-        }
-        case EventKind::segment_unmap: {
-          auto it = containing(e->address);
-          if (it == segments.end()) break;
-          const std::uint64_t begin = e->address;
-          const std::uint64_t end = e->address + e->size;
-          std::vector<std::pair<std::uint64_t, std::uint64_t>> kept;
-          for (auto [b, f] : it->second.unmapped) {
-            if (f <= begin || b >= end) {
-              kept.emplace_back(b, f);
-              continue;
-            }
-            if (b < begin) kept.emplace_back(b, begin);
-            if (f > end) kept.emplace_back(end, f);
-          }
-          it->second.unmapped = std::move(kept);
-          break;
-        }
-        default:
-          break;
-      }
-    }
-  }
-
-  InitialLayout result;
-  std::vector<const BlockInfo*> live;
-  live.reserve(block_at.size());
-  for (const BlockInfo& block : blocks) {
-    if (block.live) live.push_back(&block);
-  }
-  std::sort(live.begin(), live.end(), [](const BlockInfo* a, const BlockInfo* b) { return a->address < b->address; });
-
-  std::size_t next = 0;
-  for (auto& [address, info] : segments) {
-    const std::uint64_t end = address + info.total_size;
-    while (next < live.size() && live[next]->address < address) {
-      ++result.unplaced_blocks;
-      ++next;
-    }
-    // Active blocks and unmapped ranges, in address order; gaps become inactive.
-    std::vector<snapshot::Block> pieces;
-    for (; next < live.size() && live[next]->address < end; ++next) {
-      const BlockInfo& b = *live[next];
-      pieces.push_back(snapshot::Block{b.address, b.size, b.requested, b.state, b.stack});
-      if (b.from_event) ++result.blocks_from_before_ring;
-    }
-    for (auto [b, f] : info.unmapped) pieces.push_back(snapshot::Block{b, f - b, 0, BlockState::unmapped, {}});
-    std::sort(pieces.begin(), pieces.end(),
-              [](const snapshot::Block& a, const snapshot::Block& b) { return a.address < b.address; });
-
-    Segment segment{device, info.stream, address, info.total_size, info.large_pool, info.expandable, info.stack, {}};
-    std::uint64_t cursor = address;
-    for (const snapshot::Block& piece : pieces) {
-      if (piece.address < cursor || piece.address + piece.size > end) {
-        ++result.unplaced_blocks;  // overlaps: the trace contradicts itself
-        continue;
-      }
-      if (piece.address > cursor)
-        segment.blocks.push_back(snapshot::Block{cursor, piece.address - cursor, 0, BlockState::inactive, {}});
-      segment.blocks.push_back(piece);
-      cursor = piece.address + piece.size;
-    }
-    if (cursor < end) segment.blocks.push_back(snapshot::Block{cursor, end - cursor, 0, BlockState::inactive, {}});
-    result.segments.push_back(std::move(segment));
-  }
-  result.unplaced_blocks += live.size() - next;
-  return result;
+  return snapshot::derive_ring_start(source.head().segments, device, source.block_count(),
+                                     [&](std::size_t block) { return source.block(block); });
 }
 
 // ---------------------------------------------------------------------------

@@ -88,6 +88,8 @@ class FlatMap {
     }
   }
 
+  std::size_t size() const noexcept { return size_ + (has_empty_key_ ? 1 : 0); }
+
   void erase(std::uint64_t key) noexcept {
     if (key == kEmptyKey) [[unlikely]] {
       has_empty_key_ = false;

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "cachealloc/snapshot/ring_start.hpp"
+
 #include "archive.hpp"
 #include "format_v3.hpp"
 #include "serialize.hpp"
@@ -55,6 +57,23 @@ void check_string(StringId id, const Snapshot& snapshot, const std::string& wher
   if (id.value != 0 && id.value >= snapshot.strings.size()) {
     inconsistent(where + " references string " + std::to_string(id.value) + " but the string table has " +
                  std::to_string(snapshot.strings.size()) + " entries");
+  }
+}
+
+// The segments of a layout and their blocks; `suffix` says which layout in
+// messages ("" for the final one).
+void check_layout(const std::vector<Segment>& segments, const Snapshot& snapshot, const std::string& suffix) {
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    const Segment& segment = segments[s];
+    check_stack(segment.stack, snapshot, "segment " + std::to_string(s) + suffix);
+    for (std::size_t b = 0; b < segment.blocks.size(); ++b) {
+      const Block& block = segment.blocks[b];
+      const std::string where = "block " + std::to_string(b) + " of segment " + std::to_string(s) + suffix;
+      if (static_cast<std::uint8_t>(block.state) > static_cast<std::uint8_t>(BlockState::unmapped)) {
+        inconsistent(where + " has unknown state " + std::to_string(static_cast<int>(block.state)));
+      }
+      check_stack(block.stack, snapshot, where);
+    }
   }
 }
 
@@ -127,7 +146,10 @@ Snapshot decode_body(std::uint32_t version, std::span<const std::byte> body) {
       }
       break;
     }
-    case 3: snapshot = decode_version3(body); break;
+    // Version 4 only adds the ring start to the head, which SnapshotHead's
+    // class version tells decode_head().
+    case 3:
+    case 4: snapshot = decode_version3(body); break;
     default: inconsistent("format version " + std::to_string(version) + " does not exist");
   }
   snapshot.header.format_version = version;
@@ -218,6 +240,13 @@ std::vector<std::byte> encode_framed(const Snapshot& snapshot) {
   sized_section(out, [&] {
     // Saving only reads through the pointer.
     detail::SnapshotHead head{const_cast<Snapshot*>(&snapshot)};
+    // Derived here, once, so every writer (the recorder's dump, convert)
+    // stores it; one backward pass over the events in memory per device.
+    std::vector<RingStart> derived;
+    if (snapshot.ring_start.empty() && snapshot.dropped_events > 0) {
+      derived = derive_ring_starts(snapshot);
+      head.ring_start = &derived;
+    }
     detail::LittleEndianOutputArchive archive(out);
     archive(head);
   });
@@ -255,17 +284,15 @@ void validate(const Snapshot& snapshot) {
       }
     }
   }
-  for (std::size_t s = 0; s < snapshot.segments.size(); ++s) {
-    const Segment& segment = snapshot.segments[s];
-    check_stack(segment.stack, snapshot, "segment " + std::to_string(s));
-    for (std::size_t b = 0; b < segment.blocks.size(); ++b) {
-      const Block& block = segment.blocks[b];
-      const std::string where = "block " + std::to_string(b) + " of segment " + std::to_string(s);
-      if (static_cast<std::uint8_t>(block.state) > static_cast<std::uint8_t>(BlockState::unmapped)) {
-        inconsistent(where + " has unknown state " + std::to_string(static_cast<int>(block.state)));
-      }
-      check_stack(block.stack, snapshot, where);
+  check_layout(snapshot.segments, snapshot, "");
+  for (std::size_t r = 0; r < snapshot.ring_start.size(); ++r) {
+    const RingStart& start = snapshot.ring_start[r];
+    const std::string where = "ring start " + std::to_string(r);
+    if (r > 0 && start.device <= snapshot.ring_start[r - 1].device) {
+      inconsistent(where + " is for device " + std::to_string(start.device) + ", not after device " +
+                   std::to_string(snapshot.ring_start[r - 1].device));
     }
+    check_layout(start.segments, snapshot, " of " + where);
   }
   detail::validate_events(snapshot, snapshot.events, 0);
 }

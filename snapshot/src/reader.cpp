@@ -49,7 +49,8 @@ void SnapshotReader::open(const std::filesystem::path& path) {
   events_.clear();
   next_ = 0;
 
-  // Stream only a regular file of ours at version 3 or newer (a newer one is
+  // Stream only a regular file of ours at version 3 or newer (4 differs from
+  // 3 only inside the head, which decode_head() reads; a newer one is
   // rejected by the framing check, naming both versions); load() takes the
   // rest and reports every error as it always has.
   bool ours = false;

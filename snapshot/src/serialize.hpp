@@ -28,6 +28,10 @@ inline constexpr std::uint32_t kClassVersion = 1;
 // 2 since format version 2: the event encoding (event_codec.hpp).
 template <>
 inline constexpr std::uint32_t kClassVersion<EventColumns> = kEventEncoding;
+struct SnapshotHead;
+// 2 since format version 4: the ring start follows the segments.
+template <>
+inline constexpr std::uint32_t kClassVersion<SnapshotHead> = 2;
 
 // Everything of a Snapshot but its events: the head section of format
 // version 3, whose events follow in blocks (docs/FORMAT.md, "Version 3").
@@ -35,6 +39,9 @@ inline constexpr std::uint32_t kClassVersion<EventColumns> = kEventEncoding;
 // through it.
 struct SnapshotHead {
   Snapshot* snapshot;
+  // Saving only: written in place of snapshot->ring_start when not null (the
+  // writer derived it, format.cpp).
+  const std::vector<RingStart>* ring_start = nullptr;
 };
 }  // namespace cachealloc::snapshot::detail
 
@@ -46,6 +53,7 @@ CEREAL_CLASS_VERSION(cachealloc::snapshot::Header, cachealloc::snapshot::detail:
 CEREAL_CLASS_VERSION(cachealloc::snapshot::DeviceInfo, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::DeviceInfo>)
 CEREAL_CLASS_VERSION(cachealloc::snapshot::Block, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::Block>)
 CEREAL_CLASS_VERSION(cachealloc::snapshot::Segment, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::Segment>)
+CEREAL_CLASS_VERSION(cachealloc::snapshot::RingStart, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::RingStart>)
 CEREAL_CLASS_VERSION(cachealloc::snapshot::Frame, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::Frame>)
 CEREAL_CLASS_VERSION(cachealloc::snapshot::Stack, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::Stack>)
 CEREAL_CLASS_VERSION(cachealloc::snapshot::Snapshot, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::Snapshot>)
@@ -128,6 +136,12 @@ void serialize(Archive& ar, Segment& segment, std::uint32_t version) {
 }
 
 template <class Archive>
+void serialize(Archive& ar, RingStart& start, std::uint32_t version) {
+  detail::require_known_class_version<RingStart>(version, "RingStart");
+  ar(start.device, start.segments, start.blocks_from_before_ring, start.unplaced_blocks);
+}
+
+template <class Archive>
 void serialize(Archive& ar, Frame& frame, std::uint32_t version) {
   detail::require_known_class_version<Frame>(version, "Frame");
   ar(frame.ip, frame.function, frame.file, frame.line, frame.module);
@@ -153,13 +167,23 @@ void load(Archive& ar, Snapshot& snapshot, std::uint32_t version) {
 
 namespace detail {
 // Tables come before their users so a streaming reader resolves ids as it
-// goes; the events follow the head in blocks of EventColumns.
+// goes; the events follow the head in blocks of EventColumns. Class version
+// 1 (format version 3) has no ring start; version 2 (format version 4) has
+// it between the segments and dropped_events.
 template <class Archive>
 void serialize(Archive& ar, SnapshotHead& head, std::uint32_t version) {
   require_known_class_version<SnapshotHead>(version, "SnapshotHead");
   Snapshot& s = *head.snapshot;
-  ar(s.header, s.devices, s.settings, s.stats, s.strings, s.frames, s.stacks, s.threads, s.segments,
-     s.dropped_events);
+  ar(s.header, s.devices, s.settings, s.stats, s.strings, s.frames, s.stacks, s.threads, s.segments);
+  if (version >= 2) {
+    if constexpr (Archive::is_loading::value) {
+      ar(s.ring_start);
+    } else {
+      // Saving only reads through the reference.
+      ar(const_cast<std::vector<RingStart>&>(head.ring_start != nullptr ? *head.ring_start : s.ring_start));
+    }
+  }
+  ar(s.dropped_events);
 }
 }  // namespace detail
 

@@ -63,7 +63,9 @@ struct AnalysisOptions {
   // Called after every block of events with (events done, events total).
   std::function<void(std::size_t, std::size_t)> progress;
   // Called once with the state after the window's last event, for reports
-  // that need the full layout or live set at the end in the same pass.
+  // that need the full layout or live set at the end in the same pass. When
+  // analyze() tries a start it must then confirm, the call waits for that
+  // (on a copy of the state) and is never made for a start that failed.
   std::function<void(const Replay&)> at_end;
 };
 
@@ -158,14 +160,25 @@ struct Analysis {
 Analysis analyze(const snapshot::Snapshot& snapshot, const AnalysisOptions& options);
 // The same, reading the events block by block: memory is the replayed state
 // (live blocks, segments, per-stack counters), the head's tables and one
-// block of events, whatever the number of events. A trace that does not
-// start from an empty allocator costs a second forward pass and one
-// backward pass (derive_initial_layout), each one block at a time.
+// block of events, whatever the number of events.
+// The state before events[0] is, in order of cost: the ring start the file
+// stores (format version 4, Snapshot::ring_start), or for a ring that never
+// overflowed the empty allocator; either holds only when the events confirm
+// it (no ReplayAnomalies, and the replayed final layout equals the stored
+// one; a window that ends early then costs a replay of the rest of the
+// events). Otherwise the start is derived (derive_initial_layout): one
+// backward pass and a second forward pass, each one block at a time. A
+// stored start consistent with the events is trusted for what they cannot
+// confirm: blocks_from_before_ring, unplaced_blocks, and the stacks and
+// requested bytes of blocks alive at the start.
 Analysis analyze(EventSource& source, const AnalysisOptions& options);
 
 // Replays to just after event `index` (kNoEvent: the state before events[0]) and
 // hands the Replay to `inspect`. For reports that need the full state at one
-// moment (segments --at, leaks, peak listings). O(index) time.
+// moment (segments --at, leaks, peak listings). O(index) time, from a derived
+// start; from a start the file stores, O(events) instead, since the stored
+// start holds only once the events to the end confirm it, as for analyze()
+// (the state at `index` is copied, O(live blocks), while the replay goes on).
 void replay_to(const snapshot::Snapshot& snapshot, std::int32_t device, std::size_t index,
                const std::function<void(const Replay&)>& inspect,
                const std::function<void(std::size_t, std::size_t)>& progress = {});

@@ -98,20 +98,15 @@ struct SegmentFigures {
   }
 };
 
-// What the engine needs to know about the events before the ring.
-struct InitialLayout {
-  std::vector<snapshot::Segment> segments;  // the layout just before events[0]
-  // Blocks alive at events[0] whose alloc was lost; known only from a later free.
-  std::uint64_t blocks_from_before_ring = 0;
-  // Blocks of the derivation that fell in no segment (a damaged trace).
-  std::uint64_t unplaced_blocks = 0;
-};
+// What the engine needs to know about the events before the ring: the
+// layout just before events[0], with the counts of its derivation
+// (snapshot::RingStart, ring_start.hpp).
+using InitialLayout = snapshot::RingStart;
 
 // Derives the layout of `device` before events[0] by walking the events
-// backwards from the final layout, as PyTorch's MemoryViz does: a free undone
-// brings its block back, an alloc undone removes it, a release undone brings
-// its segment back. Gaps between active blocks become inactive blocks, which
-// is exact because the allocator always merges free neighbours.
+// backwards from the final layout (snapshot::derive_ring_start, which says
+// how). Format version 4 files store the result (Snapshot::ring_start);
+// analyze() reads that instead when the events confirm it.
 // Cost: O(events + final blocks) time, O(live blocks) memory.
 InitialLayout derive_initial_layout(const snapshot::Snapshot& snapshot, std::int32_t device);
 // The same over a source, reading its blocks from the last to the first.
@@ -126,7 +121,9 @@ class Replay {
   // `stack_count` sizes the per-stack live counters (snapshot.stacks.size()).
   Replay(const std::vector<snapshot::Segment>& initial, std::int32_t device, std::size_t stack_count);
   ~Replay();
-  Replay(const Replay&) = delete;
+  // A copy is explicit: it costs O(live blocks + segments + stacks), which
+  // is what keeping the state at one moment while replaying on needs.
+  explicit Replay(const Replay&) = default;
   Replay& operator=(const Replay&) = delete;
 
   // Applies one event. Events of another device change nothing, except

@@ -3,14 +3,16 @@
 // the three renderers. Builders never print and never exit.
 //
 // Exactness: when the ring overflowed (dropped_events > 0) the state before
-// the ring is derived from the final layout (derive_initial_layout), so
+// the ring is derived from the final layout (derive_initial_layout, or the
+// ring start a version 4 file stores, which the writer derived), so
 // layouts, live sets and figures at the end are exact, while counts, peaks and
 // per-site totals are exact for the ring but only lower bounds for the whole
 // run. Builders mark such fields lower_bound and say so in the notes.
 //
 // Cost: summary, fragmentation, timeline, top and oom make one pass over the
 // events; peak, segments --at and leaks make at most two. A trace that does
-// not start from an empty allocator adds one backward pass. Memory: the
+// not start from an empty allocator adds one backward pass, unless the file
+// stores its ring start (format version 4). Memory: the
 // replayed state plus one block of events, and the Document itself.
 //
 // Thread safety: reentrant.

@@ -23,7 +23,9 @@ namespace cachealloc::snapshot {
 // stacks, times and cached blocks against predictions. 3: the events travel
 // in blocks of 64 Ki that decode alone, after a head section holding
 // everything else, so a reader can stream them (reader.hpp, docs/FORMAT.md).
-inline constexpr std::uint32_t kFormatVersion = 3;
+// 4: the head holds the layout at the ring's start (Snapshot::ring_start)
+// when the ring overflowed, so the analyzer skips its backward pass.
+inline constexpr std::uint32_t kFormatVersion = 4;
 
 enum class ErrorCode {
   not_a_snapshot,  // bad magic: "not a cachealloc snapshot"
@@ -47,23 +49,31 @@ class SnapshotError : public std::runtime_error {
 
 // Checks every reference of `snapshot` against its tables: stack, frame and
 // string ids (0 always means "none" for stacks and strings), event kinds,
-// block states, and Event::thread < threads.size() when threads is non-empty.
+// block states (of the final layout and of the ring start), ring starts in
+// increasing device order, and Event::thread < threads.size() when threads
+// is non-empty.
 // Throws SnapshotError{inconsistent} naming the first bad reference.
 void validate(const Snapshot& snapshot);
 
 // Serializes `snapshot` into bytes. Throws SnapshotError{inconsistent} when the
 // snapshot references a stack, frame or string that is not in its tables.
+// When dropped_events > 0 and ring_start is empty, writes the ring start
+// derive_ring_starts() finds (ring_start.hpp): one backward pass over the
+// events per device, a few percent of the encoding's time. A ring_start the
+// caller set is written as it is.
 std::vector<std::byte> encode(const Snapshot& snapshot);
 
 // Parses bytes produced by encode() of this or an older version, validates
 // the result as validate() does, and sets header.format_version to the
 // version the bytes were written with (encode() ignores that field, so
-// decode(encode(s)) == s when s.header.format_version == kFormatVersion).
+// decode(encode(s)) == s when s.header.format_version == kFormatVersion and
+// s.ring_start is set or not needed: see encode()). Files before version 4
+// have no ring start: it comes back empty.
 // Throws SnapshotError with the matching ErrorCode. Hostile input costs at
 // most time and memory linear in its size.
 Snapshot decode(std::span<const std::byte> bytes);
 
-// Writes atomically: a temporary file beside `path`, fsync, then rename, so a
+// Writes what encode() writes atomically: a temporary file beside `path`, fsync, then rename, so a
 // crash never leaves half a snapshot and never destroys an existing file at
 // `path` unless the new one is complete. Throws SnapshotError{inconsistent}
 // when validation fails, before touching the disk, and SnapshotError{io},

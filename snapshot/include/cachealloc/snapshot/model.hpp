@@ -148,6 +148,21 @@ struct Header {
   friend bool operator==(const Header&, const Header&) = default;
 };
 
+// The layout of one device just before events[0], for a ring that
+// overflowed: what the lost events had built. A fact derived from the final
+// layout and the events (derive_ring_start, ring_start.hpp), stored in the
+// file (format version 4) so that a reader need not walk every event
+// backwards to find it.
+struct RingStart {
+  std::int32_t device = 0;
+  std::vector<Segment> segments;  // in address order, each with its blocks
+  // Blocks alive at events[0] whose alloc was lost; known only from a later free.
+  std::uint64_t blocks_from_before_ring = 0;
+  // Blocks of the derivation that fell in no segment (a damaged trace).
+  std::uint64_t unplaced_blocks = 0;
+  friend bool operator==(const RingStart&, const RingStart&) = default;
+};
+
 struct Snapshot {
   Header header;
   std::vector<DeviceInfo> devices;
@@ -159,6 +174,11 @@ struct Snapshot {
   std::vector<Segment> segments;  // final layout, sorted by (device, address)
   std::vector<Event> events;      // the ring, oldest first
   std::uint64_t dropped_events = 0;  // events lost to ring overflow before events[0]
+  // The layout at the ring's start, one entry per device, sorted by device.
+  // Empty unless dropped_events > 0; encode() fills it in when the caller
+  // left it empty (format.hpp). Readers trust it only as far as the events
+  // confirm it.
+  std::vector<RingStart> ring_start;
   // Tables. strings[0], frames[0] and stacks[0] are placeholders for "none".
   std::vector<std::string> strings{std::string()};
   std::vector<Frame> frames{Frame{}};

@@ -1,0 +1,192 @@
+// The layout at the ring's start (snapshot/ring_start.hpp): the writer
+// stores the one derived from the events, it is the state the allocator
+// really had there, and the analyzer uses it without a backward pass, but
+// only as far as the events confirm it.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "../analyzer/testing/trace_builder.hpp"
+#include "allocator_support.hpp"
+#include "cachealloc/analyzer/analysis.hpp"
+#include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/analyzer/reports.hpp"
+#include "cachealloc/cachealloc.h"
+#include "cachealloc/history.hpp"
+#include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/ring_start.hpp"
+
+using namespace cachealloc;
+namespace fs = std::filesystem;
+using test_support::KiB;
+using test_support::MiB;
+
+namespace {
+
+fs::path temp_path(const std::string& name) {
+  return fs::temp_directory_path() / ("cachealloc-ring-start-" + std::to_string(::getpid()) + "-" + name);
+}
+
+// Counts the blocks a source hands out: a backward pass reads every block
+// once more.
+class CountingEvents final : public analyzer::EventSource {
+ public:
+  explicit CountingEvents(analyzer::EventSource& inner) : inner_(inner) {}
+  const snapshot::Snapshot& head() const override { return inner_.head(); }
+  std::size_t event_count() const override { return inner_.event_count(); }
+  std::size_t block_count() const override { return inner_.block_count(); }
+  std::size_t block_begin(std::size_t block) const override { return inner_.block_begin(block); }
+  std::span<const snapshot::Event> block(std::size_t block) override {
+    ++reads;
+    return inner_.block(block);
+  }
+  std::size_t reads = 0;
+
+ private:
+  analyzer::EventSource& inner_;
+};
+
+// A random trace of several blocks whose first 1000 events were lost.
+snapshot::Snapshot overflowed_trace() {
+  snapshot::Snapshot trace = analyzer::testing::random_trace(4, 200000, 3, 3);
+  trace.events.erase(trace.events.begin(), trace.events.begin() + 1000);
+  trace.dropped_events = 1000;
+  return trace;
+}
+
+std::string render(const analyzer::Document& document) {
+  std::ostringstream out;
+  analyzer::render(document, analyzer::Format::json, out);
+  return out.str();
+}
+
+}  // namespace
+
+TEST_CASE("the ring start of an overflowed recording is the layout the allocator had there") {
+  // Given the same workload recorded twice, once whole and once in a ring of
+  // 100 events, on a simulated device
+  auto record = [](std::size_t max_entries) {
+    auto device = test_support::simulated();
+    CachingAllocator allocator(device);
+    HistoryOptions options;
+    options.stacks = StackCapture::none;
+    options.max_entries = max_entries;
+    HistoryRecorder recorder(allocator, options);
+    std::vector<void*> live;
+    for (int i = 0; i < 300; ++i) {
+      if (i % 3 == 2) {
+        allocator.deallocate(live[live.size() / 2]);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(live.size() / 2));
+      } else {
+        live.push_back(allocator.allocate(static_cast<std::size_t>(1 + i % 7) * 300 * KiB + i));
+      }
+    }
+    return recorder.take_snapshot();
+  };
+  const snapshot::Snapshot all = record(1'000'000);
+  snapshot::Snapshot ring = record(100);
+  REQUIRE(all.dropped_events == 0);
+  REQUIRE(ring.dropped_events == all.events.size() - 100);
+  REQUIRE(ring.ring_start.empty());  // the recorder leaves it to the writer
+
+  // When the ring is written and read back
+  const fs::path path = temp_path("recorded.bin");
+  snapshot::write_snapshot(ring, path);
+  const snapshot::Snapshot read = snapshot::read_snapshot(path);
+  fs::remove(path);
+
+  // Then it holds one start, for the device, equal to the derived one
+  REQUIRE(read.ring_start.size() == 1);
+  const snapshot::RingStart& stored = read.ring_start[0];
+  CHECK(stored == snapshot::derive_ring_start(ring.segments, stored.device, ring.events));
+  CHECK(stored == analyzer::derive_initial_layout(ring, stored.device));
+  CHECK(stored.unplaced_blocks == 0);
+  // And it is the layout the whole recording had just before the ring's first event
+  analyzer::Replay whole({}, stored.device, all.stacks.size());
+  for (std::size_t i = 0; i < ring.dropped_events; ++i) whole.apply(all.events[i]);
+  std::size_t differences = 0;
+  for (const std::string& line : analyzer::compare_layouts(stored.segments, whole.layout(), 5, differences))
+    MESSAGE(line);
+  CHECK(differences == 0);
+  CHECK_FALSE(stored.segments.empty());
+}
+
+TEST_CASE("an analysis of a file with a stored ring start reads each block once") {
+  // Given an overflowed trace written as a file, which stores its ring start
+  const snapshot::Snapshot trace = overflowed_trace();
+  const fs::path path = temp_path("once.bin");
+  snapshot::write_snapshot(trace, path);
+  analyzer::FileEvents file(path);
+  REQUIRE(file.streaming());
+  REQUIRE(!file.head().ring_start.empty());
+  // When it is analyzed to the end
+  CountingEvents counted(file);
+  const analyzer::Analysis a = analyzer::analyze(counted, {});
+  // Then no backward pass ran, and the answer is the derived start's
+  CHECK(counted.reads == counted.block_count());
+  CHECK(a.blocks_from_before_ring == analyzer::derive_initial_layout(trace, a.device).blocks_from_before_ring);
+  CHECK(a.anomalies.total() == 0);
+  CHECK(a.layout_check.differences == 0);
+  // And the same file without a stored start costs a backward pass more
+  analyzer::SnapshotEvents in_memory(trace);
+  CountingEvents derived(in_memory);
+  (void)analyzer::analyze(derived, {});
+  CHECK(derived.reads == 2 * derived.block_count());
+  fs::remove(path);
+}
+
+TEST_CASE("a stored ring start that the events contradict is replaced by the derived one") {
+  // Given an overflowed trace written with a wrong ring start: the empty
+  // allocator, or the real start with one segment left out
+  const snapshot::Snapshot trace = overflowed_trace();
+  const snapshot::RingStart real = analyzer::derive_initial_layout(trace, 0);
+  REQUIRE(real.segments.size() >= 2);
+  snapshot::RingStart missing_segment = real;
+  missing_segment.segments.erase(missing_segment.segments.begin());
+  for (const snapshot::RingStart& wrong : {snapshot::RingStart{0, {}, 0, 0}, missing_segment}) {
+    snapshot::Snapshot lying = trace;
+    lying.ring_start = {wrong};
+    const fs::path path = temp_path("wrong.bin");
+    snapshot::write_snapshot(lying, path);
+    analyzer::FileEvents file(path);
+    REQUIRE(file.head().ring_start == std::vector<snapshot::RingStart>{wrong});
+    analyzer::SnapshotEvents in_memory(trace);  // no stored start: derived
+    analyzer::ReportOptions window;
+    window.window = {70000, 140000};
+    // When reports read the file, over the whole trace and over a window
+    // Then they say what the derived start makes them say
+    for (const analyzer::ReportOptions& options : {analyzer::ReportOptions{}, window}) {
+      CHECK(render(analyzer::summary_report(file, options)) == render(analyzer::summary_report(in_memory, options)));
+      CHECK(render(analyzer::peak_report(file, options)) == render(analyzer::peak_report(in_memory, options)));
+      CHECK(render(analyzer::segments_report(file, options)) ==
+            render(analyzer::segments_report(in_memory, options)));
+    }
+    fs::remove(path);
+  }
+}
+
+TEST_CASE("at_end sees the state once, even when the stored start proves wrong") {
+  // Given a file whose stored ring start is wrong
+  snapshot::Snapshot lying = overflowed_trace();
+  lying.ring_start = {snapshot::RingStart{0, {}, 0, 0}};
+  const fs::path path = temp_path("at-end.bin");
+  snapshot::write_snapshot(lying, path);
+  analyzer::FileEvents file(path);
+  // When an analysis with an at_end callback reads it
+  analyzer::AnalysisOptions options;
+  std::size_t calls = 0;
+  analyzer::Totals seen;
+  options.at_end = [&](const analyzer::Replay& replay) {
+    ++calls;
+    seen = replay.totals();
+  };
+  const analyzer::Analysis a = analyzer::analyze(file, options);
+  // Then the callback ran once, with the final state of the derived start
+  CHECK(calls == 1);
+  CHECK(seen == a.totals_at_end);
+  CHECK(a.layout_check.differences == 0);
+  fs::remove(path);
+}
