@@ -1192,7 +1192,9 @@ class Unpickler {
     }
     tree_.containers.resize(next.containers);
     tree_.traces.resize(next.records);
-    if (memo_.size() < next.memo) memo_.resize(next.memo, kUnsetMemo);
+    // The memo grows into the room it reserved, all of it: sized to the
+    // chunks alone, the next MEMOIZE would double it, copying ~40 MB.
+    if (memo_.size() < next.memo) memo_.resize(std::max(next.memo, memo_.capacity()), kUnsetMemo);
     boxed_.resize(next.boxes);
 
     // Write, side by side; then follow the references into earlier chunks.
