@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 
 #include "cachealloc/snapshot/format.hpp"
@@ -1138,9 +1139,12 @@ class Unpickler {
     }
     const MemoView memo{memo_.data(), memo_count_, boxed_.data(), tree_.containers.data()};
     // Runs step(k) for every chunk, one thread each, and waits.
-    auto each_chunk = [&](std::size_t count, auto step) {
+    // Runs step(k) for every chunk, one thread each, and `meanwhile` on this
+    // thread (or chunk 0's step when there is nothing else to do), and waits.
+    auto each_chunk = [&](std::size_t count, auto step, auto meanwhile) {
       std::vector<std::thread> workers;
-      for (std::size_t k = 1; k < count; ++k) {
+      constexpr bool kMeanwhile = !std::is_same_v<decltype(meanwhile), std::nullptr_t>;
+      for (std::size_t k = kMeanwhile ? 0 : 1; k < count; ++k) {
         workers.emplace_back([&, k] {
           try {
             step(k);
@@ -1149,16 +1153,48 @@ class Unpickler {
           }
         });
       }
-      try {
-        step(0);
-      } catch (...) {
-        chunks[0].failed = true;
+      if constexpr (kMeanwhile) {
+        meanwhile();
+      } else {
+        try {
+          step(0);
+        } catch (...) {
+          chunks[0].failed = true;
+        }
       }
       for (std::thread& worker : workers) worker.join();
     };
 
-    // Count, then place each chunk, then write.
-    each_chunk(chunks.size(), [&](std::size_t k) { chunks[k].count(data, size, memo); });
+    // Count; meanwhile, size the tree's arrays to all the room they reserved
+    // (constructing and faulting in ~300 MB is a sequential cost as long as
+    // the counting), cut to size once the counts are known.
+    const ChunkBase start{tree_.containers.size(), tree_.traces.size(), memo_count_, boxed_.size(), {}};
+    const std::size_t memo_entries = memo_.size();
+    struct Restore {  // unless the chunks are kept
+      Unpickler& self;
+      ChunkBase start;
+      std::size_t memo_entries;
+      bool done = false;
+      ~Restore() {
+        if (done) return;
+        self.tree_.containers.resize(start.containers);
+        self.tree_.traces.resize(start.records);
+        self.memo_.resize(memo_entries);
+      }
+    } restore{*this, start, memo_entries};
+    each_chunk(
+        chunks.size(), [&](std::size_t k) { chunks[k].count(data, size, memo); },
+        [&] {
+          // PyTorch's entries take ~62 bytes, with two containers and three
+          // memo entries each; a little over that, within the room reserved.
+          const std::size_t entries = (size - first) / 56;
+          auto presize = [](auto& vector, std::size_t wanted, const auto&... fill) {
+            vector.resize(std::max(vector.size(), std::min(vector.capacity(), wanted)), fill...);
+          };
+          presize(tree_.containers, start.containers + 2 * entries);
+          presize(tree_.traces, start.records + entries);
+          presize(memo_, std::size_t{start.memo} + 3 * entries, kUnsetMemo);
+        });
     // The run of chunks that join up: chunk k must stop exactly where chunk
     // k + 1 starts (proving that start an opcode boundary) and inside a batch
     // (chunk k + 1 starts with an entry). The first that does not is kept
@@ -1174,7 +1210,7 @@ class Unpickler {
 
     // Each chunk's place in the tree.
     std::vector<ChunkBase> bases(chunks.size());
-    ChunkBase next{tree_.containers.size(), tree_.traces.size(), memo_count_, boxed_.size(), {}};
+    ChunkBase next{start.containers, start.records, start.memo, start.boxes, {}};
     for (std::size_t k = 0; k < chunks.size(); ++k) {
       const ChunkReader& chunk = chunks[k];
       bases[k] = ChunkBase{next.containers, next.records, next.memo, next.boxes, {}};
@@ -1192,15 +1228,17 @@ class Unpickler {
     }
     tree_.containers.resize(next.containers);
     tree_.traces.resize(next.records);
-    // The memo grows into the room it reserved, all of it: sized to the
-    // chunks alone, the next MEMOIZE would double it, copying ~40 MB.
-    if (memo_.size() < next.memo) memo_.resize(std::max(next.memo, memo_.capacity()), kUnsetMemo);
+    // The memo keeps all its room: cut to the chunks alone, the next MEMOIZE
+    // would double it, copying ~40 MB.
+    if (memo_.size() < next.memo) memo_.resize(next.memo, kUnsetMemo);
     boxed_.resize(next.boxes);
+    restore.done = true;
 
     // Write, side by side; then follow the references into earlier chunks.
     const TreeSlots slots{tree_.containers.data(), tree_.traces.data(), memo_.data(), boxed_.data()};
     std::vector<std::uint8_t> written(chunks.size(), 0);
-    each_chunk(chunks.size(), [&](std::size_t k) { written[k] = chunks[k].write(data, size, memo, bases[k], slots); });
+    each_chunk(
+        chunks.size(), [&](std::size_t k) { written[k] = chunks[k].write(data, size, memo, bases[k], slots); }, nullptr);
     for (std::size_t k = 0; k < chunks.size(); ++k) {
       if (chunks[k].failed || written[k] == 0) throw ParallelReadAbandoned{};
       for (const ChunkReader::Fixup& fixup : chunks[k].fixups) {
