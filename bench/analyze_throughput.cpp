@@ -5,8 +5,11 @@
 //   bench_analyze_throughput /tmp/s3m.bin
 //
 // Reports, best of 3 runs each:
-//   - decode + analysis, streaming: FileEvents reads and decodes one block at
-//     a time and the analysis consumes it (what cachealloc-analyze does);
+//   - decode + analysis, streaming, one core: FileEvents reads and decodes
+//     one block at a time and the analysis consumes it;
+//   - the same with blocks decoded ahead on FileEvents::default_decode_threads()
+//     threads (what cachealloc-analyze does by default), the analysis itself
+//     still on one core;
 //   - decode + analysis, load everything: snapshot::load(), then analyze();
 //   - analysis alone: analyze() over a snapshot already in memory;
 //   - decode alone: every block of the file decoded, nothing analyzed.
@@ -56,8 +59,8 @@ double seconds_best_of_3(const std::function<void()>& run) {
 // Keeps the optimizer from dropping an analysis whose result is unused.
 volatile std::uint64_t g_sink = 0;
 
-void streaming_run(const char* path) {
-  analyzer::FileEvents source(path);
+void streaming_run(const char* path, unsigned decode_threads = 0) {
+  analyzer::FileEvents source(path, decode_threads);
   g_sink = g_sink + analyzer::analyze(source, one_pass_options()).peak_allocated.bytes;
 }
 
@@ -89,6 +92,8 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::strcmp(argv[1], "--child") == 0) {
     if (std::strcmp(argv[2], "streaming") == 0) {
       streaming_run(argv[3]);
+    } else if (std::strcmp(argv[2], "ahead") == 0) {
+      streaming_run(argv[3], analyzer::FileEvents::default_decode_threads());
     } else {
       load_everything_run(argv[3]);
     }
@@ -106,6 +111,7 @@ int main(int argc, char** argv) {
   try {
     // Memory first, from a parent that holds nothing yet.
     const long streaming_kib = child_max_rss_kib("/proc/self/exe", "streaming", path);
+    const long ahead_kib = child_max_rss_kib("/proc/self/exe", "ahead", path);
     const long loading_kib = child_max_rss_kib("/proc/self/exe", "load", path);
 
     analyzer::FileEvents probe(path);
@@ -114,6 +120,8 @@ int main(int argc, char** argv) {
                 probe.block_count(), probe.head().header.format_version, probe.streaming() ? "yes" : "no");
 
     const double streaming = seconds_best_of_3([&] { streaming_run(path); });
+    const unsigned helpers = analyzer::FileEvents::default_decode_threads();
+    const double prefetched = seconds_best_of_3([&] { streaming_run(path, helpers); });
     const double loading = seconds_best_of_3([&] { load_everything_run(path); });
     const double decode_only = seconds_best_of_3([&] {
       analyzer::FileEvents source(path);
@@ -127,12 +135,16 @@ int main(int argc, char** argv) {
       std::printf("%-46s %8.3f s  %6.1f M events/s\n", what, s, events / s / 1e6);
     };
     std::printf("one pass: summary + peak + fragmentation (20 sampled slices), best of 3\n");
-    line("decode + analysis, streaming (FileEvents)", streaming);
+    line("decode + analysis, streaming, one core", streaming);
+    std::printf("%-46s %8.3f s  %6.1f M events/s\n",
+                ("decode on " + std::to_string(helpers) + " more threads, analysis on one").c_str(), prefetched,
+                events / prefetched / 1e6);
     line("decode + analysis, load everything first", loading);
     line("decode alone (every block, no analysis)", decode_only);
     line("analysis alone (snapshot in memory)", analysis_only);
     std::printf("peak RSS, fresh process each:\n");
-    std::printf("%-46s %8.1f MiB\n", "streaming", static_cast<double>(streaming_kib) / 1024.0);
+    std::printf("%-46s %8.1f MiB\n", "streaming, one core", static_cast<double>(streaming_kib) / 1024.0);
+    std::printf("%-46s %8.1f MiB\n", "streaming, blocks decoded ahead", static_cast<double>(ahead_kib) / 1024.0);
     std::printf("%-46s %8.1f MiB\n", "load everything", static_cast<double>(loading_kib) / 1024.0);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "error: %s\n", error.what());

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "../analyzer/testing/trace_builder.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
@@ -83,6 +85,7 @@ TEST_CASE("reports over several blocks match the in-memory path, with and withou
         fs::temp_directory_path() / ("cachealloc-streaming-test-" + std::to_string(::getpid()) + "-blocks.bin");
     snapshot::write_snapshot(trace, path);
     analyzer::FileEvents source(path);
+    analyzer::FileEvents decoded_ahead(path, 3);
     analyzer::ReportOptions window;
     window.window = {70000, 140000};
     for (const auto& [subcommand, build] : kSubcommands) {
@@ -90,12 +93,65 @@ TEST_CASE("reports over several blocks match the in-memory path, with and withou
       for (const analyzer::ReportOptions& options : {analyzer::ReportOptions{}, window}) {
         // When a report reads it block by block, then it says what the in-memory path says
         analyzer::SnapshotEvents in_memory(trace);
-        std::ostringstream streamed, loaded;
+        std::ostringstream streamed, ahead, loaded;
         analyzer::render(build(source, options), analyzer::Format::json, streamed);
+        analyzer::render(build(decoded_ahead, options), analyzer::Format::json, ahead);
         analyzer::render(build(in_memory, options), analyzer::Format::json, loaded);
         CHECK(streamed.str() == loaded.str());
+        CHECK(ahead.str() == loaded.str());
       }
     }
     fs::remove(path);
   }
+}
+
+TEST_CASE("blocks decoded ahead on other threads are the blocks, in any order asked, and a damaged one throws") {
+  // Given a file of several blocks
+  const snapshot::Snapshot trace = analyzer::testing::random_trace(5, 300000, 3, 3);
+  const fs::path path =
+      fs::temp_directory_path() / ("cachealloc-streaming-test-" + std::to_string(::getpid()) + "-ahead.bin");
+  snapshot::write_snapshot(trace, path);
+  analyzer::FileEvents plain(path);
+  REQUIRE(plain.block_count() >= 4);
+  for (const unsigned threads : {1u, 2u, 7u}) {
+    CAPTURE(threads);
+    analyzer::FileEvents ahead(path, threads);
+    // When blocks are asked in order, twice, then backwards, then skipping
+    std::vector<std::size_t> order;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (std::size_t b = 0; b < ahead.block_count(); ++b) order.push_back(b);
+    }
+    for (std::size_t b = ahead.block_count(); b-- > 0;) order.push_back(b);
+    order.insert(order.end(), {0, 2, 1, 3, 0, 1});
+    for (const std::size_t b : order) {
+      CAPTURE(b);
+      // Then each is the block the one-thread reader gives
+      const std::span<const snapshot::Event> got = ahead.block(b);
+      const std::vector<snapshot::Event> copy(got.begin(), got.end());
+      const std::span<const snapshot::Event> want = plain.block(b);
+      CHECK(copy == std::vector<snapshot::Event>(want.begin(), want.end()));
+    }
+  }
+  // Given the same file with a damaged last block
+  std::string bytes = read_file(path);
+  bytes[bytes.size() - 20] = static_cast<char>(bytes[bytes.size() - 20] ^ 0x5a);
+  bytes[bytes.size() - 21] = static_cast<char>(bytes[bytes.size() - 21] ^ 0xa5);
+  { std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes; }
+  analyzer::FileEvents damaged_plain(path);
+  analyzer::FileEvents damaged_ahead(path, 3);
+  // When both read every block in order, then both fail at the same block with the same error
+  auto first_error = [](analyzer::FileEvents& source) {
+    for (std::size_t b = 0; b < source.block_count(); ++b) {
+      try {
+        source.block(b);
+      } catch (const snapshot::SnapshotError& error) {
+        return std::to_string(b) + ": " + error.what();
+      }
+    }
+    return std::string("no error");
+  };
+  const std::string expected = first_error(damaged_plain);
+  CHECK(expected != "no error");
+  CHECK(first_error(damaged_ahead) == expected);
+  fs::remove(path);
 }

@@ -39,6 +39,10 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool file_req
   command.add_option("--from", options.from, "first event: an index, or a time since the first event (1.5s, 200ms)");
   command.add_option("--to", options.to, "last event, inclusive: an index or a time");
   command.add_option("--device", options.device, "device index (default: the first in the snapshot)");
+  command.add_option("--decode-threads", options.decode_threads,
+                     "threads decoding the file's blocks ahead of the analysis (0: decode on the analysis thread)")
+      ->check(CLI::Range(0u, 64u))
+      ->capture_default_str();
   command.add_flag_callback(
       "--version", [] { throw CLI::CallForVersion("cachealloc-analyze " CACHEALLOC_VERSION, 0); },
       "print the version and exit");
@@ -78,7 +82,7 @@ void Runner::run() const {
     action_(analyzer::load(common.file));
     return;
   }
-  analyzer::FileEvents source(common.file);
+  analyzer::FileEvents source(common.file, common.decode_threads);
 
   analyzer::ReportOptions options;
   options.device = common.device;

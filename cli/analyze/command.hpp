@@ -29,6 +29,7 @@ struct CommonOptions {
   std::string from;
   std::string to;
   int device = -1;
+  unsigned decode_threads = analyzer::FileEvents::default_decode_threads();
 };
 
 using BuildReport = std::function<analyzer::Document(analyzer::EventSource&, analyzer::ReportOptions&)>;
