@@ -209,6 +209,17 @@ void advise_huge_pages(const void* data, std::size_t bytes) noexcept {
   if (from < to) ::madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE);
 }
 
+// Whether a text equals the last one boxed: PyTorch memoizes a fresh 'N/A'
+// in every trace entry, and equal scalars in a row share one box. Inline,
+// since it runs per entry; the texts are a few bytes.
+bool same_text(const char* last, std::uint32_t last_length, const char* text, std::uint32_t length) noexcept {
+  if (last == nullptr || last_length != length) return false;
+  for (std::uint32_t i = 0; i < length; ++i) {
+    if (last[i] != text[i]) return false;
+  }
+  return true;
+}
+
 // Where one chunk's entries go in the tree: after those of the chunks
 // before it.
 struct ChunkBase {
@@ -303,15 +314,6 @@ struct ChunkReader {
     }
     open_at_end = open;
     return at;
-  }
-
-  // box_text()'s test: equal to the last text boxed (a short 'N/A', mostly).
-  static bool same_text(const char* last, std::uint32_t last_length, const char* text, std::uint32_t length) {
-    if (last == nullptr || last_length != length) return false;
-    for (std::uint32_t i = 0; i < length; ++i) {
-      if (last[i] != text[i]) return false;
-    }
-    return true;
   }
 
   std::uint64_t intern(const ScannedEntry& entry) {
@@ -724,13 +726,9 @@ class Unpickler {
   // box() of a text, with the check against the last box inline: PyTorch
   // memoizes a fresh 'N/A' in every trace entry.
   MemoEntry box_text(const char* text, std::uint32_t length) {
-    if (!boxed_.empty()) {
-      const Value& last = boxed_.back();
-      if (last.kind == Kind::text && last.length == length) {
-        std::uint32_t i = 0;
-        while (i < length && last.text[i] == text[i]) ++i;
-        if (i == length) return static_cast<MemoEntry>(boxed_.size() - 1);
-      }
+    if (!boxed_.empty() && boxed_.back().kind == Kind::text &&
+        same_text(boxed_.back().text, boxed_.back().length, text, length)) {
+      return static_cast<MemoEntry>(boxed_.size() - 1);
     }
     Value value;
     value.kind = Kind::text;
