@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 namespace cachealloc::analyzer {
@@ -17,7 +18,14 @@ class FileEvents::Prefetch {
   Prefetch(const std::filesystem::path& path, unsigned threads, std::size_t blocks)
       : blocks_(blocks), slots_(threads + 2) {
     for (Slot& slot : slots_) slot.block = kNone;
-    for (unsigned t = 0; t < threads; ++t) workers_.emplace_back([this, path] { work(path); });
+    // Fewer threads than asked (none to be had) only means less decoded ahead.
+    for (unsigned t = 0; t < threads; ++t) {
+      try {
+        workers_.emplace_back([this, path] { work(path); });
+      } catch (const std::system_error&) {
+        break;
+      }
+    }
   }
   ~Prefetch() {
     {
@@ -41,8 +49,9 @@ class FileEvents::Prefetch {
     if (slot.error) std::rethrow_exception(slot.error);
     return slot.events;
   }
-  // Whether take(block) is the next in order, which is all Prefetch serves.
-  bool serves(std::size_t block) const noexcept { return block == next_in_order_; }
+  // Whether take(block) is the next in order, which is all Prefetch serves,
+  // and a thread is there to decode it.
+  bool serves(std::size_t block) const noexcept { return block == next_in_order_ && !workers_.empty(); }
   void advance() noexcept { ++next_in_order_; }
 
  private:

@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <unordered_map>
@@ -1143,13 +1144,18 @@ class Unpickler {
       std::vector<std::thread> workers;
       constexpr bool kMeanwhile = !std::is_same_v<decltype(meanwhile), std::nullptr_t>;
       for (std::size_t k = kMeanwhile ? 0 : 1; k < count; ++k) {
-        workers.emplace_back([&, k] {
+        auto run = [&, k] {
           try {
             step(k);
           } catch (...) {  // out of memory: the one-thread read will say so
             chunks[k].failed = true;
           }
-        });
+        };
+        try {
+          workers.emplace_back(run);
+        } catch (const std::system_error&) {
+          run();  // no thread to be had: this one does it
+        }
       }
       if constexpr (kMeanwhile) {
         meanwhile();
