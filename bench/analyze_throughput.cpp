@@ -99,9 +99,9 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (argc != 2) {
+  if (argc != 2 && argc != 3) {
     std::fprintf(stderr,
-                 "usage: %s SNAPSHOT\n"
+                 "usage: %s SNAPSHOT [DECODE_THREADS]\n"
                  "  make one with: cachealloc-synthetic --events 3000000 --seed 1 --stacks native --threads 1 -o "
                  "/tmp/s3m.bin\n",
                  argv[0]);
@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
                 probe.block_count(), probe.head().header.format_version, probe.streaming() ? "yes" : "no");
 
     const double streaming = seconds_best_of_3([&] { streaming_run(path); });
-    const unsigned helpers = analyzer::FileEvents::default_decode_threads();
+    const unsigned helpers = argc > 2 ? static_cast<unsigned>(std::atoi(argv[2]))
+                                      : analyzer::FileEvents::default_decode_threads();
     const double prefetched = seconds_best_of_3([&] { streaming_run(path, helpers); });
     const double loading = seconds_best_of_3([&] { load_everything_run(path); });
     const double decode_only = seconds_best_of_3([&] {

@@ -120,7 +120,7 @@ FileEvents::~FileEvents() = default;
 
 unsigned FileEvents::default_decode_threads() noexcept {
   const unsigned cores = std::thread::hardware_concurrency();
-  return cores <= 1 ? 0 : std::min(cores - 1, 3u);
+  return cores <= 1 ? 0 : std::min(cores - 1, 4u);
 }
 
 std::span<const snapshot::Event> FileEvents::block(std::size_t block) {

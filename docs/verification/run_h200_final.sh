@@ -25,7 +25,7 @@ echo "== PyTorch history cost (from Python)"; python3 bench/torch_history.py
 echo "== bytes per event"; $B/bench_snapshot_size 1000000
 echo "== analyzer throughput"
 $B/cachealloc-synthetic --events 3000000 --seed 1 --stacks native --threads 1 -o /tmp/s3m.bin
-taskset -c 4-7 $B/bench_analyze_throughput /tmp/s3m.bin 2>&1 | tail -15  # 4 cores: the analysis on one, blocks decoded ahead on 3
+taskset -c 4-8 $B/bench_analyze_throughput /tmp/s3m.bin 2>&1 | tail -15  # 5 cores: the analysis on one, blocks decoded ahead on 4
 echo "== pluggable allocator example"; python3 examples/pytorch_pluggable.py build-h200/lib/libcachealloc.so $B/cachealloc-analyze 2>&1 | grep -v "^  " | head -40
 echo "== _memory_viz on a converted snapshot"
 $B/cachealloc-analyze convert pytorch_pluggable.bin -o /tmp/pluggable.pickle && echo converted

@@ -81,7 +81,8 @@ class FileEvents final : public EventSource {
   bool streaming() const noexcept { return reader_.streaming(); }
 
   // What the command line offers by default: one decoding thread per spare
-  // core, at most 3 (the analysis outruns three).
+  // core, at most 4 (on the H200 host 4 keep up with the analysis; 3 do not,
+  // 6 or 8 add nothing: docs/PERFORMANCE.md).
   static unsigned default_decode_threads() noexcept;
 
  private:
