@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "cachealloc/snapshot/format.hpp"
-#include "flat_map.hpp"
+#include "cachealloc/snapshot/detail/flat_map.hpp"
 
 // The encoder and the decoder run the same predictor over the events they
 // have seen so far, so both sides agree on every prediction without storing

@@ -5,7 +5,7 @@
 #include <set>
 #include <utility>
 
-#include "flat_map.hpp"
+#include "cachealloc/snapshot/detail/flat_map.hpp"
 
 namespace cachealloc::snapshot {
 namespace {

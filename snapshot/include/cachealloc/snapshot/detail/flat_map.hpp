@@ -1,5 +1,7 @@
-// An open-addressing hash map from a 64-bit key to a small value, for the
-// event codec's predictor (event_codec.cpp). Private to the snapshot library.
+// An open-addressing hash map from a 64-bit key to a small value: the event
+// codec's predictor (event_codec.cpp), the ring-start derivation
+// (ring_start.cpp) and the analyzer's replay (analyzer/detail/flat_hash.hpp)
+// all use it. An implementation detail of the libraries, not an API.
 //
 // Why not std::unordered_map: it costs a node allocation per insert, a free
 // per erase and a pointer chase and an integer division per lookup, which
@@ -10,10 +12,13 @@
 // pairs). One key value (kEmptyKey) marks empty slots; the map keeps an
 // entry under that key aside, so every 64-bit key works.
 //
-// Memory: a slot per entry over a load of at most 3/4, so at most
-// 8/3 x (sizeof(Slot)) x (live entries), and the table only grows with
-// inserts: bounded by the number of inserts. Pointers and references into
-// the map stay valid until the next insert or erase.
+// Memory: a slot per entry over a load of at most MaxLoadPercent (3/4 by
+// default; the replay, which erases as often as it inserts, keeps 1/2, since
+// an erase's backward shift walks the whole probe run and runs grow quickly
+// past half full), so at most 2 x 100/MaxLoadPercent x sizeof(Slot) x (live
+// entries), and the table only grows with inserts: bounded by the number of
+// inserts. Pointers and references into the map stay valid until the next
+// insert or erase.
 #pragma once
 
 #include <cstddef>
@@ -22,8 +27,10 @@
 
 namespace cachealloc::snapshot::detail {
 
-template <class Value>
+template <class Value, unsigned MaxLoadPercent = 75>
 class FlatMap {
+  static_assert(MaxLoadPercent > 0 && MaxLoadPercent < 100);
+
  public:
   FlatMap() { rehash(kInitialCapacity); }
 
@@ -46,7 +53,7 @@ class FlatMap {
       has_empty_key_ = true;
       return empty_key_value_;
     }
-    if ((size_ + 1) * 4 > slots_.size() * 3) [[unlikely]]
+    if (full()) [[unlikely]]
       rehash(slots_.size() * 2);
     std::size_t slot = home(key);
     while (true) {
@@ -69,7 +76,7 @@ class FlatMap {
       empty_key_value_ = value;
       return;
     }
-    if ((size_ + 1) * 4 > slots_.size() * 3) [[unlikely]]
+    if (full()) [[unlikely]]
       rehash(slots_.size() * 2);
     std::size_t slot = home(key);
     while (true) {
@@ -90,14 +97,16 @@ class FlatMap {
 
   std::size_t size() const noexcept { return size_ + (has_empty_key_ ? 1 : 0); }
 
-  void erase(std::uint64_t key) noexcept {
+  // Returns false when `key` was absent.
+  bool erase(std::uint64_t key) noexcept {
     if (key == kEmptyKey) [[unlikely]] {
+      const bool had = has_empty_key_;
       has_empty_key_ = false;
-      return;
+      return had;
     }
     std::size_t hole = home(key);
     while (true) {
-      if (slots_[hole].key == kEmptyKey) return;
+      if (slots_[hole].key == kEmptyKey) return false;
       if (slots_[hole].key == key) break;
       hole = (hole + 1) & mask_;
     }
@@ -114,6 +123,7 @@ class FlatMap {
     }
     slots_[hole].key = kEmptyKey;
     --size_;
+    return true;
   }
 
  private:
@@ -124,6 +134,8 @@ class FlatMap {
     std::uint64_t key = kEmptyKey;
     Value value{};
   };
+
+  bool full() const noexcept { return (size_ + 1) * 100 > slots_.size() * MaxLoadPercent; }
 
   std::size_t home(std::uint64_t key) const noexcept {
     return static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ull) >> shift_);
