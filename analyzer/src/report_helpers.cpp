@@ -72,7 +72,17 @@ std::string frame_text(const Snapshot& snapshot, snapshot::FrameId id) {
     return format_address(frame.ip) + (module.empty() ? "" : " (" + module + ")");
   }
   if (file.empty()) return function;
-  return function + " (" + file + (frame.line != 0 ? ":" + std::to_string(frame.line) : "") + ")";
+  // Appended piece by piece: g++ 12 at -O3 misreads `":" + to_string(...)`
+  // as an overlapping copy (-Wrestrict).
+  std::string result = function;
+  result += " (";
+  result += file;
+  if (frame.line != 0) {
+    result += ':';
+    result += std::to_string(frame.line);
+  }
+  result += ')';
+  return result;
 }
 
 namespace {
