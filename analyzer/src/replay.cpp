@@ -264,9 +264,18 @@ std::uint32_t Replay::new_segment() {
 }
 
 std::uint32_t Replay::segment_containing(std::uint64_t address) const {
-  for (std::uint32_t i = 0; i < segments_.size(); ++i) {
+  // Allocations come in runs into one segment (PyTorch's traces reach here
+  // on every alloc): try the last one found before scanning them all.
+  auto holds = [&](std::uint32_t i) {
     const SegmentNode& s = segments_[i];
-    if (s.live && address >= s.address && address - s.address < s.total_size) return i;
+    return s.live && address >= s.address && address - s.address < s.total_size;
+  };
+  if (last_segment_ < segments_.size() && holds(last_segment_)) return last_segment_;
+  for (std::uint32_t i = 0; i < segments_.size(); ++i) {
+    if (holds(i)) {
+      last_segment_ = i;
+      return i;
+    }
   }
   return kNone;
 }

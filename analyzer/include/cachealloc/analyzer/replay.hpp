@@ -223,6 +223,7 @@ class Replay {
   std::uint32_t new_segment();
   // The segment whose address range holds `address`, kNone if none. O(segments).
   std::uint32_t segment_containing(std::uint64_t address) const;
+  mutable std::uint32_t last_segment_ = kNone;  // segment_containing()'s last answer
   // Splits blocks so that [address, address + size) is one block of state
   // `expected`; returns it, or kNone when no such block covers the range.
   std::uint32_t isolate(std::uint32_t segment, std::uint64_t address, std::uint64_t size,
