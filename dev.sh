@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian 12 machine (root or sudo):
 #   ./dev.sh demo   install what is missing, build, run the main job
-#   ./dev.sh test   install what is missing, build, run every test
+#   ./dev.sh test   install what is missing, build, run every test: the normal
+#                   build, then the whole suite under ASan+UBSan, then the
+#                   multi-threaded suites and benchmarks under TSan (what CI runs)
+#   ./dev.sh asan   only the ASan+UBSan build and suite
+#   ./dev.sh tsan   only the TSan build and its suites
+#   ./dev.sh build  install and build
 # The cuda backend is built when a CUDA toolkit is found (CUDAToolkit_ROOT or
 # /usr/local/cuda); without one everything else still builds and the demo runs
 # on the simulated device.
 set -euo pipefail
 cd "$(dirname "$0")"
 mode=${1:-demo}
-case "$mode" in demo|test|build) ;; *) echo "usage: $0 demo|test|build" >&2; exit 2 ;; esac
+case "$mode" in demo|test|build|asan|tsan) ;; *) echo "usage: $0 demo|test|build|asan|tsan" >&2; exit 2 ;; esac
 
-packages=(cmake g++ make libcereal-dev libcli11-dev libboost-stacktrace-dev doctest-dev python3)
+packages=(cmake g++ make ninja-build libcereal-dev libcli11-dev libboost-stacktrace-dev doctest-dev python3)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -21,16 +26,68 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build build -j"$jobs"
+
+# cmake -S . -B DIR ARGS...: Ninja for a new build folder, the folder's own
+# generator for an existing one.
+configure() {
+  local dir=$1; shift
+  local generator=()
+  [ -f "$dir/CMakeCache.txt" ] || generator=(-G Ninja)
+  cmake -S . -B "$dir" "${generator[@]}" "$@"
+}
+
+# The normal build (build/): what users run.
+normal_build() {
+  configure build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  cmake --build build -j"$jobs"
+}
+
+# ASan+UBSan (build-asan/): the whole suite, every error fatal, leaks too.
+asan() {
+  local flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+  configure build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCACHEALLOC_BUILD_BENCH=OFF \
+    -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined"
+  cmake --build build-asan -j"$jobs"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j"$jobs"
+}
+
+# TSan (build-tsan/): the suites and benchmarks that run threads. Any report
+# fails the run (halt_on_error); tsan.supp holds the proven-benign ones.
+tsan_suites=(test_allocator_random test_allocator_streams test_history_events test_history_snapshot
+             test_pickle_parallel test_analyzer_streaming)
+tsan() {
+  configure build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" \
+    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread"
+  cmake --build build-tsan -j"$jobs" --target "${tsan_suites[@]}" bench_threads
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
+  local regex
+  regex="^($(IFS='|'; echo "${tsan_suites[*]}"))\$"
+  ctest --test-dir build-tsan --output-on-failure -j"$jobs" -R "$regex"
+  for threads in 8 16; do
+    for history in off none native; do
+      ./build-tsan/bin/bench_threads "$threads" 2000 "$history"
+    done
+  done
+}
 
 case "$mode" in
+  build) normal_build ;;
   demo)
+    normal_build
     # Record the seed example's memory history, then explain it.
     ./build/bin/cachealloc-seed-example --snapshot snapshot.bin
     ./build/bin/cachealloc-analyze snapshot.bin
     ;;
   test)
+    normal_build
     ctest --test-dir build --output-on-failure -j"$jobs"
+    asan
+    tsan
     ;;
+  asan) asan ;;
+  tsan) tsan ;;
 esac

@@ -38,6 +38,8 @@ const analyzer::Table& table_of(const Document& document, const std::string& key
   }
   throw std::runtime_error("no table " + key);
 }
+// A table of a temporary document would dangle: keep the document in a variable.
+const analyzer::Table& table_of(Document&& document, const std::string& key) = delete;
 
 std::uint64_t cell(const analyzer::Table& table, std::size_t row, const std::string& column) {
   for (std::size_t c = 0; c < table.columns.size(); ++c) {
@@ -125,7 +127,8 @@ TEST_CASE("allocated + free in cache = reserved and allocated = requested + roun
   const auto snap = analyzer::testing::random_trace(4, 6000);
   ReportOptions options;
   options.buckets = 50;
-  const auto& table = table_of(analyzer::fragmentation_report(snap, options), "over_time");
+  const Document report = analyzer::fragmentation_report(snap, options);
+  const auto& table = table_of(report, "over_time");
   REQUIRE(table.rows.size() == 51);
   for (std::size_t r = 0; r < table.rows.size(); ++r) {
     CAPTURE(r);
@@ -242,7 +245,8 @@ TEST_CASE("segments --at shows the layout just after that event") {
     ReportOptions options;
     options.at = at;
     // when the segments report is built at event `at`
-    const auto& table = table_of(analyzer::segments_report(snap, options), "blocks");
+    const Document report = analyzer::segments_report(snap, options);
+    const auto& table = table_of(report, "blocks");
     // then it shows the blocks of that moment
     CAPTURE(at);
     CHECK(table.rows.size() == blocks);
@@ -253,7 +257,8 @@ TEST_CASE("events --kind lists only those kinds") {
   const auto snap = analyzer::testing::random_trace(8, 1000);
   ReportOptions options;
   options.kinds = {snapshot::EventKind::segment_alloc};
-  const auto& table = table_of(analyzer::events_report(snap, options), "events");
+  const Document report = analyzer::events_report(snap, options);
+  const auto& table = table_of(report, "events");
   CHECK(table.rows.size() == static_cast<std::size_t>(std::count_if(snap.events.begin(), snap.events.end(), [](const auto& e) {
           return e.kind == snapshot::EventKind::segment_alloc;
         })));

@@ -218,6 +218,48 @@ TEST_CASE("an OOM dumps the snapshot to the configured path") {
   std::filesystem::remove(options.dump_on_oom);
 }
 
+TEST_CASE("restarting recording while OOM dumps are pending never deadlocks, and the next OOM still dumps") {
+  // given a recorder that dumps on OOM and a thread that keeps running out of memory
+  CachingAllocator allocator(test_support::simulated(256 * MiB));
+  HistoryOptions options;
+  options.max_entries = 10'000;
+  options.dump_on_oom = temp_path("restart_oom.snap");
+  std::filesystem::remove(options.dump_on_oom);
+  HistoryRecorder recorder(allocator, options);
+  void* held = allocator.allocate(100 * MiB);
+  std::atomic<bool> done{false};
+  std::atomic<int> ooms{0};
+  std::thread oom_thread([&] {
+    while (!done.load()) {
+      try {
+        allocator.deallocate(allocator.allocate(200 * MiB));
+      } catch (const OutOfMemoryError&) {
+        ooms.fetch_add(1);
+      }
+    }
+  });
+  // when recording is restarted and reconfigured many times while dumps are requested
+  // (at least 300 restarts, and until 20 OOMs have been reported among them)
+  for (int i = 0; i < 300 || (ooms.load() < 20 && i < 1'000'000); ++i) {
+    options.max_entries = 1'000 + static_cast<std::uint64_t>(i);
+    options.stacks = i % 2 ? StackCapture::native : StackCapture::none;
+    recorder.start(options);
+    if (i % 50 == 0) recorder.flush();
+  }
+  done.store(true);
+  oom_thread.join();
+  recorder.flush();
+  CHECK(ooms.load() >= 20);
+  // then a last OOM after the restarts is dumped, with its OOM event
+  std::filesystem::remove(options.dump_on_oom);
+  CHECK_THROWS_AS(allocator.allocate(200 * MiB), OutOfMemoryError);
+  recorder.flush();
+  const snapshot::Snapshot s = snapshot::read_snapshot(options.dump_on_oom);
+  CHECK(std::any_of(s.events.begin(), s.events.end(), [](const auto& e) { return e.kind == EventKind::oom; }));
+  allocator.deallocate(held);
+  std::filesystem::remove(options.dump_on_oom);
+}
+
 TEST_CASE("the C ABI records the process-wide allocator and dumps it") {
   setenv("CACHEALLOC_DEVICE", "simulated", 1);
   cachealloc_history_options options;

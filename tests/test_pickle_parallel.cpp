@@ -118,6 +118,28 @@ TEST_CASE("every real PyTorch snapshot reads the same opcode by opcode, entry by
   }
 }
 
+// Regression (found by AddressSanitizer): the chunk readers' view of the memo
+// and the boxed values was taken before the count pass and kept through the
+// resizes before the write pass, so the write pass read freed memory
+// whenever the chunks boxed more values than the vectors had room for. Under
+// ./dev.sh asan this case stops on a heap-use-after-free without the fix.
+TEST_CASE("a parallel read whose chunks grow the memo and the boxes reads as one thread does") {
+  // given a real PyTorch pickle with a trace long enough for threads, whose
+  // entries box new values in every chunk
+  const std::vector<std::byte> bytes = read_file(kData / "varlen_expandable_maxsplit.pickle");
+  const Snapshot expected = reference(bytes);
+  for (const unsigned threads : {3u, 7u, 16u}) {
+    CAPTURE(threads);
+    // when it is read in many small chunks on threads
+    detail::PickleReadStats stats;
+    const Snapshot got = read(bytes, true, threads, 777, &stats);
+    // then the threads did read it, and read it exactly
+    CHECK(stats.entries_read_in_parallel > 0);
+    CHECK(stats.parallel_restarts == 0);
+    CHECK(got == expected);
+  }
+}
+
 TEST_CASE("a long trace read on threads equals the one-thread read, and the threads did read it") {
   const std::vector<std::byte> bytes = long_trace(40000);
   const Snapshot expected = reference(bytes);

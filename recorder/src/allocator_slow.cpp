@@ -272,17 +272,17 @@ void CachingAllocator::Impl::throw_out_of_memory(Stream stream, std::size_t requ
 
 // A free (not live) block starting at `address`, for telling a double free
 // from a foreign pointer. Error path only.
+// Every pool lock is held for the whole look-up: with only segments_mutex,
+// another thread's empty_cache could release and recycle the segment between
+// finding its head block and walking it.
 Block* CachingAllocator::Impl::find_free_block_at(std::uintptr_t address) {
-  Block* head = nullptr;
-  {
+  try {
+    std::vector<std::unique_lock<std::mutex>> locks;
+    lock_all(locks);
     std::lock_guard lock(segments_mutex);
     auto it = segments.upper_bound(address);
     if (it == segments.begin()) return nullptr;
-    head = std::prev(it)->second;
-  }
-  try {
-    std::lock_guard lock(head->shard->mutex);
-    for (Block* b = head; b; b = b->next)
+    for (Block* b = std::prev(it)->second; b; b = b->next)
       if (b->ptr == address) return b->allocated ? nullptr : b;
   } catch (...) {
   }

@@ -291,9 +291,14 @@ void HistoryRecorder::start(const HistoryOptions& options) {
   s.stacks.store(options.stacks, std::memory_order_relaxed);
   s.max_frames.store(options.max_frames, std::memory_order_relaxed);
   s.stacks_on_free.store(options.stacks_on_free, std::memory_order_relaxed);
-  if (!options.dump_on_oom.empty()) {
+  {
+    // control -> oom_mutex, the documented order (history_state.hpp). The
+    // worker reads the path here, under oom_mutex alone, never `control`.
     std::lock_guard lock(s.oom_mutex);
-    if (!s.oom_worker.joinable()) s.oom_worker = std::thread([this] { oom_dump_loop(); });
+    s.oom_dump_path = options.dump_on_oom;
+    if (!options.dump_on_oom.empty() && !s.oom_worker.joinable()) {
+      s.oom_worker = std::thread([this] { oom_dump_loop(); });
+    }
   }
   s.recording.store(true, std::memory_order_release);
   s.allocator.set_observer(this);
@@ -419,7 +424,7 @@ void HistoryRecorder::oom_dump_loop() noexcept {
     s.oom_busy = true;
     std::filesystem::path path;
     try {
-      path = options().dump_on_oom;
+      path = s.oom_dump_path;
     } catch (...) {
     }
     lock.unlock();

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -92,6 +93,14 @@ struct HistoryRecorder::State {
   std::atomic<std::uint32_t> max_frames{32};
   std::atomic<bool> stacks_on_free{false};
 
+  // Lock order, outermost first; a thread holding one lock only ever takes
+  // locks further down this list:
+  //   1. control                    start/stop and options
+  //   2. the allocator's pool locks  (on_event runs under one; layout() takes all)
+  //   3. oom_mutex, ring_lock, strings_mutex, the stack table's shards and
+  //      detail's thread registry: leaves, never held while taking another.
+  // The OOM-dump thread therefore never reads `options` (control) while it
+  // holds oom_mutex: the path it needs is copied into oom_dump_path.
   mutable std::mutex control;  // start/stop and options
   HistoryOptions options;
 
@@ -116,6 +125,7 @@ struct HistoryRecorder::State {
 
   std::mutex oom_mutex;
   std::condition_variable oom_cv;
+  std::filesystem::path oom_dump_path;  // options.dump_on_oom, guarded by oom_mutex
   bool oom_requested = false;
   bool oom_busy = false;
   bool quitting = false;

@@ -104,8 +104,11 @@ std::uint32_t StackTable::find_or_insert(Shard& shard, std::uint64_t hash, const
   }
   // A stack never seen before: the only path that allocates.
   const auto index = static_cast<std::uint32_t>(shard.records.size());
-  shard.records.push_back(Record{hash, static_cast<std::uint32_t>(shard.frames.size()), count});
+  // Frames before the record: if either throws (out of memory), no record
+  // is left pointing at frames that were never stored.
+  const auto offset = static_cast<std::uint32_t>(shard.frames.size());
   shard.frames.insert(shard.frames.end(), frames, frames + count);
+  shard.records.push_back(Record{hash, offset, count});
   if (shard.records.size() * 2 > shard.slots.size()) {
     std::vector<std::uint32_t> grown(shard.slots.size() * 2, 0);
     mask = grown.size() - 1;

@@ -1048,11 +1048,17 @@ class Unpickler {
 
   // --- trace entries in one step -----------------------------------------------
 
+  // Raw pointers into memo_, boxed_ and the containers: valid only until one
+  // of them next grows, so take a view where it is used, never keep one.
+  MemoView memo_view() const noexcept {
+    return MemoView{memo_.data(), memo_count_, boxed_.data(), tree_.containers.data()};
+  }
+
   // After an EMPTY_DICT: a whole trace entry in one step (pickle_entry.hpp),
   // or false, having changed nothing, and the opcodes run one by one.
   bool read_trace_entry() {
     if (!memo_dense_ || !options_.whole_entries) return false;
-    const MemoView memo{memo_.data(), memo_count_, boxed_.data(), tree_.containers.data()};
+    const MemoView memo = memo_view();
     if (!scanner_.scan(reinterpret_cast<const std::uint8_t*>(bytes_.data()), position_, bytes_.size(), memo, false,
                        scanned_)) {
       return false;
@@ -1136,8 +1142,10 @@ class Unpickler {
       chunks[k].begin = starts[k];
       chunks[k].stop = k + 1 < starts.size() ? starts[k + 1] : size;
     }
-    const MemoView memo{memo_.data(), memo_count_, boxed_.data(), tree_.containers.data()};
-    // Runs step(k) for every chunk, one thread each, and waits.
+    // The count pass's view. The presizing below stays within the vectors'
+    // capacity, so these pointers hold until the resizes before the write
+    // pass, which takes a fresh view (a view never outlives a reallocation).
+    const MemoView counting_memo = memo_view();
     // Runs step(k) for every chunk, one thread each, and `meanwhile` on this
     // thread (or chunk 0's step when there is nothing else to do), and waits.
     auto each_chunk = [&](std::size_t count, auto step, auto meanwhile) {
@@ -1187,7 +1195,7 @@ class Unpickler {
       }
     } restore{*this, start, memo_entries};
     each_chunk(
-        chunks.size(), [&](std::size_t k) { chunks[k].count(data, size, memo); },
+        chunks.size(), [&](std::size_t k) { chunks[k].count(data, size, counting_memo); },
         [&] {
           // PyTorch's entries take ~62 bytes, with two containers and three
           // memo entries each; a little over that, within the room reserved.
@@ -1239,6 +1247,8 @@ class Unpickler {
     restore.done = true;
 
     // Write, side by side; then follow the references into earlier chunks.
+    // The resizes above may have moved memo_, boxed_ and the containers.
+    const MemoView memo = memo_view();
     const TreeSlots slots{tree_.containers.data(), tree_.traces.data(), memo_.data(), boxed_.data()};
     std::vector<std::uint8_t> written(chunks.size(), 0);
     each_chunk(
