@@ -89,6 +89,8 @@ void grow_max(Totals& max, const Totals& now) {
   max.requested = std::max(max.requested, now.requested);
   max.active = std::max(max.active, now.active);
   max.reserved = std::max(max.reserved, now.reserved);
+  max.inactive_split = std::max(max.inactive_split, now.inactive_split);
+  max.segments = std::max(max.segments, now.segments);
 }
 
 // Whether replaying the event can change Replay::totals(): split, merge and
@@ -211,6 +213,9 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   Analysis a;
   a.device = device;
   a.dropped_events = head.dropped_events;
+  if (const auto inferred = head.settings.find("block_sizes.inferred"); inferred != head.settings.end()) {
+    std::from_chars(inferred->second.data(), inferred->second.data() + inferred->second.size(), a.inferred_block_sizes);
+  }
   const std::size_t n = source.event_count();
   a.event_count = n;
   a.window.end = std::min(options.window.end, n);
@@ -246,6 +251,8 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
     record_peak(a.peak_reserved, a.totals_at_start.reserved, kNoEvent, start_time, replay);
     record_peak(a.peak_active, a.totals_at_start.active, kNoEvent, start_time, replay);
     record_peak(a.peak_requested, a.totals_at_start.requested, kNoEvent, start_time, replay);
+    record_peak(a.peak_inactive_split, a.totals_at_start.inactive_split, kNoEvent, start_time, replay);
+    a.peak_segments = a.totals_at_start.segments;
     at_peak_allocated.start(replay);
     at_peak_reserved.start(replay);
     if (options.timeline != AnalysisOptions::Timeline::none) {
@@ -310,6 +317,9 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
       }
       if (t.active > a.peak_active.bytes) record_peak(a.peak_active, t.active, i, e.time_ns, replay);
       if (t.requested > a.peak_requested.bytes) record_peak(a.peak_requested, t.requested, i, e.time_ns, replay);
+      if (t.inactive_split > a.peak_inactive_split.bytes)
+        record_peak(a.peak_inactive_split, t.inactive_split, i, e.time_ns, replay);
+      if (t.segments > a.peak_segments) a.peak_segments = t.segments;
     }
 
     if (per_event) {

@@ -147,10 +147,12 @@ Document fragmentation_report(EventSource& source, const ReportOptions& options)
                                   {"inactive_split", "split free", Unit::bytes},
                                   {"cached_unsplit", "releasable", Unit::bytes}});
   for (const SegmentFigures& s : figures) {
-    const bool split = s.active_blocks != 0;
-    per_segment.rows.push_back({s.address, s.reserved, s.allocated, s.allocated - s.requested, s.inactive,
-                                s.largest_free, s.external_fragmentation(), split ? s.inactive : 0,
-                                split ? 0 : s.inactive});
+    // As PyTorch counts inactive_split: free bytes beside an active block,
+    // expandable segments left out.
+    const bool held = s.active_blocks != 0;
+    per_segment.rows.push_back({s.address, s.reserved, s.allocated, s.active - s.requested, s.inactive,
+                                s.largest_free, s.external_fragmentation(), held && !s.expandable ? s.inactive : 0,
+                                held ? 0 : s.inactive});
   }
 
   Table& over_time = doc.table("over_time", "over time (state at the end of each slice)",
@@ -164,13 +166,14 @@ Document fragmentation_report(EventSource& source, const ReportOptions& options)
                                 {"external_fragmentation", "external", Unit::ratio},
                                 {"rounding_waste", "rounding", Unit::bytes},
                                 {"inactive_split", "split free", Unit::bytes},
-                                {"cached_unsplit", "releasable", Unit::bytes}});
+                                {"cached_unsplit", "releasable", Unit::bytes},
+                                {"pending_free", "pending", Unit::bytes}});
   for (const TimelineRow& row : a.timeline) {
     const CacheFigures c = row.cache.value_or(CacheFigures{});
     over_time.rows.push_back({detail::event_value(row.last_event), detail::since_origin(a, row.time_ns),
                               row.at_end.reserved, row.at_end.allocated, row.at_end.requested, c.free_in_cache,
                               c.largest_free, c.external_fragmentation(), c.rounding_waste, c.inactive_split,
-                              c.cached_unsplit});
+                              c.cached_unsplit, c.pending_free});
   }
   detail::add_common_notes(doc, snapshot, a);
   return doc;

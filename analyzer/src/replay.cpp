@@ -89,12 +89,12 @@ void Replay::load(const std::vector<Segment>& initial) {
       switch (block.state) {
         case BlockState::active_allocated:
           seg.allocated += block.size;
-          seg.requested += block.requested;
           totals_.allocated += block.size;
-          totals_.requested += block.requested;
           add_live(block.stack, block.size);
           [[fallthrough]];
         case BlockState::active_pending_free:
+          seg.requested += block.requested;
+          totals_.requested += block.requested;
           seg.active += block.size;
           ++seg.active_blocks;
           totals_.active += block.size;
@@ -107,6 +107,7 @@ void Replay::load(const std::vector<Segment>& initial) {
       }
     }
     totals_.reserved += segments_[sid].mapped;
+    if (!segments_[sid].expandable) ++totals_.segments;
     segment_enter(segments_[sid]);
   }
   last_touched_stack_ = kNone;
@@ -141,6 +142,7 @@ void Replay::on_segment_alloc(std::uint64_t address, std::uint64_t size, std::ui
   segment_at_.insert(address, sid);
   block_at_.insert(address, bid);
   totals_.reserved += size;
+  if (!expandable) ++totals_.segments;
   segment_enter(s);
 }
 
@@ -157,15 +159,18 @@ void Replay::on_segment_release(std::uint64_t address) {
     const BlockNode& b = blocks_[id];
     if (b.state == BlockState::active_allocated) {
       totals_.allocated -= b.size;
-      totals_.requested -= b.requested;
       remove_live(b.stack, b.size);
     }
-    if (is_active(b.state)) totals_.active -= b.size;
+    if (is_active(b.state)) {
+      totals_.active -= b.size;
+      totals_.requested -= b.requested;
+    }
     const std::uint32_t next = b.next;
     drop_block(id);
     id = next;
   }
   totals_.reserved -= s.mapped;
+  if (!s.expandable) --totals_.segments;
   s.live = false;
   segment_at_.erase(address);
   free_segments_.push_back(sid);
@@ -180,7 +185,12 @@ void Replay::on_segment_map(const Event& event) {
       if (segments_[i].live && segments_[i].address + segments_[i].total_size == address) sid = i;
     }
     if (sid == kNone) {
-      on_segment_alloc(address, size, event.stream, true, true, event.stack);
+      // Flags say the pool where the writer knew it (our recorder always,
+      // the pickle reader from the final layout); a map without them is
+      // taken for the large pool, where most expandable memory lives.
+      const bool flagged = (event.aux & snapshot::segment_flag_expandable) != 0;
+      const bool large = !flagged || (event.aux & snapshot::segment_flag_large_pool) != 0;
+      on_segment_alloc(address, size, event.stream, large, true, event.stack);
       return;
     }
     // Grow the segment at its end.
@@ -311,8 +321,8 @@ CacheFigures Replay::cache_figures(bool with_largest_free) const {
   f.pending_free = minus(totals_.active, totals_.allocated);
   f.inactive = minus(totals_.reserved, totals_.active);
   f.cached_unsplit = cached_unsplit_;
-  f.inactive_split = minus(f.inactive, cached_unsplit_);
-  f.rounding_waste = minus(totals_.allocated, totals_.requested);
+  f.inactive_split = totals_.inactive_split;
+  f.rounding_waste = minus(totals_.active, totals_.requested);
   if (!with_largest_free) return f;
   for (const SegmentNode& s : segments_) {
     if (s.live) f.largest_free = std::max(f.largest_free, largest_free_of(s));

@@ -106,9 +106,7 @@ inline void Replay::on_free_requested(std::uint64_t address) {
   pending_id_ = id;
   b.state = snapshot::BlockState::active_pending_free;
   s.allocated -= b.size;
-  s.requested -= b.requested;
   totals_.allocated -= b.size;
-  totals_.requested -= b.requested;
   remove_live(b.stack, b.size);
 }
 
@@ -127,6 +125,10 @@ inline void Replay::on_free_completed(std::uint64_t address) {
   SegmentNode& s = segments_[b.segment];
   const std::uint64_t size = b.size;
   segment_leave(s);
+  // PyTorch keeps a pending block's request in requested_bytes until the
+  // block is freed for good (free_block), as it keeps it in active_bytes.
+  s.requested -= b.requested;
+  totals_.requested -= b.requested;
   b.state = snapshot::BlockState::inactive;
   b.requested = 0;
   b.stack = {};
@@ -203,10 +205,12 @@ inline std::uint32_t Replay::coalesce(std::uint32_t id) {
 
 inline void Replay::segment_leave(const SegmentNode& segment) noexcept {
   if (segment.active_blocks == 0) cached_unsplit_ -= segment.inactive;
+  else if (!segment.expandable) totals_.inactive_split -= segment.inactive;
 }
 
 inline void Replay::segment_enter(const SegmentNode& segment) noexcept {
   if (segment.active_blocks == 0) cached_unsplit_ += segment.inactive;
+  else if (!segment.expandable) totals_.inactive_split += segment.inactive;
 }
 
 inline void Replay::add_live(snapshot::StackId stack, std::uint64_t bytes) {

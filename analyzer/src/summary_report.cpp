@@ -47,9 +47,9 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
 
   Text& gap = doc.text("gap", "from allocated to device used");
   const Totals& t = a.totals_at_end;
-  gap.lines.push_back(pad("allocated", 12) + pad(format_bytes(t.allocated), 12) + "held by live allocations (" +
-                      format_bytes(t.requested) + " requested + " + format_bytes(t.allocated - t.requested) +
-                      " rounding)");
+  gap.lines.push_back(pad("allocated", 12) + pad(format_bytes(t.allocated), 12) +
+                      "held by live allocations (rounding waste in active blocks: " +
+                      format_bytes(a.cache_at_end.rounding_waste) + ")");
   gap.lines.push_back(pad("reserved", 12) + pad(format_bytes(t.reserved), 12) + "allocated + " +
                       format_bytes(a.cache_at_end.free_in_cache) + " cached free in the allocator (" +
                       format_bytes(a.cache_at_end.cached_unsplit) + " releasable by empty_cache)");

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "cachealloc/snapshot/pickle.hpp"
+#include "pickle_block_sizes.hpp"
 #include "pickle_file.hpp"
 #include "format_v3.hpp"
 #include "parallel.hpp"
@@ -36,7 +37,7 @@ using pickle::Value;
 
 // PyTorch CUDACachingAllocator constants.
 constexpr std::uint64_t kMinBlockSize = 512;          // every block is a multiple of this
-constexpr std::uint64_t kSmallSize = 1ull << 20;      // requests up to this go to the small pool
+constexpr std::uint64_t kLargePage = 20ull << 20;     // expandable segments of the large pool map this much at a time
 constexpr std::uint64_t kSmallBuffer = 2ull << 20;    // the size of every small-pool segment
 
 [[noreturn]] void bad(const std::string& what) {
@@ -372,6 +373,7 @@ class Mapper {
 
   void map_settings(const Value& settings) {
     if (settings.kind != Kind::dict) return;  // informative only: never worth rejecting a file
+    settings_known_ = true;
     flatten_setting("", settings, 0);
     for (std::size_t i = 0; i < divisions_.size(); ++i) {
       const auto found = out_.settings.find("roundup_power2_divisions." + std::to_string(std::uint64_t{1} << i));
@@ -822,6 +824,9 @@ class Mapper {
     // the trace does not start at the beginning.
     AddressMap live;  // address -> block size
     AddressMap segments_seen;
+    detail::BlockSizer sizer(policy());
+    std::uint64_t inferred = 0;       // allocations the layout could not explain
+    std::uint64_t disagreements = 0;  // exact sizes the final layout contradicts
     bool begins_mid_run = false;
     std::uint64_t last_time = 0;
     for (std::size_t i = 0; i < events.size(); ++i) {
@@ -838,28 +843,47 @@ class Mapper {
                                  : event.size > kSmallBuffer;
           event.aux = large ? std::uint64_t{segment_flag_large_pool} : std::uint64_t{0};
           segments_seen.insert(event.address);
+          sizer.segment_alloc(event.address, event.size, !large);
           break;
         }
+        case EventKind::segment_map: {
+          // The pool of the expandable segment this maps into: the final
+          // layout's word where a segment there survives, else the page size
+          // (the large pool maps 20 MiB pages, the small pool 2 MiB ones).
+          bool large = event.size % kLargePage == 0;
+          for (const Segment* segment : segments) {
+            if (segment->expandable && event.address >= segment->address &&
+                event.address - segment->address < segment->total_size) {
+              large = segment->large_pool;
+              break;
+            }
+          }
+          event.aux = std::uint64_t{segment_flag_expandable} | (large ? std::uint64_t{segment_flag_large_pool} : 0);
+          sizer.segment_map(event.address, event.size);
+          break;
+        }
+        case EventKind::segment_unmap: sizer.segment_unmap(event.address, event.size); break;
         case EventKind::alloc: {
-          if (!sized_at_end.empty() && sized_at_end.back().first == i) {
+          const std::uint64_t rounded = detail::pytorch_round_size(event.aux, divisions_);
+          const std::optional<std::uint64_t> exact = sizer.alloc(event.address, rounded);
+          const bool alive_at_end = !sized_at_end.empty() && sized_at_end.back().first == i;
+          if (alive_at_end) {
+            // The final layout is PyTorch's own word for this block.
             event.size = sized_at_end.back().second;
             sized_at_end.pop_back();
+            if (exact && *exact != event.size) ++disagreements;
+          } else if (exact) {
+            event.size = *exact;
           } else {
-            event.size = detail::pytorch_round_size(event.aux, divisions_);
-            if (i > 0 && events[i - 1].kind == EventKind::segment_alloc && events[i - 1].address == event.address &&
-                events[i - 1].size >= event.size) {
-              const std::uint64_t remaining = events[i - 1].size - event.size;
-              const bool small = event.size <= kSmallSize;
-              const bool split =
-                  small ? remaining >= kMinBlockSize : event.size < max_split_size_ && remaining > kSmallSize;
-              if (!split) event.size = events[i - 1].size;
-            }
+            ++inferred;  // at least the rounded request
+            event.size = rounded;
           }
           live[event.address] = event.size;
           break;
         }
         case EventKind::free_requested:
         case EventKind::free_completed: {
+          if (event.kind == EventKind::free_completed) sizer.free_completed(event.address);
           if (const std::uint64_t* found = live.find(event.address)) {
             event.size = *found;
             if (event.kind == EventKind::free_completed) live.erase(event.address);
@@ -875,11 +899,27 @@ class Mapper {
         }
         case EventKind::segment_release:
           if (!segments_seen.erase(event.address)) begins_mid_run = true;
+          sizer.segment_release(event.address);
           break;
         default: break;
       }
     }
     if (begins_mid_run) out_.settings["trace_may_begin_mid_run"] = "true";
+    // How the block sizes were found, for the analyzer's bounds
+    // (analyzer/src/report_helpers.cpp reads these keys).
+    out_.settings["block_sizes.inferred"] = std::to_string(inferred);
+    out_.settings["block_sizes.contradicted"] = std::to_string(disagreements);
+    out_.settings["block_sizes.policy"] = settings_known_ ? "allocator_settings" : "defaults (no allocator_settings)";
+  }
+
+  // PyTorch's policy as the snapshot's allocator_settings describe it.
+  detail::BlockPolicy policy() const {
+    detail::BlockPolicy p;
+    p.divisions = divisions_;
+    p.max_split_size = max_split_size_;
+    const auto found = out_.settings.find("expandable_segments");
+    p.expandable_segments = found != out_.settings.end() && found->second == "True";
+    return p;
   }
 
   // --- assembly -----------------------------------------------------------
@@ -950,6 +990,7 @@ class Mapper {
   Snapshot out_;
   std::array<std::uint64_t, 16> divisions_{};
   std::uint64_t max_split_size_ = std::numeric_limits<std::uint64_t>::max();
+  bool settings_known_ = false;
   std::uint64_t skipped_records_ = 0;
   unsigned threads_ = 1;
   mutable std::unordered_map<ContainerId, std::unordered_map<std::string_view, Value>> dict_index_;

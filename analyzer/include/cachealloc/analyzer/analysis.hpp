@@ -140,7 +140,8 @@ struct Analysis {
   CacheFigures cache_at_end;
   CacheFigures cache_at_peak_reserved;
   std::size_t segments_at_end = 0;
-  Peak peak_allocated, peak_reserved, peak_active, peak_requested;
+  Peak peak_allocated, peak_reserved, peak_active, peak_requested, peak_inactive_split;
+  std::uint64_t peak_segments = 0;  // Totals::segments
   std::vector<SiteFigures> sites;  // indexed by StackId::value; unused stacks have zero figures
   std::vector<OomRecord> ooms;
   std::vector<TimelineRow> timeline;
@@ -151,10 +152,29 @@ struct Analysis {
   // switched on mid-run, or a PyTorch ring overflowed without saying so).
   bool starts_mid_run = false;
 
-  // True when events before the ring were lost or the ring began mid-run:
-  // counts and peaks are then lower bounds for the whole run (exact for the
-  // ring itself).
-  bool truncated() const noexcept { return dropped_events > 0 || starts_mid_run; }
+  // Allocations whose block size the reader could only infer (at least the
+  // rounded request): a PyTorch trace that begins mid-run, or a file that is
+  // not what PyTorch's policy would have written (settings
+  // "block_sizes.inferred", snapshot/src/pickle_block_sizes.hpp).
+  std::uint64_t inferred_block_sizes = 0;
+
+  // True when events before the ring were lost, the ring began mid-run, or
+  // block sizes were inferred: counts and peaks are then lower bounds for the
+  // whole run.
+  bool truncated() const noexcept { return dropped_events > 0 || starts_mid_run || inferred_block_sizes > 0; }
+
+  // Device memory calls in the window, as PyTorch counts them: cudaMalloc
+  // and cudaFree of segments, and the map and unmap calls of expandable
+  // segments (num_device_alloc, num_device_free over the whole run when the
+  // window is the whole trace and the trace covers the whole run).
+  std::uint64_t device_allocs() const noexcept {
+    return counts[static_cast<std::size_t>(snapshot::EventKind::segment_alloc)] +
+           counts[static_cast<std::size_t>(snapshot::EventKind::segment_map)];
+  }
+  std::uint64_t device_frees() const noexcept {
+    return counts[static_cast<std::size_t>(snapshot::EventKind::segment_release)] +
+           counts[static_cast<std::size_t>(snapshot::EventKind::segment_unmap)];
+  }
 };
 
 Analysis analyze(const snapshot::Snapshot& snapshot, const AnalysisOptions& options);

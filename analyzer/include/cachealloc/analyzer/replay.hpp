@@ -38,28 +38,38 @@
 
 namespace cachealloc::analyzer {
 
-// Running totals in bytes, as PyTorch's memory_stats() defines them.
+// Running totals, as PyTorch's memory_stats() defines them (the key each
+// equals is beside it; tests/test_pytorch_ground_truth.cpp holds them to it).
 struct Totals {
-  std::uint64_t allocated = 0;  // block sizes of active_allocated blocks
-  std::uint64_t requested = 0;  // requested bytes of those blocks
-  std::uint64_t active = 0;     // allocated + pending-free block sizes
-  std::uint64_t reserved = 0;   // mapped bytes of all segments
+  std::uint64_t allocated = 0;  // block sizes of active_allocated blocks       allocated_bytes.all
+  std::uint64_t requested = 0;  // requested bytes of active blocks             requested_bytes.all
+                                // (PyTorch keeps a pending free's request until it completes)
+  std::uint64_t active = 0;     // allocated + pending-free block sizes         active_bytes.all
+  std::uint64_t reserved = 0;   // mapped bytes of all segments                 reserved_bytes.all
+  // Inactive bytes of split blocks: free blocks in a segment that still holds
+  // an active block. PyTorch leaves expandable segments out (their free pages
+  // can always be unmapped), and so does this.                    inactive_split_bytes.all
+  std::uint64_t inactive_split = 0;
+  // Segments from cudaMalloc; PyTorch does not count expandable ones.    segment.all
+  std::uint64_t segments = 0;
   friend bool operator==(const Totals&, const Totals&) = default;
 };
 
 // How the reserved bytes that are not allocated are spread, at one moment.
 // Identities: allocated + free_in_cache = reserved,
-//             allocated = requested + rounding_waste,
+//             active = requested + rounding_waste,
 //             inactive = inactive_split + cached_unsplit.
 struct CacheFigures {
   std::uint64_t free_in_cache = 0;   // reserved - allocated (inactive + pending free)
   std::uint64_t pending_free = 0;    // active - allocated
   std::uint64_t inactive = 0;        // reserved - active
-  std::uint64_t inactive_split = 0;  // inactive bytes in segments that also hold active blocks
+  std::uint64_t inactive_split = 0;  // Totals::inactive_split
   std::uint64_t cached_unsplit = 0;  // inactive bytes in segments with no active block:
                                      // what empty_cache() would give back
+                                     // (inactive - inactive_split - this: free bytes of
+                                     // expandable segments that also hold active blocks)
   std::uint64_t largest_free = 0;    // the largest inactive block
-  std::uint64_t rounding_waste = 0;  // allocated - requested
+  std::uint64_t rounding_waste = 0;  // active - requested: rounding inside blocks still held
   // 1 - largest_free / inactive; 0 when nothing is free.
   double external_fragmentation() const noexcept {
     return inactive == 0 ? 0.0 : 1.0 - static_cast<double>(largest_free) / static_cast<double>(inactive);
