@@ -54,6 +54,7 @@ std::string page_map(const Segment& segment) {
 
 Document segments_report(EventSource& source, const ReportOptions& options) {
   const Snapshot& snapshot = source.head();
+  SiteNamer names(snapshot, options.sites);
   AnalysisOptions analysis = detail::analysis_options(options);
   std::vector<Segment> layout;
   std::vector<SegmentFigures> figures;
@@ -101,7 +102,7 @@ Document segments_report(EventSource& source, const ReportOptions& options) {
       const bool active = b.state == BlockState::active_allocated || b.state == BlockState::active_pending_free;
       blocks.rows.push_back({s.address, b.address, b.address - s.address, std::string(snapshot::to_string(b.state)),
                              b.size, active ? Value{b.requested} : Value{},
-                             active ? Value{top_frame(snapshot, b.stack)} : Value{}});
+                             active ? Value{names.site(b.stack)} : Value{}});
     }
   }
   detail::add_common_notes(doc, snapshot, a);

@@ -90,46 +90,6 @@ std::string frame_text(const Snapshot& snapshot, snapshot::FrameId id) {
   return result;
 }
 
-namespace {
-
-bool is_own_frame(const Snapshot& snapshot, snapshot::FrameId id) {
-  if (id.value >= snapshot.frames.size()) return false;
-  const snapshot::Frame& frame = snapshot.frames[id.value];
-  auto text = [&](snapshot::StringId s) -> std::string_view {
-    return s.value < snapshot.strings.size() ? std::string_view(snapshot.strings[s.value]) : std::string_view();
-  };
-  const std::string_view function = text(frame.function);
-  std::string_view module = text(frame.module);
-  if (const auto slash = module.rfind('/'); slash != std::string_view::npos) module.remove_prefix(slash + 1);
-  return function.starts_with("cachealloc::") || module.starts_with("libcachealloc");
-}
-
-std::size_t top_frame_index(const Snapshot& snapshot, const snapshot::Stack& stack) {
-  for (std::size_t i = 0; i < stack.frames.size(); ++i) {
-    if (!is_own_frame(snapshot, stack.frames[i])) return i;
-  }
-  return 0;
-}
-
-}  // namespace
-
-std::string top_frame(const Snapshot& snapshot, snapshot::StackId id) {
-  if (id.value == 0 || id.value >= snapshot.stacks.size() || snapshot.stacks[id.value].frames.empty())
-    return "<unknown site>";
-  const snapshot::Stack& stack = snapshot.stacks[id.value];
-  return frame_text(snapshot, stack.frames[top_frame_index(snapshot, stack)]);
-}
-
-std::vector<std::string> stack_lines(const Snapshot& snapshot, snapshot::StackId id) {
-  if (id.value == 0 || id.value >= snapshot.stacks.size() || snapshot.stacks[id.value].frames.empty())
-    return {"<unknown site>"};
-  const snapshot::Stack& stack = snapshot.stacks[id.value];
-  std::vector<std::string> lines;
-  for (std::size_t i = top_frame_index(snapshot, stack); i < stack.frames.size(); ++i)
-    lines.push_back(frame_text(snapshot, stack.frames[i]));
-  return lines;
-}
-
 std::string phase_text(const Snapshot& snapshot, const std::vector<snapshot::StringId>& phase) {
   std::string text;
   for (const snapshot::StringId id : phase) {

@@ -58,13 +58,13 @@ std::vector<Column> site_columns() {
           {"largest", "largest", Unit::bytes}, {"stack", "site"}};
 }
 
-void add_site_rows(Table& table, const Snapshot& snapshot, const std::vector<SiteGroup>& groups,
+void add_site_rows(Table& table, SiteNamer& names, const std::vector<SiteGroup>& groups,
                    std::uint64_t total, std::size_t limit) {
   for (std::size_t i = 0; i < detail::listed(groups.size(), limit); ++i) {
     const SiteGroup& g = groups[i];
     table.rows.push_back({static_cast<std::uint64_t>(i + 1), g.bytes,
                           total == 0 ? 0.0 : static_cast<double>(g.bytes) / static_cast<double>(total), g.blocks,
-                          g.requested, g.largest, stack_lines(snapshot, g.stack)});
+                          g.requested, g.largest, names.lines(g.stack)});
   }
 }
 
@@ -77,6 +77,7 @@ std::vector<Column> allocation_columns() {
 
 Document peak_report(EventSource& source, const ReportOptions& options) {
   const Snapshot& snapshot = source.head();
+  SiteNamer names(snapshot, options.sites);
   const Analysis a = analyze(source, detail::analysis_options(options));
   const Peak& peak = options.peak_reserved ? a.peak_reserved : a.peak_allocated;
   const char* metric = options.peak_reserved ? "reserved" : "allocated";
@@ -102,11 +103,11 @@ Document peak_report(EventSource& source, const ReportOptions& options) {
       .add("allocations", "allocations live then", static_cast<std::uint64_t>(blocks.size()), Unit::count)
       .add("sites", "sites", static_cast<std::uint64_t>(groups.size()), Unit::count);
   Table& sites = doc.table("sites", "live allocations by site, largest first", site_columns());
-  add_site_rows(sites, snapshot, groups, live, options.limit);
+  add_site_rows(sites, names, groups, live, options.limit);
   Table& list = doc.table("allocations", "every live allocation, largest first", allocation_columns());
   for (std::size_t i = 0; i < detail::listed(blocks.size(), options.limit); ++i) {
     const auto& b = blocks[i];
-    list.rows.push_back({b.address, b.size, b.requested, top_frame(snapshot, b.stack)});
+    list.rows.push_back({b.address, b.size, b.requested, names.site(b.stack)});
   }
   if (options.limit != 0 && (blocks.size() > options.limit || groups.size() > options.limit))
     doc.notes.push_back("listings stop at " + std::to_string(options.limit) + " rows (--limit)");
@@ -116,6 +117,7 @@ Document peak_report(EventSource& source, const ReportOptions& options) {
 
 Document top_report(EventSource& source, const ReportOptions& options) {
   const Snapshot& snapshot = source.head();
+  SiteNamer names(snapshot, options.sites);
   const Analysis a = analyze(source, detail::analysis_options(options));
   std::vector<const SiteFigures*> sites;
   for (const SiteFigures& s : a.sites) {
@@ -153,7 +155,7 @@ Document top_report(EventSource& source, const ReportOptions& options) {
                                                      : static_cast<double>(s.bytes_at_peak_allocated) /
                                                            static_cast<double>(a.peak_allocated.bytes);
     table.rows.push_back({static_cast<std::uint64_t>(i + 1), s.allocs, s.alloc_bytes, s.bytes_at_peak_allocated,
-                          share, s.live_bytes_at_end, stack_lines(snapshot, s.stack)});
+                          share, s.live_bytes_at_end, names.lines(s.stack)});
   }
   if (sites.size() > limit)
     doc.notes.push_back(std::to_string(sites.size() - limit) + " more sites not shown (--limit)");
@@ -164,6 +166,7 @@ Document top_report(EventSource& source, const ReportOptions& options) {
 
 Document leaks_report(EventSource& source, const ReportOptions& options) {
   const Snapshot& snapshot = source.head();
+  SiteNamer names(snapshot, options.sites);
   AnalysisOptions analysis = detail::analysis_options(options);
   std::vector<Replay::LiveBlock> blocks;
   analysis.at_end = [&](const Replay& replay) { blocks = live_blocks(replay, options.min_size); };
@@ -181,11 +184,11 @@ Document leaks_report(EventSource& source, const ReportOptions& options) {
       .add("bytes", "bytes", live, Unit::bytes)
       .add("min_size", "smallest listed", options.min_size, Unit::bytes);
   Table& sites = doc.table("sites", "by site, largest first", site_columns());
-  add_site_rows(sites, snapshot, groups, live, options.limit);
+  add_site_rows(sites, names, groups, live, options.limit);
   Table& list = doc.table("allocations", "allocations, largest first", allocation_columns());
   for (std::size_t i = 0; i < detail::listed(blocks.size(), options.limit); ++i) {
     const auto& b = blocks[i];
-    list.rows.push_back({b.address, b.size, b.requested, top_frame(snapshot, b.stack)});
+    list.rows.push_back({b.address, b.size, b.requested, names.site(b.stack)});
   }
   detail::add_common_notes(doc, snapshot, a);
   return doc;
@@ -193,6 +196,7 @@ Document leaks_report(EventSource& source, const ReportOptions& options) {
 
 Document oom_report(EventSource& source, const ReportOptions& options) {
   const Snapshot& snapshot = source.head();
+  SiteNamer names(snapshot, options.sites);
   const Analysis a = analyze(source, detail::analysis_options(options));
   Document doc;
   doc.report = "oom";
@@ -249,7 +253,7 @@ Document oom_report(EventSource& source, const ReportOptions& options) {
     for (std::size_t i = 0; i < oom.top_sites.size(); ++i) {
       const SiteBytes& s = oom.top_sites[i];
       holders.rows.push_back({static_cast<std::uint64_t>(oom.event), static_cast<std::uint64_t>(i + 1), s.bytes,
-                              static_cast<std::uint64_t>(s.blocks), stack_lines(snapshot, s.stack)});
+                              static_cast<std::uint64_t>(s.blocks), names.lines(s.stack)});
     }
   }
   detail::add_common_notes(doc, snapshot, a);

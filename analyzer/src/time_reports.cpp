@@ -60,6 +60,7 @@ Document timeline_report(EventSource& source, const ReportOptions& options) {
 
 Document events_report(EventSource& source, const ReportOptions& options) {
   const Snapshot& snapshot = source.head();
+  SiteNamer names(snapshot, options.sites);
   const Analysis a = analyze(source, detail::analysis_options(options));
   Document doc;
   doc.report = "events";
@@ -91,7 +92,7 @@ Document events_report(EventSource& source, const ReportOptions& options) {
     if (annotation && e.aux < snapshot.strings.size()) aux = snapshot.strings[e.aux];
     table.rows.push_back({static_cast<std::uint64_t>(i), detail::since_origin(a, e.time_ns),
                           std::string(snapshot::to_string(e.kind)), e.address, e.size, aux, e.stream,
-                          static_cast<std::uint64_t>(e.thread), e.stack ? Value{top_frame(snapshot, e.stack)} : Value{}});
+                          static_cast<std::uint64_t>(e.thread), e.stack ? Value{names.site(e.stack)} : Value{}});
     return true;
   };
   bool more = true;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <regex>
 
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/load.hpp"
@@ -43,6 +44,14 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool file_req
                      "threads decoding the file's blocks ahead of the analysis (0: decode on the analysis thread)")
       ->check(CLI::Range(0u, 64u))
       ->capture_default_str();
+  command.add_option("--frames", options.sites.frames, "frames shown per stack, from the site outwards (0: all)")
+      ->check(CLI::Range(0u, 1000u))
+      ->capture_default_str();
+  command.add_flag("--all-frames", options.sites.all_frames,
+                   "show every frame: no filter of allocator, framework and interpreter frames");
+  command.add_option("--filter", options.sites.drop,
+                     "also leave out frames matching this regular expression (repeatable)")
+      ->take_all();
   command.add_flag_callback(
       "--version", [] { throw CLI::CallForVersion("cachealloc-analyze " CACHEALLOC_VERSION, 0); },
       "print the version and exit");
@@ -86,6 +95,12 @@ void Runner::run() const {
 
   analyzer::ReportOptions options;
   options.device = common.device;
+  options.sites = common.sites;
+  try {
+    const analyzer::SiteNamer check(source.head(), common.sites);
+  } catch (const std::regex_error& error) {
+    throw UsageError("--filter: not a regular expression: " + std::string(error.what()));
+  }
   if (!common.from.empty()) options.window.begin = event_point(source, common.from, "--from");
   if (!common.to.empty()) {
     const std::size_t to = event_point(source, common.to, "--to");

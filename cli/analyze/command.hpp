@@ -30,6 +30,7 @@ struct CommonOptions {
   std::string to;
   int device = -1;
   unsigned decode_threads = analyzer::FileEvents::default_decode_threads();
+  analyzer::SiteFilter sites;
 };
 
 using BuildReport = std::function<analyzer::Document(analyzer::EventSource&, analyzer::ReportOptions&)>;

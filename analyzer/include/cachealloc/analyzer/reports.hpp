@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,7 +31,46 @@
 
 namespace cachealloc::analyzer {
 
+// Which frames of a stack belong to the user's program. A site is the first
+// such frame, innermost first; Python frames are preferred when the stack
+// has any of the user's. Left out by default:
+//   - the allocators' own frames: cachealloc's, and PyTorch's (c10::, at::,
+//     torch::, torch::unwind, CapturedTraceback, gather_with_cpp);
+//   - the C++ standard library, libc, the Python interpreter (Py*, _Py*);
+//   - Python frames of torch itself (a path with /torch/) and <frozen ...>;
+//   - frames matching any `drop` pattern (ECMAScript regex, searched in
+//     "function (file:line)").
+// `all_frames` turns the filter off: the site is then the first frame
+// outside cachealloc, and every frame is listed.
+struct SiteFilter {
+  bool all_frames = false;
+  std::vector<std::string> drop;
+  std::size_t frames = 5;  // frames listed per stack, from the site outwards; 0 = all that pass
+};
+
+// Names sites and lists their frames under a SiteFilter, classifying each
+// frame once. Throws std::regex_error for a bad pattern (at construction).
+// Thread safety: none; one per report.
+class SiteNamer {
+ public:
+  SiteNamer(const snapshot::Snapshot& snapshot, const SiteFilter& filter);
+  ~SiteNamer();
+  SiteNamer(const SiteNamer&) = delete;
+  SiteNamer& operator=(const SiteNamer&) = delete;
+  // "function (file:line)" of the site, "<unknown site>" for an empty stack.
+  std::string site(snapshot::StackId stack);
+  // The site and the frames after it that pass the filter, at most filter.frames.
+  std::vector<std::string> lines(snapshot::StackId stack);
+  // Whether the frame belongs to the user's program (always true with all_frames).
+  bool is_user_frame(snapshot::FrameId frame);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 struct ReportOptions {
+  SiteFilter sites;
   std::int32_t device = -1;  // -1: pick_device()
   EventWindow window;
   std::size_t buckets = 0;  // timeline / fragmentation over time: 0 = the report's default
@@ -74,10 +114,9 @@ Document export_report(EventSource& source, ExportTable what, const ReportOption
 // Symbolized stacks, from the snapshot's tables.
 // "function (file:line)", or the hex ip and module when unresolved.
 std::string frame_text(const snapshot::Snapshot& snapshot, snapshot::FrameId frame);
-// The first frame outside cachealloc itself (namespace cachealloc:: or module
-// libcachealloc*), else the first frame; "<unknown site>" for an empty stack.
+// The site under the default SiteFilter; "<unknown site>" for an empty stack.
 std::string top_frame(const snapshot::Snapshot& snapshot, snapshot::StackId stack);
-// The frames from the top frame outwards.
+// The site's frames under the default SiteFilter.
 std::vector<std::string> stack_lines(const snapshot::Snapshot& snapshot, snapshot::StackId stack);
 // Open annotations joined with '/', "" when none.
 std::string phase_text(const snapshot::Snapshot& snapshot, const std::vector<snapshot::StringId>& phase);
