@@ -9,6 +9,7 @@
 
 #include "../analyzer/testing/parsers.hpp"
 #include "../analyzer/testing/trace_builder.hpp"
+#include "cachealloc/analyzer/load.hpp"
 #include "cachealloc/analyzer/reports.hpp"
 
 using namespace cachealloc;
@@ -69,7 +70,7 @@ TEST_CASE("summary --format json has every documented key") {
   // then it parses and has the keys users script against
   for (const char* key : {"events", "dropped_events", "segments_at_end", "reserved_at_end", "allocated_at_end",
                           "peak_allocated", "peak_reserved", "peak_requested", "peak_allocated_event", "device_total",
-                          "device_free_at_dump"}) {
+                          "at_event", "gap"}) {
     CAPTURE(key);
     CHECK(json.has(key));
   }
@@ -122,7 +123,7 @@ TEST_CASE("the reported peak equals the maximum of the timeline") {
   }
 }
 
-TEST_CASE("allocated + free in cache = reserved and allocated + pending = requested + rounding at every sampled event") {
+TEST_CASE("allocated + pending + cached free = reserved and allocated + pending = requested + rounding at every sampled event") {
   // given the fragmentation figures over time
   const auto snap = analyzer::testing::random_trace(4, 6000);
   ReportOptions options;
@@ -134,10 +135,11 @@ TEST_CASE("allocated + free in cache = reserved and allocated + pending = reques
     CAPTURE(r);
     // when each sample is read
     // then the identities hold
-    CHECK(cell(table, r, "allocated") + cell(table, r, "free_in_cache") == cell(table, r, "reserved"));
+    CHECK(cell(table, r, "allocated") + cell(table, r, "pending_free") + cell(table, r, "cached_free") ==
+          cell(table, r, "reserved"));
     CHECK(cell(table, r, "requested") + cell(table, r, "rounding_waste") ==
           cell(table, r, "allocated") + cell(table, r, "pending_free"));
-    CHECK(cell(table, r, "largest_free") <= cell(table, r, "free_in_cache"));
+    CHECK(cell(table, r, "largest_free") <= cell(table, r, "cached_free"));
   }
 }
 
@@ -285,4 +287,61 @@ TEST_CASE("the top frame skips cachealloc's own frames") {
   CHECK(analyzer::top_frame(snap, own_only).rfind("cachealloc::record", 0) == 0);
   CHECK(analyzer::top_frame(snap, {}) == "<unknown site>");
   CHECK(analyzer::stack_lines(snap, stack).size() == 2);
+}
+
+TEST_CASE("the gap is numbers with one name each, and adds up: allocated + pending + cached free = reserved") {
+  // given a snapshot of our recorder on the simulated device, with the driver read at the dump
+  const auto snap = analyzer::load(std::string(CACHEALLOC_SOURCE_DIR) + "/testdata/synthetic_2k_native.bin");
+  // when the summary is rendered as JSON
+  const auto json = json_of(analyzer::summary_report(snap, {}));
+  const auto& gap = json["gap"];
+  // then every figure of the chain is a number, and the chain adds up
+  for (const char* key : {"allocated", "rounding_waste", "pending_free", "cached_free", "inactive_split",
+                          "releasable_by_empty_cache", "reserved", "outside_allocator", "device_used"}) {
+    CAPTURE(key);
+    CHECK(gap[key].is_number());
+  }
+  CHECK(gap["allocated"].number() + gap["pending_free"].number() + gap["cached_free"].number() ==
+        gap["reserved"].number());
+  CHECK(gap["reserved"].number() + gap["outside_allocator"].number() == gap["device_used"].number());
+  CHECK(gap["inactive_split"].number() <= gap["cached_free"].number());
+}
+
+TEST_CASE("a range reports the state after its last event and leaves the driver's figures unmeasured there") {
+  // given a recorded snapshot whose driver figures were read at the dump
+  const auto snap = analyzer::load(std::string(CACHEALLOC_SOURCE_DIR) + "/testdata/synthetic_2k_native.bin");
+  ReportOptions options;
+  options.window = {0, 201};
+  // when the summary covers events 0 to 200
+  const Document report = analyzer::summary_report(snap, options);
+  const auto json = json_of(report);
+  const std::string table = rendered(report, Format::table);
+  // then it says which event, the device figures are null and "unknown", and a note says why
+  CHECK(json["at_event"].number() == 200);
+  CHECK(std::holds_alternative<std::nullptr_t>(json["gap"]["outside_allocator"].value));
+  CHECK(std::holds_alternative<std::nullptr_t>(json["gap"]["device_used"].value));
+  CHECK(table.find("after event #200") != std::string::npos);
+  CHECK(table.find("outside the allocator") != std::string::npos);
+  CHECK(table.find("not measured at event #200") != std::string::npos);
+  CHECK(table.find("outside the allocator (CUDA context, other allocators and processes)  unknown") !=
+        std::string::npos);
+  // and the reserved figure is the one of that moment, never below allocated
+  CHECK(json["gap"]["reserved"].number() >= json["gap"]["allocated"].number());
+}
+
+TEST_CASE("PyTorch snapshots hold no driver figures: null in JSON, unknown in tables, empty in CSV, never 0") {
+  // given a real PyTorch snapshot
+  const auto snap =
+      analyzer::load(std::string(CACHEALLOC_SOURCE_DIR) + "/testdata/pytorch/corpus/empty_cache_mid.pickle");
+  // when the summary is rendered in every format
+  const Document report = analyzer::summary_report(snap, {});
+  const auto json = json_of(report);
+  const std::string table = rendered(report, Format::table);
+  const std::string csv = rendered(report, Format::csv);
+  // then the device figures are unknown, not zero
+  CHECK(std::holds_alternative<std::nullptr_t>(json["device_total"].value));
+  CHECK(std::holds_alternative<std::nullptr_t>(json["gap"]["device_used"].value));
+  CHECK(table.find("device total                  unknown") != std::string::npos);
+  CHECK(table.find("device total                  0 B") == std::string::npos);
+  CHECK(csv.find("device_total,,") != std::string::npos);
 }

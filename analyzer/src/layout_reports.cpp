@@ -77,7 +77,7 @@ Document segments_report(EventSource& source, const ReportOptions& options) {
                                {"size", "size", Unit::bytes},
                                {"reserved", "reserved", Unit::bytes},
                                {"allocated", "allocated", Unit::bytes},
-                               {"free", "free", Unit::bytes},
+                               {"cached_free", "cached free", Unit::bytes},
                                {"largest_free", "largest free", Unit::bytes},
                                {"blocks", "blocks", Unit::count},
                                {"pool", "pool"},
@@ -128,25 +128,25 @@ Document fragmentation_report(EventSource& source, const ReportOptions& options)
       .add("reserved", "reserved", a.totals_at_end.reserved, Unit::bytes)
       .add("allocated", "allocated", a.totals_at_end.allocated, Unit::bytes)
       .add("requested", "requested", a.totals_at_end.requested, Unit::bytes)
-      .add("free_in_cache", "free in cache", f.free_in_cache, Unit::bytes)
+      .add("rounding_waste", "rounding waste (active - requested)", f.rounding_waste, Unit::bytes)
+      .add("pending_free", "pending frees", f.pending_free, Unit::bytes)
+      .add("cached_free", "cached free", f.cached_free, Unit::bytes)
+      .add("inactive_split", "inactive split", f.inactive_split, Unit::bytes)
+      .add("releasable_by_empty_cache", "releasable by empty_cache", f.releasable, Unit::bytes)
       .add("largest_free_block", "largest free block", f.largest_free, Unit::bytes)
-      .add("external_fragmentation", "external fragmentation (1 - largest free / free)", f.external_fragmentation(),
-           Unit::ratio)
-      .add("rounding_waste", "rounding waste (block - requested)", f.rounding_waste, Unit::bytes)
-      .add("inactive_split", "inactive split bytes", f.inactive_split, Unit::bytes)
-      .add("cached_unsplit", "cached-but-free bytes (empty_cache returns these)", f.cached_unsplit, Unit::bytes)
-      .add("pending_free", "pending frees", f.pending_free, Unit::bytes);
+      .add("external_fragmentation", "external fragmentation (1 - largest free block / cached free)",
+           f.external_fragmentation(), Unit::ratio);
 
   Table& per_segment = doc.table("segments", "per segment, at the end",
                                  {{"address", "address", Unit::address},
                                   {"reserved", "reserved", Unit::bytes},
                                   {"allocated", "allocated", Unit::bytes},
-                                  {"rounding_waste", "rounding", Unit::bytes},
-                                  {"free", "free", Unit::bytes},
+                                  {"rounding_waste", "rounding waste", Unit::bytes},
+                                  {"cached_free", "cached free", Unit::bytes},
                                   {"largest_free", "largest free", Unit::bytes},
                                   {"external_fragmentation", "external", Unit::ratio},
-                                  {"inactive_split", "split free", Unit::bytes},
-                                  {"cached_unsplit", "releasable", Unit::bytes}});
+                                  {"inactive_split", "inactive split", Unit::bytes},
+                                  {"releasable_by_empty_cache", "releasable", Unit::bytes}});
   for (const SegmentFigures& s : figures) {
     // As PyTorch counts inactive_split: free bytes beside an active block,
     // expandable segments left out.
@@ -162,19 +162,19 @@ Document fragmentation_report(EventSource& source, const ReportOptions& options)
                                 {"reserved", "reserved", Unit::bytes},
                                 {"allocated", "allocated", Unit::bytes},
                                 {"requested", "requested", Unit::bytes},
-                                {"free_in_cache", "free", Unit::bytes},
+                                {"rounding_waste", "rounding waste", Unit::bytes},
+                                {"pending_free", "pending frees", Unit::bytes},
+                                {"cached_free", "cached free", Unit::bytes},
+                                {"inactive_split", "inactive split", Unit::bytes},
+                                {"releasable_by_empty_cache", "releasable", Unit::bytes},
                                 {"largest_free", "largest free", Unit::bytes},
-                                {"external_fragmentation", "external", Unit::ratio},
-                                {"rounding_waste", "rounding", Unit::bytes},
-                                {"inactive_split", "split free", Unit::bytes},
-                                {"cached_unsplit", "releasable", Unit::bytes},
-                                {"pending_free", "pending", Unit::bytes}});
+                                {"external_fragmentation", "external", Unit::ratio}});
   for (const TimelineRow& row : a.timeline) {
     const CacheFigures c = row.cache.value_or(CacheFigures{});
     over_time.rows.push_back({detail::event_value(row.last_event), detail::since_origin(a, row.time_ns),
-                              row.at_end.reserved, row.at_end.allocated, row.at_end.requested, c.free_in_cache,
-                              c.largest_free, c.external_fragmentation(), c.rounding_waste, c.inactive_split,
-                              c.cached_unsplit, c.pending_free});
+                              row.at_end.reserved, row.at_end.allocated, row.at_end.requested, c.rounding_waste,
+                              c.pending_free, c.cached_free, c.inactive_split, c.releasable, c.largest_free,
+                              c.external_fragmentation()});
   }
   detail::add_common_notes(doc, snapshot, a);
   return doc;

@@ -197,8 +197,12 @@ void render_table(const Document& document, std::ostream& out) {
                      std::size_t width = 0;
                      for (const Field& field : group.fields) width = std::max(width, field.label.size());
                      for (const Field& field : group.fields) {
+                       // A figure that is not known reads "unknown", never 0 (JSON: null).
+                       const bool unknown = std::holds_alternative<std::monostate>(field.value) &&
+                                            field.unit != Unit::event && field.unit != Unit::none;
                        out << "  " << field.label << std::string(width - field.label.size() + 2, ' ')
-                           << (field.lower_bound ? ">= " : "") << human(field.value, field.unit) << '\n';
+                           << (field.lower_bound && !unknown ? ">= " : "")
+                           << (unknown ? std::string("unknown") : human(field.value, field.unit)) << '\n';
                        if (const auto* lines = std::get_if<std::vector<std::string>>(&field.value)) {
                          for (std::size_t i = 1; i < lines->size(); ++i)
                            out << "  " << std::string(width + 2, ' ') << (*lines)[i] << '\n';

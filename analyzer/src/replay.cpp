@@ -317,10 +317,9 @@ std::uint64_t Replay::largest_free_of(const SegmentNode& segment) const {
 
 CacheFigures Replay::cache_figures(bool with_largest_free) const {
   CacheFigures f;
-  f.free_in_cache = minus(totals_.reserved, totals_.allocated);
   f.pending_free = minus(totals_.active, totals_.allocated);
-  f.inactive = minus(totals_.reserved, totals_.active);
-  f.cached_unsplit = cached_unsplit_;
+  f.cached_free = minus(totals_.reserved, totals_.active);
+  f.releasable = cached_unsplit_;
   f.inactive_split = totals_.inactive_split;
   f.rounding_waste = minus(totals_.active, totals_.requested);
   if (!with_largest_free) return f;

@@ -212,7 +212,7 @@ Document oom_report(EventSource& source, const ReportOptions& options) {
                             {"cap", "cap", Unit::bytes},
                             {"device_free", "device free", Unit::bytes},
                             {"largest_free", "largest free", Unit::bytes},
-                            {"releasable", "releasable", Unit::bytes},
+                            {"releasable_by_empty_cache", "releasable by empty_cache", Unit::bytes},
                             {"empty_cache_helps", "empty_cache helps"},
                             {"verdict", "verdict"}});
   Table& holders = doc.table("sites", "sites holding the most memory at each OOM",
@@ -227,8 +227,8 @@ Document oom_report(EventSource& source, const ReportOptions& options) {
     const std::uint64_t limit = oom.cap != 0 ? std::min(oom.cap, limit_device) : limit_device;
     const std::uint64_t demand = oom.totals.allocated + oom.requested;
     // Freeing the cache helps when the request then fits on the device and under the cap.
-    const bool helps = oom.device_free + oom.cache.cached_unsplit >= oom.requested &&
-                       (oom.cap == 0 || oom.totals.reserved - oom.cache.cached_unsplit + oom.requested <= oom.cap);
+    const bool helps = oom.device_free + oom.cache.releasable >= oom.requested &&
+                       (oom.cap == 0 || oom.totals.reserved - oom.cache.releasable + oom.requested <= oom.cap);
     std::string verdict;
     std::string why;
     if (demand > limit_device) {
@@ -247,7 +247,7 @@ Document oom_report(EventSource& source, const ReportOptions& options) {
     table.rows.push_back({static_cast<std::uint64_t>(oom.event), detail::since_origin(a, oom.time_ns),
                           phase_text(snapshot, oom.phase), oom.requested, oom.totals.allocated, oom.totals.reserved,
                           oom.cap == 0 ? Value{} : Value{oom.cap}, oom.device_free, oom.cache.largest_free,
-                          oom.cache.cached_unsplit, helps, verdict});
+                          oom.cache.releasable, helps, verdict});
     explain.lines.push_back("#" + std::to_string(oom.event) + ": " + verdict + ": " + why +
                             (helps ? "; empty_cache() first would have let it succeed." : "."));
     for (std::size_t i = 0; i < oom.top_sites.size(); ++i) {

@@ -1,6 +1,8 @@
 #include "cachealloc/analyzer/reports.hpp"
 #include "report_helpers.hpp"
 
+#include <optional>
+
 namespace cachealloc::analyzer {
 
 using snapshot::Snapshot;
@@ -11,11 +13,6 @@ std::string percent(double ratio) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.1f%%", ratio * 100.0);
   return buffer;
-}
-
-std::string pad(std::string text, std::size_t width) {
-  if (text.size() < width) text.append(width - text.size(), ' ');
-  return text;
 }
 
 }  // namespace
@@ -29,37 +26,69 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
   doc.title = detail::title(snapshot, a.device, "summary");
   doc.csv_fields = true;
 
+  // The moment the figures describe: after the window's last event.
+  const bool at_dump = a.window.end == a.event_count;
+  const std::string moment = a.window.end == 0 ? std::string("before the first event")
+                                               : "after event #" + std::to_string(a.window.end - 1) +
+                                                     (at_dump ? " (the dump)" : "");
+  const Value at_event = a.window.end == 0 ? Value{} : Value{static_cast<std::uint64_t>(a.window.end - 1)};
+
+  // Driver figures exist only where they were measured: at the dump, or at
+  // an OOM that carries them, when the window ends there.
   snapshot::DeviceInfo device;
   for (const snapshot::DeviceInfo& info : snapshot.devices) {
     if (info.index == a.device) device = info;
   }
-  const std::uint64_t total = device.driver_total_at_dump != 0 ? device.driver_total_at_dump : device.total_bytes;
-  const bool driver_known = total != 0 && device.driver_free_at_dump <= total;
-  const std::uint64_t used = driver_known ? total - device.driver_free_at_dump : 0;
+  std::optional<std::uint64_t> total;
+  std::optional<std::uint64_t> free;
+  if (const std::uint64_t t = device.driver_total_at_dump != 0 ? device.driver_total_at_dump : device.total_bytes; t != 0)
+    total = t;
+  if (at_dump && total && device.driver_free_at_dump <= *total) free = device.driver_free_at_dump;
+  if (!at_dump && !a.ooms.empty() && a.ooms.back().event + 1 == a.window.end && total && a.ooms.back().device_free != 0 &&
+      a.ooms.back().device_free <= *total) {
+    free = a.ooms.back().device_free;
+  }
+  const auto known = [](const std::optional<std::uint64_t>& v) { return v ? Value{*v} : Value{}; };
 
-  FieldGroup& overview = doc.group("", "device " + std::to_string(a.device) + " at the end");
-  overview.add("device_total", "device total", device.total_bytes, Unit::bytes)
-      .add("device_free_at_dump", "free at dump (driver)", device.driver_free_at_dump, Unit::bytes)
+  FieldGroup& overview = doc.group("", "device " + std::to_string(a.device) + " " + moment);
+  overview.add("at_event", "state after event", at_event, Unit::event)
+      .add("device_total", "device total", known(total), Unit::bytes)
       .add("reserved_at_end", "reserved", a.totals_at_end.reserved, Unit::bytes)
       .add("allocated_at_end", "allocated", a.totals_at_end.allocated, Unit::bytes)
       .add("segments_at_end", "segments", static_cast<std::uint64_t>(a.segments_at_end), Unit::count)
       .add("dropped_events", "events lost to ring overflow", a.dropped_events, Unit::count);
 
-  Text& gap = doc.text("gap", "from allocated to device used");
+  // The chain of views, one name per quantity (docs/GLOSSARY.md):
+  // allocated + pending frees + cached free = reserved; reserved + outside
+  // the allocator = device used.
   const Totals& t = a.totals_at_end;
-  gap.lines.push_back(pad("allocated", 12) + pad(format_bytes(t.allocated), 12) +
-                      "held by live allocations (rounding waste in active blocks: " +
-                      format_bytes(a.cache_at_end.rounding_waste) + ")");
-  gap.lines.push_back(pad("reserved", 12) + pad(format_bytes(t.reserved), 12) + "allocated + " +
-                      format_bytes(a.cache_at_end.free_in_cache) + " cached free in the allocator (" +
-                      format_bytes(a.cache_at_end.cached_unsplit) + " releasable by empty_cache)");
-  if (driver_known) {
-    const std::string outside = used >= t.reserved ? format_bytes(used - t.reserved) + " outside the allocator"
-                                                   : "less than reserved: the driver figure is stale";
-    gap.lines.push_back(pad("device used", 12) + pad(format_bytes(used), 12) + "reserved + " + outside +
-                        " (CUDA context, other allocators and processes)");
-  } else {
-    gap.lines.push_back(pad("device used", 12) + pad("unknown", 12) + "the snapshot has no driver figures");
+  const CacheFigures& c = a.cache_at_end;
+  std::optional<std::uint64_t> used;
+  std::optional<std::uint64_t> outside;
+  if (total && free) {
+    used = *total - *free;
+    if (*used >= t.reserved) outside = *used - t.reserved;
+  }
+  FieldGroup& gap = doc.group("gap", "from allocated to device used, " + moment);
+  gap.add("allocated", "allocated (torch.cuda.memory_allocated())", t.allocated, Unit::bytes)
+      .add("rounding_waste", "  of which rounding waste", c.rounding_waste > t.allocated ? t.allocated : c.rounding_waste,
+           Unit::bytes)
+      .add("pending_free", "+ pending frees (in use by other streams)", c.pending_free, Unit::bytes)
+      .add("cached_free", "+ cached free", c.cached_free, Unit::bytes)
+      .add("inactive_split", "  of which inactive split", c.inactive_split, Unit::bytes)
+      .add("releasable_by_empty_cache", "  of which releasable by empty_cache", c.releasable, Unit::bytes)
+      .add("reserved", "= reserved (torch.cuda.memory_reserved())", t.reserved, Unit::bytes)
+      .add("outside_allocator", "+ outside the allocator (CUDA context, other allocators and processes)",
+           known(outside), Unit::bytes)
+      .add("device_used", "= device used (nvidia-smi, whole device)", known(used), Unit::bytes);
+  if (!total) {
+    doc.notes.push_back("device figures: unknown, the snapshot holds none (PyTorch's snapshots record no driver figures).");
+  } else if (!free) {
+    doc.notes.push_back("device figures: not measured at event #" + std::to_string(a.window.end == 0 ? 0 : a.window.end - 1) +
+                        "; the driver was read at the dump (event #" + std::to_string(a.event_count == 0 ? 0 : a.event_count - 1) +
+                        ") and at OOMs.");
+  } else if (used && !outside) {
+    doc.notes.push_back("device figures: the driver reported less in use than reserved; its reading is stale.");
   }
 
   Table& peaks = doc.table("peaks", std::string("peaks") + (lower ? " (lower bounds: the trace does not cover the whole run)" : ""),
@@ -94,18 +123,13 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
   }
 
   const CacheFigures& f = a.cache_at_end;
-  FieldGroup& frag = doc.group("fragmentation", "fragmentation at the end");
+  FieldGroup& frag = doc.group("fragmentation", "fragmentation, " + moment);
   std::string headline = percent(f.external_fragmentation()) + " external: the largest free block is " +
-                         format_bytes(f.largest_free) + " of " + format_bytes(f.inactive) + " free";
-  if (f.cached_unsplit != 0) headline += "; empty_cache() would return " + format_bytes(f.cached_unsplit);
+                         format_bytes(f.largest_free) + " of " + format_bytes(f.cached_free) + " cached free";
+  if (f.releasable != 0) headline += "; empty_cache() would return " + format_bytes(f.releasable);
   frag.add("headline", "headline", headline)
       .add("external_fragmentation", "external fragmentation", f.external_fragmentation(), Unit::ratio)
-      .add("largest_free_block", "largest free block", f.largest_free, Unit::bytes)
-      .add("free_in_cache", "free in cache", f.free_in_cache, Unit::bytes)
-      .add("rounding_waste", "rounding waste", f.rounding_waste, Unit::bytes)
-      .add("inactive_split", "inactive split bytes", f.inactive_split, Unit::bytes)
-      .add("cached_unsplit", "cached-but-free bytes", f.cached_unsplit, Unit::bytes)
-      .add("pending_free", "pending frees", f.pending_free, Unit::bytes);
+      .add("largest_free_block", "largest free block", f.largest_free, Unit::bytes);
 
   if (a.dropped_events > 0) {
     doc.notes.push_back("warning: the ring overflowed and " + std::to_string(a.dropped_events) +

@@ -55,24 +55,24 @@ struct Totals {
   friend bool operator==(const Totals&, const Totals&) = default;
 };
 
-// How the reserved bytes that are not allocated are spread, at one moment.
-// Identities: allocated + free_in_cache = reserved,
-//             active = requested + rounding_waste,
-//             inactive = inactive_split + cached_unsplit.
+// How the reserved bytes are spread, at one moment. One name per quantity,
+// the same in every report, format and doc (docs/GLOSSARY.md):
+//   reserved = allocated + pending_free + cached_free
+//   active = allocated + pending_free = requested + rounding_waste
+//   cached_free >= inactive_split, cached_free >= releasable
 struct CacheFigures {
-  std::uint64_t free_in_cache = 0;   // reserved - allocated (inactive + pending free)
-  std::uint64_t pending_free = 0;    // active - allocated
-  std::uint64_t inactive = 0;        // reserved - active
+  std::uint64_t pending_free = 0;    // freed blocks still in use by other streams: active - allocated
+  std::uint64_t cached_free = 0;     // free blocks the allocator keeps: reserved - active
   std::uint64_t inactive_split = 0;  // Totals::inactive_split
-  std::uint64_t cached_unsplit = 0;  // inactive bytes in segments with no active block:
-                                     // what empty_cache() would give back
-                                     // (inactive - inactive_split - this: free bytes of
-                                     // expandable segments that also hold active blocks)
-  std::uint64_t largest_free = 0;    // the largest inactive block
+  // Releasable by empty_cache(): the cached free bytes of segments that hold
+  // no active block. (In an expandable segment that still holds active
+  // blocks, empty_cache() can also unmap whole free pages; those are left out.)
+  std::uint64_t releasable = 0;
+  std::uint64_t largest_free = 0;    // the largest free block
   std::uint64_t rounding_waste = 0;  // active - requested: rounding inside blocks still held
-  // 1 - largest_free / inactive; 0 when nothing is free.
+  // 1 - largest_free / cached_free; 0 when nothing is free.
   double external_fragmentation() const noexcept {
-    return inactive == 0 ? 0.0 : 1.0 - static_cast<double>(largest_free) / static_cast<double>(inactive);
+    return cached_free == 0 ? 0.0 : 1.0 - static_cast<double>(largest_free) / static_cast<double>(cached_free);
   }
 };
 
