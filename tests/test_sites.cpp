@@ -1,7 +1,9 @@
 // Sites: the first frame of the user's program, on PyTorch's own stacks.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -95,4 +97,32 @@ TEST_CASE("--frames limits the frames listed, --all-frames turns the filter off,
   // and a bad pattern is refused
   more.drop = {"("};
   CHECK_THROWS_AS(analyzer::SiteNamer(snap, more), std::regex_error);
+}
+
+TEST_CASE("cachealloc-synthetic's sites are distinct call sites of its model, and top prints each once") {
+  // given a trace of the synthetic training loop with native stacks
+  const std::filesystem::path out = std::filesystem::path(CACHEALLOC_BINARY_DIR) / "test_sites_synthetic.bin";
+  const std::string command = (std::filesystem::path(CACHEALLOC_BINARY_DIR) / "bin" / "cachealloc-synthetic").string() +
+                              " --events 3000 --seed 1 --threads 1 --stacks native -o " + out.string() + " >/dev/null";
+  REQUIRE(std::system(command.c_str()) == 0);
+  const snapshot::Snapshot snap = analyzer::load(out);
+  // when top lists its sites with every frame that passes the filter
+  analyzer::ReportOptions options;
+  options.sites.frames = 0;
+  options.limit = 100;
+  const analyzer::Document top = analyzer::top_report(snap, options);
+  const auto& table = std::get<analyzer::Table>(top.sections.front());
+  // then no two rows print the same stack, and the sites are the model's own functions
+  std::set<std::vector<std::string>> stacks;
+  std::set<std::string> functions;
+  for (const auto& row : table.rows) {
+    const auto& lines = std::get<std::vector<std::string>>(row.back());
+    CAPTURE(lines.front());
+    CHECK(stacks.insert(lines).second);
+    CHECK(lines.front().find("synthetic/workload.cpp") != std::string::npos);
+    functions.insert(lines.front().substr(0, lines.front().rfind(" (")));  // the function, without its line
+  }
+  // (data loading, attention, MLP, norm, backward, optimizer)
+  CHECK(functions.size() >= 6);
+  std::filesystem::remove(out);
 }

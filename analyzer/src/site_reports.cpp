@@ -23,11 +23,12 @@ struct SiteGroup {
 };
 
 // Live blocks grouped by site, largest total first; `blocks` sorted by size.
-std::vector<SiteGroup> group_by_site(const std::vector<Replay::LiveBlock>& blocks) {
+std::vector<SiteGroup> group_by_site(const std::vector<Replay::LiveBlock>& blocks, SiteNamer& names) {
   std::map<std::uint32_t, SiteGroup> groups;
   for (const Replay::LiveBlock& b : blocks) {
-    SiteGroup& g = groups[b.stack.value];
-    g.stack = b.stack;
+    const snapshot::StackId site = names.representative(b.stack);
+    SiteGroup& g = groups[site.value];
+    g.stack = site;
     g.bytes += b.size;
     g.requested += b.requested;
     ++g.blocks;
@@ -85,7 +86,7 @@ Document peak_report(EventSource& source, const ReportOptions& options) {
   std::vector<Replay::LiveBlock> blocks;
   const std::size_t until = peak.event == kNoEvent ? (a.window.begin == 0 ? kNoEvent : a.window.begin - 1) : peak.event;
   replay_to(source, a.device, until, [&](const Replay& replay) { blocks = live_blocks(replay, 0); }, options.progress);
-  const std::vector<SiteGroup> groups = group_by_site(blocks);
+  const std::vector<SiteGroup> groups = group_by_site(blocks, names);
   std::uint64_t live = 0;
   for (const auto& b : blocks) live += b.size;
 
@@ -119,10 +120,25 @@ Document top_report(EventSource& source, const ReportOptions& options) {
   const Snapshot& snapshot = source.head();
   SiteNamer names(snapshot, options.sites);
   const Analysis a = analyze(source, detail::analysis_options(options));
-  std::vector<const SiteFigures*> sites;
+  // Stacks that print the same are one site: their figures add up.
+  std::map<std::uint32_t, SiteFigures> merged;
   for (const SiteFigures& s : a.sites) {
-    if (s.allocs != 0 || s.bytes_at_peak_allocated != 0 || s.live_bytes_at_end != 0) sites.push_back(&s);
+    if (s.allocs == 0 && s.bytes_at_peak_allocated == 0 && s.live_bytes_at_end == 0) continue;
+    const snapshot::StackId site = names.representative(s.stack);
+    SiteFigures& m = merged[site.value];
+    m.stack = site;
+    m.allocs += s.allocs;
+    m.alloc_bytes += s.alloc_bytes;
+    m.requested_bytes += s.requested_bytes;
+    m.bytes_at_peak_allocated += s.bytes_at_peak_allocated;
+    m.blocks_at_peak_allocated += s.blocks_at_peak_allocated;
+    m.bytes_at_peak_reserved += s.bytes_at_peak_reserved;
+    m.blocks_at_peak_reserved += s.blocks_at_peak_reserved;
+    m.live_bytes_at_end += s.live_bytes_at_end;
+    m.live_blocks_at_end += s.live_blocks_at_end;
   }
+  std::vector<const SiteFigures*> sites;
+  for (const auto& [stack, figures] : merged) sites.push_back(&figures);
   auto key = [&](const SiteFigures* s) -> std::uint64_t {
     switch (options.order) {
       case ReportOptions::SiteOrder::count: return s->allocs;
@@ -171,7 +187,7 @@ Document leaks_report(EventSource& source, const ReportOptions& options) {
   std::vector<Replay::LiveBlock> blocks;
   analysis.at_end = [&](const Replay& replay) { blocks = live_blocks(replay, options.min_size); };
   const Analysis a = analyze(source, analysis);
-  const std::vector<SiteGroup> groups = group_by_site(blocks);
+  const std::vector<SiteGroup> groups = group_by_site(blocks, names);
   std::uint64_t live = 0;
   for (const auto& b : blocks) live += b.size;
 

@@ -2,6 +2,7 @@
 // Each frame is classified once per report; a stack of PyTorch's
 // stacks='all' has ~45 frames, most of them PyTorch's own.
 #include <array>
+#include <map>
 #include <regex>
 #include <string_view>
 
@@ -86,10 +87,12 @@ struct SiteNamer::State {
   SiteFilter filter;
   std::vector<std::regex> drop;
   std::vector<std::int8_t> user;  // per FrameId: -1 unknown, 0 no, 1 yes
+  std::vector<std::uint32_t> representative;  // per StackId: 0 not yet known
+  std::map<std::vector<std::uint32_t>, std::uint32_t> by_path;  // printed frames -> first StackId
 };
 
 SiteNamer::SiteNamer(const snapshot::Snapshot& snapshot, const SiteFilter& filter)
-    : state_(std::make_unique<State>(State{snapshot, filter, {}, {}})) {
+    : state_(std::make_unique<State>(State{snapshot, filter, {}, {}, {}, {}})) {
   for (const std::string& pattern : filter.drop) state_->drop.emplace_back(pattern, std::regex::ECMAScript);
   state_->user.assign(snapshot.frames.size(), -1);
 }
@@ -171,6 +174,25 @@ std::vector<std::string> SiteNamer::lines(snapshot::StackId id) {
     if (is_user_frame(stack.frames[i])) out.push_back(frame_text(snapshot, stack.frames[i]));
   }
   return out;
+}
+
+snapshot::StackId SiteNamer::representative(snapshot::StackId id) {
+  State& st = *state_;
+  const snapshot::Snapshot& snapshot = st.snapshot;
+  if (id.value == 0 || id.value >= snapshot.stacks.size() || st.filter.all_frames) return id;
+  if (st.representative.empty()) st.representative.assign(snapshot.stacks.size(), 0);
+  std::uint32_t& known = st.representative[id.value];
+  if (known != 0) return snapshot::StackId{known};
+  const snapshot::Stack& stack = snapshot.stacks[id.value];
+  std::vector<std::uint32_t> path;
+  if (!stack.frames.empty()) {
+    const std::size_t at = site_index(snapshot, stack, false, [this](snapshot::FrameId f) { return is_user_frame(f); });
+    path.push_back(stack.frames[at].value);
+    for (std::size_t i = at + 1; i < stack.frames.size(); ++i)
+      if (is_user_frame(stack.frames[i])) path.push_back(stack.frames[i].value);
+  }
+  known = st.by_path.emplace(std::move(path), id.value).first->second;
+  return snapshot::StackId{known};
 }
 
 std::string top_frame(const snapshot::Snapshot& snapshot, snapshot::StackId stack) {

@@ -10,14 +10,22 @@
 
 #include "cachealloc/errors.hpp"
 
-namespace cachealloc::synthetic {
+// The "model" lives outside namespace cachealloc on purpose: it stands for
+// the user's program, and the analyzer leaves cachealloc's own frames out of
+// sites.
+namespace training {
 namespace {
+
+using namespace cachealloc;
+using synthetic::WorkloadResult;
 
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
 
 // One training loop on one thread. The functions are noinline on purpose:
-// each is a distinct call site, so native stacks vary as a real model's do.
+// each allocates at a call site of its own (data loading, attention, MLP,
+// normalization, backward, optimizer), so sites differ as a real model's do,
+// and the module recursion varies the call paths above them.
 class TrainingLoop {
  public:
   TrainingLoop(CachingAllocator& allocator, HistoryRecorder& recorder, std::uint64_t seed, std::uint64_t limit,
@@ -61,16 +69,30 @@ class TrainingLoop {
     return batch;
   }
 
-  __attribute__((noinline)) void* module_forward(int depth, std::size_t bytes) {
-    if (depth > 0) return module_forward(depth - 1, bytes);
-    void* scratch = allocator_.allocate(512 + random_() % (256 * KiB), compute_);
+  __attribute__((noinline)) void* attention_forward(std::size_t bytes) {
+    void* scores = allocator_.allocate(bytes / 2 + 512, compute_);
     void* out = allocator_.allocate(bytes, compute_);
-    allocator_.deallocate(scratch);
+    allocator_.deallocate(scores);
     return out;
   }
 
+  __attribute__((noinline)) void* mlp_forward(int depth, std::size_t bytes) {
+    if (depth > 0) return mlp_forward(depth - 1, bytes);
+    void* hidden = allocator_.allocate(512 + random_() % (256 * KiB), compute_);
+    void* out = allocator_.allocate(bytes, compute_);
+    allocator_.deallocate(hidden);
+    return out;
+  }
+
+  __attribute__((noinline)) void* norm_forward(std::size_t bytes) { return allocator_.allocate(bytes, compute_); }
+
   __attribute__((noinline)) void* layer_forward(int layer) {
-    return module_forward(layer % 4, activation_size());
+    const std::size_t bytes = activation_size();
+    switch (layer % 3) {
+      case 0: return attention_forward(bytes);
+      case 1: return mlp_forward(layer % 4, bytes);
+      default: return norm_forward(bytes);
+    }
   }
 
   __attribute__((noinline)) void layer_backward(void* activation, std::vector<void*>& grads) {
@@ -140,6 +162,9 @@ class TrainingLoop {
 };
 
 }  // namespace
+}  // namespace training
+
+namespace cachealloc::synthetic {
 
 WorkloadResult run_workload(const WorkloadOptions& options, const std::filesystem::path& output) {
   if (options.events == 0) throw InvalidArgument("--events must be at least 1");
@@ -159,12 +184,12 @@ WorkloadResult run_workload(const WorkloadOptions& options, const std::filesyste
   std::vector<std::thread> threads;
   for (unsigned t = 1; t < options.threads; ++t) {
     threads.emplace_back([&, t] {
-      TrainingLoop loop(allocator, recorder, options.seed * 1000003 + t, options.events, done);
+      training::TrainingLoop loop(allocator, recorder, options.seed * 1000003 + t, options.events, done);
       results[t] = loop.run();
     });
   }
   {
-    TrainingLoop loop(allocator, recorder, options.seed * 1000003, options.events, done);
+    training::TrainingLoop loop(allocator, recorder, options.seed * 1000003, options.events, done);
     results[0] = loop.run();
   }
   for (auto& thread : threads) thread.join();

@@ -63,6 +63,10 @@ class SiteNamer {
   std::vector<std::string> lines(snapshot::StackId stack);
   // Whether the frame belongs to the user's program (always true with all_frames).
   bool is_user_frame(snapshot::FrameId frame);
+  // One stack for all stacks that print the same: the same site and the same
+  // user frames after it (they differ only in frames the filter leaves out).
+  // Reports add up their figures under it. The smallest such StackId.
+  snapshot::StackId representative(snapshot::StackId stack);
 
  private:
   struct State;
