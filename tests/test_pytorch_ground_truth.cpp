@@ -16,6 +16,7 @@
 
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/load.hpp"
+#include "cachealloc/analyzer/reports.hpp"
 #include "../analyzer/testing/parsers.hpp"
 
 using namespace cachealloc;
@@ -166,6 +167,28 @@ TEST_CASE("the corpus covers what the figures depend on: a ring overflow, an OOM
     CHECK(a.truncated() == (std::string(name) == "ring_overflow"));
     CHECK(a.anomalies.total() == 0);
     CHECK(a.layout_check.differences == 0);
+  }
+}
+
+TEST_CASE("where a figure is a bound, every format says so: >= in tables, lower_bounds in JSON") {
+  // given the run whose ring overflowed, and one whose trace is whole
+  for (const char* name : {"ring_overflow", "stacks_python"}) {
+    CAPTURE(name);
+    const snapshot::Snapshot snap = analyzer::load(kCorpus / (std::string(name) + ".pickle"));
+    // when its summary is rendered
+    const analyzer::Document summary = analyzer::summary_report(snap, analyzer::ReportOptions{});
+    std::ostringstream table;
+    std::ostringstream json;
+    analyzer::render(summary, analyzer::Format::table, table);
+    analyzer::render(summary, analyzer::Format::json, json);
+    const Json parsed = analyzer::testing::parse_json(json.str());
+    bool peak_is_bound = false;
+    for (const Json& key : parsed["lower_bounds"].array())
+      peak_is_bound |= std::get<std::string>(key.value) == "peak_allocated";
+    // then the peaks are marked as bounds exactly when they are
+    const bool bounded = std::string(name) == "ring_overflow";
+    CHECK(peak_is_bound == bounded);
+    CHECK((table.str().find("lower bounds") != std::string::npos) == bounded);
   }
 }
 

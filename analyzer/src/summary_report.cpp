@@ -69,15 +69,18 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
     used = *total - *free;
     if (*used >= t.reserved) outside = *used - t.reserved;
   }
+  // Inside a trace that began mid-run the state comes from a derived start:
+  // what it holds is a lower bound (tests/test_pytorch_ground_truth.cpp).
+  const bool bound = lower && !at_dump;
   FieldGroup& gap = doc.group("gap", "from allocated to device used, " + moment);
-  gap.add("allocated", "allocated (torch.cuda.memory_allocated())", t.allocated, Unit::bytes)
+  gap.add("allocated", "allocated (torch.cuda.memory_allocated())", t.allocated, Unit::bytes, bound)
       .add("rounding_waste", "  of which rounding waste", c.rounding_waste > t.allocated ? t.allocated : c.rounding_waste,
            Unit::bytes)
       .add("pending_free", "+ pending frees (in use by other streams)", c.pending_free, Unit::bytes)
       .add("cached_free", "+ cached free", c.cached_free, Unit::bytes)
       .add("inactive_split", "  of which inactive split", c.inactive_split, Unit::bytes)
       .add("releasable_by_empty_cache", "  of which releasable by empty_cache", c.releasable, Unit::bytes)
-      .add("reserved", "= reserved (torch.cuda.memory_reserved())", t.reserved, Unit::bytes)
+      .add("reserved", "= reserved (torch.cuda.memory_reserved())", t.reserved, Unit::bytes, bound)
       .add("outside_allocator", "+ outside the allocator (CUDA context, other allocators and processes)",
            known(outside), Unit::bytes)
       .add("device_used", "= device used (nvidia-smi, whole device)", known(used), Unit::bytes);

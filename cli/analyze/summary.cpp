@@ -1,3 +1,5 @@
+#include <memory>
+
 #include "command.hpp"
 
 namespace cachealloc::cli {
@@ -6,14 +8,21 @@ void add_summary_command(CLI::App& app, Runner& runner) {
   CLI::App* command = app.add_subcommand(
       "summary", "Device and allocator totals, the peaks and when they happened, event counts, fragmentation");
   add_common_options(*command, runner.common);
+  auto at = std::make_shared<std::string>();
+  command->add_option("--at", *at, "the state just after this event: an index or a time (the same as --to)")
+      ->excludes(command->get_option("--to"));
   command->footer(
       "Examples:\n"
       "  cachealloc-analyze summary run.bin\n"
       "  cachealloc-analyze run.bin --format json        # the same: summary is the default\n"
+      "  cachealloc-analyze summary run.bin --at 1200    # the gap after event #1200\n"
       "  cachealloc-analyze summary run.bin --from 2s --to 5s");
-  command->callback([&runner] { runner.select("summary", [](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+  command->callback([&runner, at] {
+    if (!at->empty()) runner.common.to = *at;
+    runner.select("summary", [](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       return analyzer::summary_report(source, options);
-    }); });
+    });
+  });
 }
 
 }  // namespace cachealloc::cli
