@@ -226,3 +226,18 @@ TEST_CASE("the older PyTorch snapshots in testdata/pytorch give PyTorch's figure
     }
   }
 }
+
+TEST_CASE("a snapshot without allocator_settings (PyTorch before 2.11) gives bounds that hold") {
+  // given a real run's pickle with its allocator_settings taken out, as older PyTorch writes them
+  // (testdata/pytorch/README.md says how it was made)
+  const std::filesystem::path dir = kCorpus.parent_path();
+  const snapshot::Snapshot snap = analyzer::load(dir / "corpus_no_settings.pickle");
+  const Json truth = read_json(kCorpus / "stacks_python.stats.json");
+  // when it is analyzed
+  const analyzer::Analysis a = analyzer::analyze(snap, analyzer::AnalysisOptions{});
+  // then the policy is said to be assumed, the figures are bounds, and the bounds hold
+  CHECK(a.block_policy_assumed);
+  CHECK(a.truncated());
+  CHECK(a.totals_at_end.allocated == figure(truth["dump"], "allocated_bytes.all.current"));
+  CHECK(a.peak_allocated.bytes <= figure(truth["dump"], "allocated_bytes.all.peak"));
+}

@@ -216,6 +216,8 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   if (const auto inferred = head.settings.find("block_sizes.inferred"); inferred != head.settings.end()) {
     std::from_chars(inferred->second.data(), inferred->second.data() + inferred->second.size(), a.inferred_block_sizes);
   }
+  if (const auto policy = head.settings.find("block_sizes.policy"); policy != head.settings.end())
+    a.block_policy_assumed = policy->second.starts_with("defaults");
   const std::size_t n = source.event_count();
   a.event_count = n;
   a.window.end = std::min(options.window.end, n);

@@ -26,7 +26,10 @@ std::string title(const Snapshot& snapshot, std::int32_t device, const std::stri
 }
 
 void add_common_notes(Document& document, const Snapshot& /*snapshot*/, const Analysis& analysis) {
-  if (analysis.inferred_block_sizes != 0 && analysis.dropped_events == 0 && !analysis.starts_mid_run) {
+  if (analysis.block_policy_assumed && analysis.dropped_events == 0 && !analysis.starts_mid_run) {
+    document.notes.push_back("the snapshot has no allocator_settings (PyTorch before 2.11?): block sizes follow "
+                             "PyTorch's default policy, so allocated figures and peaks are lower bounds (marked >=).");
+  } else if (analysis.inferred_block_sizes != 0 && analysis.dropped_events == 0 && !analysis.starts_mid_run) {
     document.notes.push_back(std::to_string(analysis.inferred_block_sizes) +
                              " allocations got no block size from PyTorch's policy replayed over the trace, so their "
                              "requests rounded up stand in for them: allocated figures and peaks are lower bounds "

@@ -919,6 +919,8 @@ class Mapper {
     p.max_split_size = max_split_size_;
     const auto found = out_.settings.find("expandable_segments");
     p.expandable_segments = found != out_.settings.end() && found->second == "True";
+    // Without allocator_settings the trace still shows expandable segments.
+    for (const Segment& segment : out_.segments) p.expandable_segments = p.expandable_segments || segment.expandable;
     return p;
   }
 

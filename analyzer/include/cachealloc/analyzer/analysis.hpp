@@ -157,11 +157,16 @@ struct Analysis {
   // not what PyTorch's policy would have written (settings
   // "block_sizes.inferred", snapshot/src/pickle_block_sizes.hpp).
   std::uint64_t inferred_block_sizes = 0;
+  // A PyTorch snapshot without allocator_settings (older PyTorch): block
+  // sizes follow PyTorch's default policy, which the run may not have used.
+  bool block_policy_assumed = false;
 
   // True when events before the ring were lost, the ring began mid-run, or
   // block sizes were inferred: counts and peaks are then lower bounds for the
   // whole run.
-  bool truncated() const noexcept { return dropped_events > 0 || starts_mid_run || inferred_block_sizes > 0; }
+  bool truncated() const noexcept {
+    return dropped_events > 0 || starts_mid_run || inferred_block_sizes > 0 || block_policy_assumed;
+  }
 
   // Device memory calls in the window, as PyTorch counts them: cudaMalloc
   // and cudaFree of segments, and the map and unmap calls of expandable
