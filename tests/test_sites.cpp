@@ -119,7 +119,8 @@ TEST_CASE("cachealloc-synthetic's sites are distinct call sites of its model, an
     const auto& lines = std::get<std::vector<std::string>>(row.back());
     CAPTURE(lines.front());
     CHECK(stacks.insert(lines).second);
-    CHECK(lines.front().find("synthetic/workload.cpp") != std::string::npos);
+    // (the model's namespace: file and line need debug info, which a Release build lacks)
+    CHECK(lines.front().starts_with("training::"));
     functions.insert(lines.front().substr(0, lines.front().rfind(" (")));  // the function, without its line
   }
   // (data loading, attention, MLP, norm, backward, optimizer)

@@ -88,7 +88,7 @@ struct SiteNamer::State {
   std::vector<std::regex> drop;
   std::vector<std::int8_t> user;  // per FrameId: -1 unknown, 0 no, 1 yes
   std::vector<std::uint32_t> representative;  // per StackId: 0 not yet known
-  std::map<std::vector<std::uint32_t>, std::uint32_t> by_path;  // printed frames -> first StackId
+  std::map<std::vector<std::string>, std::uint32_t> by_path;  // printed frames -> first StackId
 };
 
 SiteNamer::SiteNamer(const snapshot::Snapshot& snapshot, const SiteFilter& filter)
@@ -184,12 +184,14 @@ snapshot::StackId SiteNamer::representative(snapshot::StackId id) {
   std::uint32_t& known = st.representative[id.value];
   if (known != 0) return snapshot::StackId{known};
   const snapshot::Stack& stack = snapshot.stacks[id.value];
-  std::vector<std::uint32_t> path;
+  // By text, not frame: without debug info two call sites of one function
+  // print alike, and to the reader they are one site.
+  std::vector<std::string> path;
   if (!stack.frames.empty()) {
     const std::size_t at = site_index(snapshot, stack, false, [this](snapshot::FrameId f) { return is_user_frame(f); });
-    path.push_back(stack.frames[at].value);
+    path.push_back(frame_text(snapshot, stack.frames[at]));
     for (std::size_t i = at + 1; i < stack.frames.size(); ++i)
-      if (is_user_frame(stack.frames[i])) path.push_back(stack.frames[i].value);
+      if (is_user_frame(stack.frames[i])) path.push_back(frame_text(snapshot, stack.frames[i]));
   }
   known = st.by_path.emplace(std::move(path), id.value).first->second;
   return snapshot::StackId{known};

@@ -238,6 +238,7 @@ void HistoryRecorder::State::request_oom_dump() noexcept {
   std::lock_guard lock(oom_mutex);
   if (!oom_worker.joinable()) return;
   oom_requested = true;
+  ++oom_requests;
   oom_cv.notify_all();
 }
 
@@ -422,6 +423,7 @@ void HistoryRecorder::oom_dump_loop() noexcept {
     if (!s.oom_requested) return;
     s.oom_requested = false;
     s.oom_busy = true;
+    const std::uint64_t covers = s.oom_requests;  // this dump answers every request so far
     std::filesystem::path path;
     try {
       path = s.oom_dump_path;
@@ -432,6 +434,7 @@ void HistoryRecorder::oom_dump_loop() noexcept {
     if (!path.empty()) dump_snapshot(path);
     lock.lock();
     s.oom_busy = false;
+    s.oom_dumped = covers;
     s.oom_cv.notify_all();
   }
 }
@@ -439,7 +442,10 @@ void HistoryRecorder::oom_dump_loop() noexcept {
 void HistoryRecorder::flush() noexcept {
   State& s = *state_;
   std::unique_lock lock(s.oom_mutex);
-  s.oom_cv.wait(lock, [&] { return (!s.oom_requested && !s.oom_busy) || !s.oom_worker.joinable(); });
+  // Waits for the requests made before this call only: under OOMs that keep
+  // coming (a loop that retries), waiting for an idle worker could be forever.
+  const std::uint64_t target = s.oom_requests;
+  s.oom_cv.wait(lock, [&] { return s.oom_dumped >= target || !s.oom_worker.joinable(); });
 }
 
 AnnotationScope::AnnotationScope(std::string_view name) noexcept {

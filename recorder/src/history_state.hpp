@@ -128,6 +128,8 @@ struct HistoryRecorder::State {
   std::filesystem::path oom_dump_path;  // options.dump_on_oom, guarded by oom_mutex
   bool oom_requested = false;
   bool oom_busy = false;
+  std::uint64_t oom_requests = 0;  // OOM dumps asked for, ever
+  std::uint64_t oom_dumped = 0;    // of those, answered by a finished dump
   bool quitting = false;
   std::thread oom_worker;
 };

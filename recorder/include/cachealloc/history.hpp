@@ -105,7 +105,8 @@ class HistoryRecorder final : public AllocatorObserver {
   // failure prints one line on stderr, stops recording, and returns false.
   bool dump_snapshot(const std::filesystem::path& path) noexcept;
 
-  // Waits until a dump triggered by an OOM has finished.
+  // Waits until the dumps of the OOMs reported before this call have been
+  // written (not for those of later OOMs). Thread-safe.
   void flush() noexcept;
 
   // Events appended since start(), and those lost to ring overflow.
