@@ -25,6 +25,12 @@ std::string title(const Snapshot& snapshot, std::int32_t device, const std::stri
   return line;
 }
 
+std::string moment(const Analysis& analysis) {
+  if (analysis.window.end == 0) return "before the first event";
+  return "after event #" + std::to_string(analysis.window.end - 1) +
+         (analysis.window.end == analysis.event_count ? " (the dump)" : "");
+}
+
 void add_common_notes(Document& document, const Snapshot& /*snapshot*/, const Analysis& analysis) {
   if (analysis.block_policy_assumed && analysis.dropped_events == 0 && !analysis.starts_mid_run) {
     document.notes.push_back("the snapshot has no allocator_settings (PyTorch before 2.11?): block sizes follow "

@@ -14,6 +14,10 @@ AnalysisOptions analysis_options(const ReportOptions& options);
 // "<program> (pid N), device D (name)": the first line of every table report.
 std::string title(const snapshot::Snapshot& snapshot, std::int32_t device, const std::string& what);
 
+// The moment a report's "now" describes: "after event #N (the dump)",
+// "after event #N" for a window that ends earlier, "before the first event".
+std::string moment(const Analysis& analysis);
+
 // Warnings every report shares: ring overflow and lower bounds, anomalies,
 // a replayed layout that disagrees with the stored one, a partial window.
 void add_common_notes(Document& document, const snapshot::Snapshot& snapshot, const Analysis& analysis);

@@ -193,9 +193,9 @@ Document leaks_report(EventSource& source, const ReportOptions& options) {
 
   Document doc;
   doc.report = "leaks";
-  doc.title = detail::title(snapshot, a.device, "allocations live at the end");
+  doc.title = detail::title(snapshot, a.device, "allocations live " + detail::moment(a));
   doc.csv_table = "allocations";
-  doc.group("", "still allocated at the end")
+  doc.group("", "still allocated " + detail::moment(a))
       .add("allocations", "allocations", static_cast<std::uint64_t>(blocks.size()), Unit::count)
       .add("bytes", "bytes", live, Unit::bytes)
       .add("min_size", "smallest listed", options.min_size, Unit::bytes);
