@@ -345,3 +345,21 @@ TEST_CASE("PyTorch snapshots hold no driver figures: null in JSON, unknown in ta
   CHECK(table.find("device total                  0 B") == std::string::npos);
   CHECK(csv.find("device_total,,") != std::string::npos);
 }
+
+TEST_CASE("block sizes the reader inferred or saw contradicted make the peaks lower bounds") {
+  for (const char* key : {"block_sizes.inferred", "block_sizes.contradicted"}) {
+    CAPTURE(key);
+    // given a whole trace whose reader reports one size it could not replay
+    auto snap = analyzer::testing::random_trace(2, 500);
+    snap.settings[key] = "1";
+    // when it is summarized
+    const auto json = json_of(analyzer::summary_report(snap, {}));
+    // then the peaks are listed as lower bounds
+    bool peak_is_bound = false;
+    for (const auto& k : json["lower_bounds"].array()) peak_is_bound |= std::get<std::string>(k.value) == "peak_allocated";
+    CHECK(peak_is_bound);
+  }
+  // and without either the same trace has none
+  const auto json = json_of(analyzer::summary_report(analyzer::testing::random_trace(2, 500), {}));
+  CHECK(json["lower_bounds"].array().empty());
+}

@@ -213,8 +213,15 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   Analysis a;
   a.device = device;
   a.dropped_events = head.dropped_events;
-  if (const auto inferred = head.settings.find("block_sizes.inferred"); inferred != head.settings.end()) {
-    std::from_chars(inferred->second.data(), inferred->second.data() + inferred->second.size(), a.inferred_block_sizes);
+  // Sizes the reader inferred, and exact ones the final layout contradicted
+  // (PyTorch's layout then departed from the replayed policy): both make the
+  // figures that depend on them bounds.
+  for (const char* key : {"block_sizes.inferred", "block_sizes.contradicted"}) {
+    if (const auto found = head.settings.find(key); found != head.settings.end()) {
+      std::uint64_t count = 0;
+      std::from_chars(found->second.data(), found->second.data() + found->second.size(), count);
+      a.inferred_block_sizes += count;
+    }
   }
   if (const auto policy = head.settings.find("block_sizes.policy"); policy != head.settings.end())
     a.block_policy_assumed = policy->second.starts_with("defaults");

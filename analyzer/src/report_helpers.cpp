@@ -37,9 +37,9 @@ void add_common_notes(Document& document, const Snapshot& /*snapshot*/, const An
                              "PyTorch's default policy, so allocated figures and peaks are lower bounds (marked >=).");
   } else if (analysis.inferred_block_sizes != 0 && analysis.dropped_events == 0 && !analysis.starts_mid_run) {
     document.notes.push_back(std::to_string(analysis.inferred_block_sizes) +
-                             " allocations got no block size from PyTorch's policy replayed over the trace, so their "
-                             "requests rounded up stand in for them: allocated figures and peaks are lower bounds "
-                             "(marked >=).");
+                             " allocations did not follow PyTorch's policy replayed over the trace (no block fit, or "
+                             "the final layout says otherwise), so their sizes are inferred: allocated figures and "
+                             "peaks are lower bounds (marked >=).");
   } else if (analysis.truncated()) {
     const std::string why = analysis.dropped_events > 0
                                 ? "the ring overflowed: " + std::to_string(analysis.dropped_events) +

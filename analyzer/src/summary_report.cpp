@@ -72,9 +72,8 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
   const bool bound = lower && !at_dump;
   FieldGroup& gap = doc.group("gap", "from allocated to device used, " + moment);
   gap.add("allocated", "allocated (torch.cuda.memory_allocated())", t.allocated, Unit::bytes, bound)
-      .add("rounding_waste", "  of which rounding waste", c.rounding_waste > t.allocated ? t.allocated : c.rounding_waste,
-           Unit::bytes)
       .add("pending_free", "+ pending frees (in use by other streams)", c.pending_free, Unit::bytes)
+      .add("rounding_waste", "  rounding waste in these two (active - requested)", c.rounding_waste, Unit::bytes)
       .add("cached_free", "+ cached free", c.cached_free, Unit::bytes)
       .add("inactive_split", "  of which inactive split", c.inactive_split, Unit::bytes)
       .add("releasable_by_empty_cache", "  of which releasable by empty_cache", c.releasable, Unit::bytes)

@@ -155,7 +155,8 @@ struct Analysis {
   // Allocations whose block size the reader could only infer (at least the
   // rounded request): a PyTorch trace that begins mid-run, or a file that is
   // not what PyTorch's policy would have written (settings
-  // "block_sizes.inferred", snapshot/src/pickle_block_sizes.hpp).
+  // "block_sizes.inferred" + "block_sizes.contradicted",
+  // snapshot/src/pickle_block_sizes.hpp).
   std::uint64_t inferred_block_sizes = 0;
   // A PyTorch snapshot without allocator_settings (older PyTorch): block
   // sizes follow PyTorch's default policy, which the run may not have used.
