@@ -2,7 +2,7 @@
 
 #include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/pickle.hpp"
-#include "pickle_file.hpp"
+#include "pickle/pickle_file.hpp"
 
 #include <string_view>
 

@@ -20,7 +20,7 @@
 #include "cachealloc/snapshot/pickle.hpp"
 #include "pickle_block_sizes.hpp"
 #include "pickle_file.hpp"
-#include "format_v3.hpp"
+#include "format/format_v3.hpp"
 #include "parallel.hpp"
 #include "pickle_value.hpp"
 
