@@ -15,7 +15,8 @@ cd "$(dirname "$0")"
 mode=${1:-demo}
 case "$mode" in demo|test|build|asan|tsan) ;; *) echo "usage: $0 demo|test|build|asan|tsan" >&2; exit 2 ;; esac
 
-packages=(cmake g++ make ninja-build libcereal-dev libcli11-dev libboost-stacktrace-dev doctest-dev python3)
+packages=(cmake g++ make ninja-build libcereal-dev libcli11-dev libboost-stacktrace-dev doctest-dev python3
+          zlib1g-dev libzstd-dev help2man)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

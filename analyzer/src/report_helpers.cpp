@@ -1,5 +1,7 @@
 #include "report_helpers.hpp"
 
+#include "cachealloc/snapshot/pickle.hpp"
+
 namespace cachealloc::analyzer {
 
 using snapshot::Snapshot;
@@ -31,8 +33,14 @@ std::string moment(const Analysis& analysis) {
          (analysis.window.end == analysis.event_count ? " (the dump)" : "");
 }
 
-void add_common_notes(Document& document, const Snapshot& /*snapshot*/, const Analysis& analysis) {
-  if (analysis.block_policy_assumed && analysis.dropped_events == 0 && !analysis.starts_mid_run) {
+void add_common_notes(Document& document, const Snapshot& snapshot, const Analysis& analysis) {
+  if (snapshot.settings.contains(snapshot::kSegmentsOnlySetting)) {
+    // pickle.dump(torch.cuda.memory_snapshot()): what _memory_viz stats reads.
+    document.notes.push_back("a segments-only PyTorch snapshot (torch.cuda.memory_snapshot(), not _snapshot()): "
+                             "the layout at the dump is exact, but it has no trace, so there are no events, peaks, "
+                             "timeline, OOMs or per-site history, and no allocator settings. Record with "
+                             "torch.cuda.memory._record_memory_history() and _dump_snapshot() for those.");
+  } else if (analysis.block_policy_assumed && analysis.dropped_events == 0 && !analysis.starts_mid_run) {
     document.notes.push_back("the snapshot has no allocator_settings (PyTorch before 2.11?): block sizes follow "
                              "PyTorch's default policy, so allocated figures and peaks are lower bounds (marked >=).");
   } else if (analysis.inferred_block_sizes != 0 && analysis.dropped_events == 0 && !analysis.starts_mid_run) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/input.hpp"
 #include "cachealloc/snapshot/load.hpp"
 #include "format_v3.hpp"
 
@@ -55,7 +56,7 @@ void SnapshotReader::open(const std::filesystem::path& path) {
   // rest and reports every error as it always has.
   bool ours = false;
   struct stat info {};
-  if (::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode)) {
+  if (!is_standard_input(path) && ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode)) {
     if (std::FILE* probe = std::fopen(path.c_str(), "rb")) {
       std::array<std::byte, 12> prefix{};
       const std::size_t got = std::fread(prefix.data(), 1, prefix.size(), probe);

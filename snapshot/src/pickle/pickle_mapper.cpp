@@ -164,10 +164,20 @@ class Mapper {
 
   Snapshot run() {
     const Value root = tree_.root;
+    if (root.kind == Kind::list) {
+      // pickle.dump(torch.cuda.memory_snapshot()): the segments alone, as
+      // _memory_viz stats reads them. No trace, no settings.
+      out_.header.source = kPytorchPickleSource;
+      map_segments(root);
+      fill_devices({});
+      out_.settings[kSegmentsOnlySetting] = "true";
+      validate_in_parallel();
+      return std::move(out_);
+    }
     if (root.kind != Kind::dict || !find(root.container(), "segments")) {
       throw SnapshotError(ErrorCode::not_a_snapshot,
                           std::string("not a PyTorch memory snapshot: the pickle holds a ") + pickle::to_string(root.kind) +
-                              (root.kind == Kind::dict ? " without 'segments'" : ", not a dict with 'segments'"));
+                              (root.kind == Kind::dict ? " without 'segments'" : ", not a dict with 'segments' or a list of segments"));
     }
     const ContainerId top = root.container();
     out_.header.source = kPytorchPickleSource;

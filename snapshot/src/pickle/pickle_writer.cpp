@@ -440,6 +440,34 @@ std::vector<std::byte> encode_pytorch_pickle(const Snapshot& snapshot) {
   return SnapshotPickler(snapshot).run();
 }
 
+std::vector<std::string> pickle_conversion_losses(const Snapshot& snapshot) {
+  std::vector<std::string> losses;
+  std::array<std::uint64_t, kEventKindCount> dropped{};
+  for (const Event& event : snapshot.events) {
+    const bool annotation = event.kind == EventKind::annotation_begin || event.kind == EventKind::annotation_end;
+    const auto kind = static_cast<std::size_t>(event.kind);
+    if (!annotation && pickle::trace_action_name(event.kind).empty() && kind < dropped.size()) ++dropped[kind];
+  }
+  for (std::size_t kind = 0; kind < dropped.size(); ++kind) {
+    if (dropped[kind] != 0)
+      losses.push_back(std::to_string(dropped[kind]) + " " + to_string(static_cast<EventKind>(kind)) + " events");
+  }
+  const Header& h = snapshot.header;
+  if (!h.program.empty() || !h.arguments.empty() || h.pid != 0 || !h.host.empty() || h.dump_time_unix_ns != 0)
+    losses.emplace_back("the program's name, arguments, pid, host and dump time");
+  bool device_facts = false;
+  for (const DeviceInfo& device : snapshot.devices) {
+    device_facts = device_facts || !device.name.empty() || device.total_bytes != 0 || device.driver_total_at_dump != 0;
+  }
+  if (device_facts) losses.emplace_back("the device names, capacities and driver totals");
+  if (!snapshot.stats.empty()) losses.push_back(std::to_string(snapshot.stats.size()) + " final allocator statistics");
+  if (snapshot.threads.size() > 1 || (snapshot.threads.size() == 1 && snapshot.threads[0] != 0))
+    losses.emplace_back("the thread of each event");
+  if (snapshot.dropped_events != 0)
+    losses.push_back("the count of events lost before the ring began (" + std::to_string(snapshot.dropped_events) + ")");
+  return losses;
+}
+
 void write_pytorch_pickle(const Snapshot& snapshot, const std::filesystem::path& path) {
   const std::vector<std::byte> bytes = encode_pytorch_pickle(snapshot);  // may throw: nothing on disk yet
   pickle_file::write_atomically(path, bytes, "PyTorch snapshot");

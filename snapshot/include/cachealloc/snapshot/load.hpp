@@ -2,7 +2,9 @@
 //
 // load() recognizes the file by its content, never its name: our binary
 // format by its magic (format.hpp), a PyTorch memory snapshot by the pickle
-// PROTO opcode followed by a protocol from 2 to 5 (pickle.hpp).
+// PROTO opcode followed by a protocol from 2 to 5 (pickle.hpp). The path
+// "-" is standard input; gzip and zstd inputs are decompressed first; the
+// header is checked before the rest is read (input.hpp).
 //
 // Errors: SnapshotError{io} naming the path when it cannot be read;
 // SnapshotError{not_a_snapshot, "not a cachealloc snapshot or PyTorch memory

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cachealloc/snapshot/format.hpp"
@@ -47,14 +48,21 @@ namespace cachealloc::snapshot {
 // Header::source of every snapshot read from a PyTorch pickle.
 inline constexpr const char* kPytorchPickleSource = "pytorch-pickle";
 
+// Snapshot::settings key set to "true" for a pickle of the segments alone
+// (pickle.dump(torch.cuda.memory_snapshot()), a list rather than a dict):
+// the final layout, with no trace, no allocator settings and no stacks of
+// freed memory. Reports say what that leaves out.
+inline constexpr const char* kSegmentsOnlySetting = "pytorch_segments_only";
+
 // True when `bytes` start like a pickle this reader may read: the PROTO
 // opcode (0x80) followed by a protocol from 2 to 5.
 bool has_pickle_header(std::span<const std::byte> bytes) noexcept;
 
 // Parses a PyTorch memory snapshot pickle and maps it onto the model.
 // The result passes validate(). Errors (SnapshotError):
-//   not_a_snapshot  not a pickle of protocol 2+, or the pickle is not a dict
-//                   with 'segments' / 'device_traces'
+//   not_a_snapshot  not a pickle of protocol 2+, or the pickle is neither a
+//                   dict with 'segments' / 'device_traces' nor a list of
+//                   segments (kSegmentsOnlySetting)
 //   newer_version   a pickle protocol above 5
 //   truncated       the data ends before STOP or inside an argument
 //   unsupported     an opcode that would execute code, or one this reader
@@ -74,6 +82,11 @@ Snapshot read_pytorch_pickle(const std::filesystem::path& path);
 // annotation events go to 'external_annotations'. Throws
 // SnapshotError{inconsistent} when validate() fails.
 std::vector<std::byte> encode_pytorch_pickle(const Snapshot& snapshot);
+
+// What encode_pytorch_pickle() leaves out of `snapshot`, one phrase each
+// ("12 split events", "the program's name, arguments, pid and host"), empty
+// when nothing is lost. For converters to say so.
+std::vector<std::string> pickle_conversion_losses(const Snapshot& snapshot);
 
 // encode_pytorch_pickle() written atomically (temporary file beside `path`,
 // fsync, rename). SnapshotError{io} naming the path when the disk fails; no

@@ -7,7 +7,8 @@
 // decoded events (64 Ki x 56 B = 3.5 MiB). It reads with fread/fseek, never
 // the whole file and never mmap.
 //
-// Every other input (format versions 1 and 2, PyTorch pickles, a pipe) goes
+// Every other input (format versions 1 and 2, PyTorch pickles, a pipe or "-",
+// a gzip or zstd file) goes
 // through load(): the whole snapshot is then decoded into memory, which
 // costs memory proportional to the file, and blocks are slices of it.
 // streaming() says which case holds.

@@ -1,0 +1,275 @@
+#include "cachealloc/snapshot/input.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/pickle.hpp"
+#include "pickle/pickle_file.hpp"
+
+namespace cachealloc::snapshot {
+
+struct InputBytes::Mapped {
+  explicit Mapped(const std::filesystem::path& path) : file(path, "snapshot") {}
+  pickle_file::FileBytes file;
+};
+
+namespace {
+
+constexpr std::size_t kChunk = std::size_t{1} << 16;
+// Enough of the start to recognize every format we read.
+constexpr std::size_t kPrefix = 16;
+
+[[noreturn]] void io_error(const std::string& action, const std::filesystem::path& path, int error) {
+  throw SnapshotError(ErrorCode::io, "cannot " + action + " " + path.string() + ": " + std::strerror(error));
+}
+
+std::string hex_start(std::span<const std::byte> bytes) {
+  std::string text;
+  for (std::size_t i = 0; i < bytes.size() && i < 4; ++i) {
+    char buffer[4];
+    std::snprintf(buffer, sizeof buffer, "%s%02x", i == 0 ? "" : " ", std::to_integer<unsigned>(bytes[i]));
+    text += buffer;
+  }
+  return text;
+}
+
+const char* compression_name(Compression compression) {
+  switch (compression) {
+    case Compression::gzip: return "gzip-compressed ";
+    case Compression::zstd: return "zstd-compressed ";
+    case Compression::none: break;
+  }
+  return "";
+}
+
+// Refuses what cannot be a snapshot, on its first bytes alone.
+void check_start(std::span<const std::byte> start, Compression compression) {
+  if (start.empty()) {
+    throw SnapshotError(ErrorCode::truncated, std::string("truncated snapshot: the ") + compression_name(compression) +
+                                                  "input is empty");
+  }
+  if (starts_like_snapshot(start)) return;
+  std::string what = compression == Compression::none ? "it starts with " : "its content starts with ";
+  what += hex_start(start);
+  if (compression != Compression::none) what += std::string("; ") + (compression == Compression::gzip ? "gzip" : "zstd") + "-compressed";
+  throw SnapshotError(ErrorCode::not_a_snapshot, "not a cachealloc snapshot or PyTorch memory snapshot (" + what + ")");
+}
+
+// Standard input or the file; closes what it opened.
+class Source {
+ public:
+  explicit Source(const std::filesystem::path& path) : path_(path) {
+    if (is_standard_input(path)) {
+      fd_ = STDIN_FILENO;
+      return;
+    }
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) io_error("open snapshot", path, errno);
+    owned_ = true;
+    struct stat info {};
+    if (::fstat(fd_, &info) != 0) io_error("read snapshot", path, errno);
+    if (S_ISDIR(info.st_mode)) io_error("read snapshot", path, EISDIR);
+    regular_ = S_ISREG(info.st_mode);
+  }
+  ~Source() {
+    if (owned_) ::close(fd_);
+  }
+  Source(const Source&) = delete;
+  Source& operator=(const Source&) = delete;
+  bool regular() const noexcept { return regular_; }
+  // Up to `size` bytes; 0 at the end.
+  std::size_t read(std::byte* data, std::size_t size) {
+    for (;;) {
+      const ssize_t got = ::read(fd_, data, size);
+      if (got >= 0) return static_cast<std::size_t>(got);
+      if (errno != EINTR) io_error("read snapshot", path_, errno);
+    }
+  }
+  // Fills `data` unless the input ends first.
+  std::size_t read_full(std::byte* data, std::size_t size) {
+    std::size_t filled = 0;
+    while (filled < size) {
+      const std::size_t got = read(data + filled, size - filled);
+      if (got == 0) break;
+      filled += got;
+    }
+    return filled;
+  }
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+  bool owned_ = false;
+  bool regular_ = false;
+};
+
+// Decompresses `prefix` and the rest of `source` into `out`, checking the
+// start of the output as soon as it has kPrefix bytes.
+void inflate_gzip(Source& source, std::span<const std::byte> prefix, std::vector<std::byte>& out) {
+  z_stream stream{};
+  if (inflateInit2(&stream, 15 + 16) != Z_OK) throw SnapshotError(ErrorCode::inconsistent, "zlib: cannot start");
+  struct End {
+    z_stream& s;
+    ~End() { inflateEnd(&s); }
+  } end{stream};
+  std::vector<std::byte> input(kChunk);
+  std::copy(prefix.begin(), prefix.end(), input.begin());
+  stream.next_in = reinterpret_cast<Bytef*>(input.data());
+  stream.avail_in = static_cast<uInt>(prefix.size());
+  bool checked = false, in_member = true;
+  for (;;) {
+    if (stream.avail_in == 0) {
+      const std::size_t got = source.read(input.data(), input.size());
+      if (got == 0) break;
+      stream.next_in = reinterpret_cast<Bytef*>(input.data());
+      stream.avail_in = static_cast<uInt>(got);
+    }
+    if (!in_member) {
+      // Another member follows (cat a.gz b.gz), as gzip -d reads it.
+      if (inflateReset(&stream) != Z_OK) throw SnapshotError(ErrorCode::inconsistent, "zlib: cannot restart");
+      in_member = true;
+    }
+    const std::size_t before = out.size();
+    out.resize(before + 4 * kChunk);
+    stream.next_out = reinterpret_cast<Bytef*>(out.data() + before);
+    stream.avail_out = static_cast<uInt>(4 * kChunk);
+    const int status = inflate(&stream, Z_NO_FLUSH);
+    out.resize(out.size() - stream.avail_out);
+    if (status == Z_STREAM_END) {
+      in_member = false;
+    } else if (status != Z_OK && status != Z_BUF_ERROR) {
+      throw SnapshotError(ErrorCode::inconsistent,
+                          std::string("damaged gzip data: ") + (stream.msg != nullptr ? stream.msg : "inflate failed"));
+    }
+    if (!checked && out.size() >= kPrefix) {
+      check_start(std::span<const std::byte>(out).first(kPrefix), Compression::gzip);
+      checked = true;
+    }
+  }
+  if (in_member) throw SnapshotError(ErrorCode::truncated, "truncated snapshot: the gzip data ends early");
+  if (!checked) check_start(out, Compression::gzip);
+}
+
+void decompress_zstd(Source& source, std::span<const std::byte> prefix, std::vector<std::byte>& out) {
+  ZSTD_DStream* stream = ZSTD_createDStream();
+  if (stream == nullptr) throw SnapshotError(ErrorCode::inconsistent, "zstd: cannot start");
+  struct End {
+    ZSTD_DStream* s;
+    ~End() { ZSTD_freeDStream(s); }
+  } end{stream};
+  ZSTD_DCtx_setParameter(stream, ZSTD_d_windowLogMax, 27);  // 128 MiB windows at most: bounded memory
+  std::vector<std::byte> input(kChunk);
+  std::copy(prefix.begin(), prefix.end(), input.begin());
+  std::size_t have = prefix.size();
+  bool checked = false;
+  std::size_t last = 1;  // ZSTD_decompressStream's hint: 0 once a frame is complete
+  for (;;) {
+    if (have == 0) {
+      have = source.read(input.data(), input.size());
+      if (have == 0) break;
+    }
+    ZSTD_inBuffer in{input.data(), have, 0};
+    while (in.pos < in.size) {
+      const std::size_t before = out.size();
+      out.resize(before + 4 * kChunk);
+      ZSTD_outBuffer buffer{out.data() + before, 4 * kChunk, 0};
+      last = ZSTD_decompressStream(stream, &buffer, &in);
+      out.resize(before + buffer.pos);
+      if (ZSTD_isError(last))
+        throw SnapshotError(ErrorCode::inconsistent, std::string("damaged zstd data: ") + ZSTD_getErrorName(last));
+      if (!checked && out.size() >= kPrefix) {
+        check_start(std::span<const std::byte>(out).first(kPrefix), Compression::zstd);
+        checked = true;
+      }
+    }
+    have = 0;
+  }
+  // Flush what the decoder still holds.
+  for (;;) {
+    const std::size_t before = out.size();
+    out.resize(before + 4 * kChunk);
+    ZSTD_inBuffer in{nullptr, 0, 0};
+    ZSTD_outBuffer buffer{out.data() + before, 4 * kChunk, 0};
+    const std::size_t status = ZSTD_decompressStream(stream, &buffer, &in);
+    out.resize(before + buffer.pos);
+    if (ZSTD_isError(status)) break;
+    if (buffer.pos == 0) break;
+    last = status;
+  }
+  if (last != 0) throw SnapshotError(ErrorCode::truncated, "truncated snapshot: the zstd data ends early");
+  if (!checked) check_start(out, Compression::zstd);
+}
+
+}  // namespace
+
+bool is_standard_input(const std::filesystem::path& path) noexcept { return path.native() == "-"; }
+
+Compression detect_compression(std::span<const std::byte> prefix) noexcept {
+  auto at = [&](std::size_t i) { return std::to_integer<unsigned>(prefix[i]); };
+  if (prefix.size() >= 2 && at(0) == 0x1f && at(1) == 0x8b) return Compression::gzip;
+  if (prefix.size() >= 4 && at(0) == 0x28 && at(1) == 0xb5 && at(2) == 0x2f && at(3) == 0xfd) return Compression::zstd;
+  return Compression::none;
+}
+
+bool starts_like_snapshot(std::span<const std::byte> prefix) noexcept {
+  if (has_pickle_header(prefix) || has_snapshot_magic(prefix)) return true;
+  // A file shorter than our magic but equal to its start is a truncated
+  // snapshot of ours (decode() says so); the magic is in FORMAT.md.
+  constexpr std::string_view kMagic("\x89" "CASNAP\n", 8);
+  if (prefix.empty() || prefix.size() >= kMagic.size()) return false;
+  for (std::size_t i = 0; i < prefix.size(); ++i) {
+    if (std::to_integer<char>(prefix[i]) != kMagic[i]) return false;
+  }
+  return true;
+}
+
+InputBytes::~InputBytes() = default;
+
+InputBytes::InputBytes(const std::filesystem::path& path) {
+  bool regular = false;
+  {
+    Source source(path);
+    regular = source.regular();
+    std::byte prefix[kPrefix];
+    const std::size_t got = source.read_full(prefix, kPrefix);
+    const std::span<const std::byte> start(prefix, got);
+    compression_ = detect_compression(start);
+    if (compression_ == Compression::gzip) {
+      inflate_gzip(source, start, read_);
+    } else if (compression_ == Compression::zstd) {
+      decompress_zstd(source, start, read_);
+    } else {
+      check_start(start, Compression::none);
+      if (!regular) {
+        read_.assign(start.begin(), start.end());
+        std::size_t filled = read_.size();
+        for (;;) {
+          read_.resize(filled + kChunk);
+          const std::size_t n = source.read(read_.data() + filled, kChunk);
+          filled += n;
+          if (n == 0) break;
+        }
+        read_.resize(filled);
+      }
+    }
+    if (compression_ != Compression::none || !regular) {
+      bytes_ = read_;
+      return;
+    }
+  }
+  // A regular file that starts like a snapshot: mapped when large.
+  mapped_ = std::make_unique<Mapped>(path);
+  bytes_ = mapped_->file.bytes();
+}
+
+}  // namespace cachealloc::snapshot
