@@ -69,7 +69,7 @@ TEST_CASE("summary --format json has every documented key") {
   const auto json = json_of(analyzer::summary_report(snap, {}));
   // then it parses and has the keys users script against
   for (const char* key : {"events", "dropped_events", "segments_at_end", "reserved_at_end", "allocated_at_end",
-                          "peak_allocated", "peak_reserved", "peak_requested", "peak_allocated_event", "device_total",
+                          "peak_allocated", "peak_reserved", "peak_requested", "peak_allocated_event", "driver_total",
                           "at_event", "gap"}) {
     CAPTURE(key);
     CHECK(json.has(key));
@@ -297,13 +297,13 @@ TEST_CASE("the gap is numbers with one name each, and adds up: allocated + pendi
   const auto& gap = json["gap"];
   // then every figure of the chain is a number, and the chain adds up
   for (const char* key : {"allocated", "rounding_waste", "pending_free", "cached_free", "inactive_split",
-                          "releasable_by_empty_cache", "reserved", "outside_allocator", "device_used"}) {
+                          "releasable_by_empty_cache", "reserved", "outside_allocator", "driver_used"}) {
     CAPTURE(key);
     CHECK(gap[key].is_number());
   }
   CHECK(gap["allocated"].number() + gap["pending_free"].number() + gap["cached_free"].number() ==
         gap["reserved"].number());
-  CHECK(gap["reserved"].number() + gap["outside_allocator"].number() == gap["device_used"].number());
+  CHECK(gap["reserved"].number() + gap["outside_allocator"].number() == gap["driver_used"].number());
   CHECK(gap["inactive_split"].number() <= gap["cached_free"].number());
 }
 
@@ -319,7 +319,9 @@ TEST_CASE("a range reports the state after its last event and leaves the driver'
   // then it says which event, the device figures are null and "unknown", and a note says why
   CHECK(json["at_event"].number() == 200);
   CHECK(std::holds_alternative<std::nullptr_t>(json["gap"]["outside_allocator"].value));
+  CHECK(std::holds_alternative<std::nullptr_t>(json["gap"]["driver_used"].value));
   CHECK(std::holds_alternative<std::nullptr_t>(json["gap"]["device_used"].value));
+  CHECK(std::holds_alternative<std::nullptr_t>(json["gap"]["process_used"].value));
   CHECK(table.find("after event #200") != std::string::npos);
   CHECK(table.find("outside the allocator") != std::string::npos);
   CHECK(table.find("not measured at event #200") != std::string::npos);
@@ -339,11 +341,14 @@ TEST_CASE("PyTorch snapshots hold no driver figures: null in JSON, unknown in ta
   const std::string table = rendered(report, Format::table);
   const std::string csv = rendered(report, Format::csv);
   // then the device figures are unknown, not zero
-  CHECK(std::holds_alternative<std::nullptr_t>(json["device_total"].value));
+  CHECK(std::holds_alternative<std::nullptr_t>(json["driver_total"].value));
+  CHECK(std::holds_alternative<std::nullptr_t>(json["gap"]["driver_used"].value));
   CHECK(std::holds_alternative<std::nullptr_t>(json["gap"]["device_used"].value));
-  CHECK(table.find("device total                  unknown") != std::string::npos);
-  CHECK(table.find("device total                  0 B") == std::string::npos);
-  CHECK(csv.find("device_total,,") != std::string::npos);
+  CHECK(std::holds_alternative<std::nullptr_t>(json["gap"]["process_used"].value));
+  CHECK(table.find("device total (torch.cuda.mem_get_info())  unknown") != std::string::npos);
+  CHECK(table.find("mem_get_info())  0 B") == std::string::npos);
+  CHECK(csv.find("driver_total,,") != std::string::npos);
+  CHECK(csv.find("gap.process_used,,") != std::string::npos);
 }
 
 TEST_CASE("block sizes the reader inferred or saw contradicted make the peaks lower bounds") {

@@ -130,7 +130,7 @@ TEST_CASE("a version 4 file streams with the ring start in its head") {
   SnapshotReader reader(path);
   // Then it streams, and its head holds the start the writer derived
   CHECK(reader.streaming());
-  CHECK(reader.head().header.format_version == 4);
+  CHECK(reader.head().header.format_version == kFormatVersion);
   CHECK(reader.head().ring_start == derive_ring_starts(original));
   CHECK(reader.head().ring_start == read_snapshot(path).ring_start);
   fs::remove(path);

@@ -48,29 +48,59 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
   }
   const auto known = [](const std::optional<std::uint64_t>& v) { return v ? Value{*v} : Value{}; };
 
+  // NVML's reading (what nvidia-smi shows) where one was taken: at the
+  // dump, or at an OOM that ends the window.
+  const snapshot::DeviceUsage* usage = nullptr;
+  for (const snapshot::DeviceUsage& u : device.usage) {
+    if ((at_dump && u.event == snapshot::kUsageAtDump) || (!at_dump && a.window.end != 0 && u.event == a.window.end - 1))
+      usage = &u;
+  }
+
   FieldGroup& overview = doc.group("", "device " + std::to_string(a.device) + " " + moment);
   overview.add("at_event", "state after event", at_event, Unit::event)
-      .add("device_total", "device total", known(total), Unit::bytes)
+      .add("driver_total", "device total (torch.cuda.mem_get_info())", known(total), Unit::bytes)
       .add("reserved_at_end", "reserved", a.totals_at_end.reserved, Unit::bytes)
       .add("allocated_at_end", "allocated", a.totals_at_end.allocated, Unit::bytes)
       .add("segments_at_end", "segments", static_cast<std::uint64_t>(a.segments_at_end), Unit::count)
       .add("dropped_events", "events lost to ring overflow", a.dropped_events, Unit::count);
 
   // The chain of views, one name per quantity (docs/GLOSSARY.md):
-  // allocated + pending frees + cached free = reserved; reserved + outside
-  // the allocator = device used.
+  //   allocated + pending frees + cached free = reserved        (the allocator)
+  //   reserved + context and other allocators = process used    (nvidia-smi, this process)
+  //   process used + other processes          = device used     (nvidia-smi, the device)
+  //   device used + driver reserved + free    = device total
+  // and, from cudaMemGetInfo where NVML was not read:
+  //   reserved + outside the allocator        = driver used (total - free)
   const Totals& t = a.totals_at_end;
   const CacheFigures& c = a.cache_at_end;
-  std::optional<std::uint64_t> used;
+  std::optional<std::uint64_t> driver_used;
   std::optional<std::uint64_t> outside;
   if (total && free) {
-    used = *total - *free;
-    if (*used >= t.reserved) outside = *used - t.reserved;
+    driver_used = *total - *free;
+    if (*driver_used >= t.reserved) outside = *driver_used - t.reserved;
   }
+  std::optional<std::uint64_t> process_used, process_outside, device_used, outside_process, other_used, other_count,
+      device_reserved, device_free, device_total;
+  if (usage) {
+    device_used = usage->device_used;
+    device_reserved = usage->device_reserved;
+    device_total = usage->device_total;
+    device_free = usage->device_total - usage->device_used - usage->device_reserved;
+    other_used = usage->other_processes_used;
+    other_count = usage->other_processes;
+    if (usage->process_found) {
+      process_used = usage->process_used;
+      if (usage->process_used >= t.reserved) process_outside = usage->process_used - t.reserved;
+      if (usage->device_used >= usage->process_used) outside_process = usage->device_used - usage->process_used;
+    }
+  }
+  const bool nvml = usage != nullptr;
+  const std::string others =
+      other_count ? std::to_string(*other_count) + " other process" + (*other_count == 1 ? "" : "es") : "other processes";
   // Inside a trace that began mid-run the state comes from a derived start:
   // what it holds is a lower bound (tests/test_pytorch_ground_truth.cpp).
   const bool bound = lower && !at_dump;
-  FieldGroup& gap = doc.group("gap", "from allocated to device used, " + moment);
+  FieldGroup& gap = doc.group("gap", "from allocated to the whole device, " + moment);
   gap.add("allocated", "allocated (torch.cuda.memory_allocated())", t.allocated, Unit::bytes, bound)
       .add("pending_free", "+ pending frees (in use by other streams)", c.pending_free, Unit::bytes)
       .add("rounding_waste", "  rounding waste in these two (active - requested)", c.rounding_waste, Unit::bytes)
@@ -78,17 +108,53 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
       .add("inactive_split", "  of which inactive split", c.inactive_split, Unit::bytes)
       .add("releasable_by_empty_cache", "  of which releasable by empty_cache", c.releasable, Unit::bytes)
       .add("reserved", "= reserved (torch.cuda.memory_reserved())", t.reserved, Unit::bytes, bound)
+      .add("process_outside_allocator", "+ CUDA context and other allocators in this process", known(process_outside),
+           Unit::bytes)
+      .json_only_if(!nvml)
+      .add("process_used", "= this process on the device (nvidia-smi, this process)", known(process_used), Unit::bytes)
+      .json_only_if(!nvml)
+      .add("outside_process", "+ " + others + " and memory no process holds", known(outside_process), Unit::bytes)
+      .json_only_if(!nvml)
+      .add("other_processes_used", "  of which " + others, known(other_used), Unit::bytes)
+      .json_only_if(!nvml)
+      .add("other_processes", "  other processes", known(other_count), Unit::count)
+      .json_only_if(true)
+      .add("device_used", "= device used (nvidia-smi memory.used)", known(device_used), Unit::bytes)
+      .json_only_if(!nvml)
+      .add("device_reserved", "+ reserved by the driver (nvidia-smi memory.reserved)", known(device_reserved), Unit::bytes)
+      .json_only_if(!nvml)
+      .add("device_free", "+ free (nvidia-smi memory.free)", known(device_free), Unit::bytes)
+      .json_only_if(!nvml)
+      .add("device_total", "= device total (nvidia-smi memory.total)", known(device_total), Unit::bytes)
+      .json_only_if(!nvml)
       .add("outside_allocator", "+ outside the allocator (CUDA context, other allocators and processes)",
            known(outside), Unit::bytes)
-      .add("device_used", "= device used (nvidia-smi, whole device)", known(used), Unit::bytes);
-  if (!total) {
-    doc.notes.push_back("device figures: unknown, the snapshot holds none (PyTorch's snapshots record no driver figures).");
-  } else if (!free) {
-    doc.notes.push_back("device figures: not measured at event #" + std::to_string(a.window.end == 0 ? 0 : a.window.end - 1) +
-                        "; the driver was read at the dump (event #" + std::to_string(a.event_count == 0 ? 0 : a.event_count - 1) +
-                        ") and at OOMs.");
-  } else if (used && !outside) {
+      .json_only_if(nvml)
+      .add("driver_used", "= used on the device (torch.cuda.mem_get_info(): total - free)", known(driver_used),
+           Unit::bytes)
+      .json_only_if(nvml)
+      .add("driver_free", "driver free (torch.cuda.mem_get_info())", known(free), Unit::bytes)
+      .json_only_if(true);
+  const std::string event_here = "event #" + std::to_string(a.window.end == 0 ? 0 : a.window.end - 1);
+  if (!total && !nvml) {
+    doc.notes.push_back(
+        "device figures: unknown, the snapshot holds none (PyTorch's snapshots record neither the driver's nor "
+        "NVML's figures).");
+  } else if (!free && !nvml) {
+    doc.notes.push_back("device figures: not measured at " + event_here + "; the driver was read at the dump (event #" +
+                        std::to_string(a.event_count == 0 ? 0 : a.event_count - 1) + ") and at OOMs.");
+  } else if (driver_used && !outside && !nvml) {
     doc.notes.push_back("device figures: the driver reported less in use than reserved; its reading is stale.");
+  }
+  if (nvml && !usage->process_found) {
+    doc.notes.push_back("this process's figure: NVML did not list it (" + device.usage_note + ").");
+  } else if (nvml && !process_outside) {
+    doc.notes.push_back("this process's figure: NVML reported less for this process than reserved.");
+  }
+  if (!nvml && device.usage_source == snapshot::UsageSource::unavailable && (at_dump || !a.ooms.empty())) {
+    doc.notes.push_back("NVML (nvidia-smi's figures): unavailable when recorded: " + device.usage_note + ".");
+  } else if (nvml && device.usage_source == snapshot::UsageSource::simulated) {
+    doc.notes.push_back("NVML's figures are the simulated device's model of them.");
   }
 
   Table& peaks = doc.table("peaks", std::string("peaks") + (lower ? " (lower bounds: the trace does not cover the whole run)" : ""),

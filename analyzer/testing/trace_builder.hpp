@@ -34,7 +34,7 @@ class TraceBuilder {
     snapshot_.header.writer_version = "test";
     snapshot_.header.program = "train.py";
     snapshot_.header.pid = 4242;
-    snapshot_.devices.push_back(snapshot::DeviceInfo{device, "simulated", device_total, device_total / 2, device_total});
+    snapshot_.devices.push_back(snapshot::DeviceInfo{device, "simulated", device_total, device_total / 2, device_total, {}, {}, {}});
     snapshot_.settings["max_split_size_mb"] = "unlimited";
   }
 

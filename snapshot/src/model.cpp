@@ -36,4 +36,14 @@ const char* to_string(BlockState state) noexcept {
   return "unknown";
 }
 
+const char* to_string(UsageSource source) noexcept {
+  switch (source) {
+    case UsageSource::not_recorded: return "not_recorded";
+    case UsageSource::nvml: return "nvml";
+    case UsageSource::simulated: return "simulated";
+    case UsageSource::unavailable: return "unavailable";
+  }
+  return "unknown";
+}
+
 }  // namespace cachealloc::snapshot

@@ -102,6 +102,9 @@ class CudaDevice final : public Device {
     cudaDeviceProp properties{};
     CACHEALLOC_CUDA_TRY(cudaGetDeviceProperties(&properties, index_));
     name_ = properties.name;
+    char bus_id[64] = {};
+    if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, index_) == cudaSuccess) bus_id_ = bus_id;
+    else (void)cudaGetLastError();
   }
 
   const char* backend() const noexcept override { return "cuda"; }
@@ -113,6 +116,17 @@ class CudaDevice final : public Device {
     MemoryInfo info;
     CACHEALLOC_CUDA_TRY(cudaMemGetInfo(&info.free, &info.total));
     return info;
+  }
+
+  // NVML finds the device by PCI bus id: CUDA's and NVML's indices differ
+  // under CUDA_VISIBLE_DEVICES.
+  DeviceUsage usage() noexcept override {
+    if (bus_id_.empty()) {
+      DeviceUsage usage;
+      usage.note = "cudaDeviceGetPCIBusId failed, so NVML cannot find this device";
+      return usage;
+    }
+    return read_nvml_usage(bus_id_);
   }
 
   void* reserve(std::size_t bytes) override {
@@ -239,6 +253,7 @@ class CudaDevice final : public Device {
 
   int index_;
   std::string name_;
+  std::string bus_id_;  // "0000:19:00.0", for NVML
   std::mutex handles_mutex_;
   std::map<CUdeviceptr, CUmemGenericAllocationHandle> handles_;
 };

@@ -234,6 +234,19 @@ std::uint32_t HistoryRecorder::State::string_id(std::string_view text) {
   return it->second;
 }
 
+// What nvidia-smi would show at this OOM. Runs under the pool lock of the
+// failed allocation, which an OOM holds anyway; NVML takes 0.1-1 ms.
+void HistoryRecorder::State::record_oom_usage(std::uint32_t thread, std::uint64_t ticks) noexcept {
+  try {
+    OomUsage reading{thread, ticks, allocator.device().usage()};
+    std::lock_guard lock(usage_mutex);
+    if (oom_usage.size() >= kMaxOomUsage) oom_usage.erase(oom_usage.begin());
+    oom_usage.push_back(std::move(reading));
+  } catch (...) {
+    // Out of memory for the reading: the OOM keeps its event, without NVML's figures.
+  }
+}
+
 void HistoryRecorder::State::request_oom_dump() noexcept {
   std::lock_guard lock(oom_mutex);
   if (!oom_worker.joinable()) return;
@@ -288,6 +301,10 @@ void HistoryRecorder::start(const HistoryOptions& options) {
     s.max_entries = options.max_entries;
     s.anchor = detail::TickAnchor::now(s.use_tsc);
   });
+  {
+    std::lock_guard lock(s.usage_mutex);
+    s.oom_usage.clear();
+  }
   s.options = options;
   s.stacks.store(options.stacks, std::memory_order_relaxed);
   s.max_frames.store(options.max_frames, std::memory_order_relaxed);
@@ -353,8 +370,10 @@ std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
     std::lock_guard lock(s.ring_lock);
     s.flush_locked(*slot);
   }
-  if (event.kind == EventKind::oom) [[unlikely]]
+  if (event.kind == EventKind::oom) [[unlikely]] {
+    s.record_oom_usage(slot->thread, t_state.call_time);
     s.request_oom_dump();
+  }
   return stack;
 }
 

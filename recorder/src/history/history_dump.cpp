@@ -127,6 +127,18 @@ class TableBuilder {
   std::unordered_map<std::uint32_t, std::uint32_t> stack_ids_;
 };
 
+snapshot::DeviceUsage to_snapshot(const DeviceUsage& reading) {
+  snapshot::DeviceUsage u;
+  u.process_found = reading.process_found;
+  u.process_used = reading.process_used;
+  u.device_used = reading.device_used;
+  u.device_reserved = reading.device_reserved;
+  u.device_total = reading.device_total;
+  u.other_processes = reading.other_processes;
+  u.other_processes_used = reading.other_processes_used;
+  return u;
+}
+
 }  // namespace
 
 // The cut. The layout, the stats and the ring must describe the same moment,
@@ -144,8 +156,26 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
   std::uint64_t max_entries = 0;
   detail::TickAnchor anchor;
   std::vector<snapshot::Event> events;
+  Device& device = s.allocator.device();
+  // The driver and NVML are read inside the cut too, so their figures
+  // describe the same moment as reserved (no allocator call can run).
+  MemoryInfo memory;
+  bool memory_known = false;
+  DeviceUsage usage_at_dump;
+  std::vector<State::OomUsage> oom_usage;
   std::vector<snapshot::Segment> layout = s.allocator.layout([&] {
     stats = s.allocator.stats().to_map();
+    try {
+      memory = device.memory_info();
+      memory_known = true;
+    } catch (const std::exception&) {
+      // A device that cannot report memory still gets its history dumped.
+    }
+    usage_at_dump = device.usage();
+    {
+      std::lock_guard usage_lock(s.usage_mutex);
+      oom_usage = s.oom_usage;
+    }
     std::lock_guard lock(s.ring_lock);
     auto take = [&](const Chunk* chunk) {
       if (!chunk) return;
@@ -182,6 +212,24 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
   out.dropped_events = total - events.size();
   out.events = std::move(events);
 
+  // Pair each OOM's NVML reading with its event while times are still
+  // ticks; a reading whose OOM the ring let go goes with it.
+  std::vector<snapshot::DeviceUsage> usage;
+  for (const State::OomUsage& reading : oom_usage) {
+    if (reading.usage.source == DeviceUsage::Source::unavailable) continue;
+    auto it = std::lower_bound(out.events.begin(), out.events.end(), reading.ticks,
+                               [](const snapshot::Event& e, std::uint64_t t) { return e.time_ns < t; });
+    for (; it != out.events.end() && it->time_ns == reading.ticks; ++it) {
+      if (it->kind != snapshot::EventKind::oom || it->thread != reading.thread) continue;
+      snapshot::DeviceUsage u = to_snapshot(reading.usage);
+      u.event = static_cast<std::uint64_t>(it - out.events.begin());
+      usage.push_back(u);
+      break;
+    }
+  }
+  std::sort(usage.begin(), usage.end(),
+            [](const snapshot::DeviceUsage& a, const snapshot::DeviceUsage& b) { return a.event < b.event; });
+
   // Ticks to CLOCK_MONOTONIC ns (history_state.hpp).
   const long double tick_ns =
       dump_anchor.ticks > anchor.ticks
@@ -192,17 +240,26 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
     event.time_ns = anchor.ns + static_cast<std::uint64_t>(static_cast<std::int64_t>(delta * tick_ns));
   }
 
-  Device& device = s.allocator.device();
+  for (snapshot::DeviceUsage& u : usage) u.time_ns = out.events[u.event].time_ns;
   snapshot::DeviceInfo info;
   info.index = device.index();
   info.name = device.name();
-  try {
-    const MemoryInfo memory = device.memory_info();
+  if (memory_known) {
     info.total_bytes = memory.total;
     info.driver_free_at_dump = memory.free;
     info.driver_total_at_dump = memory.total;
-  } catch (const std::exception&) {
-    // A device that cannot report memory still gets its history dumped.
+  }
+  info.usage_note = usage_at_dump.note;
+  switch (usage_at_dump.source) {
+    case DeviceUsage::Source::nvml: info.usage_source = snapshot::UsageSource::nvml; break;
+    case DeviceUsage::Source::simulated: info.usage_source = snapshot::UsageSource::simulated; break;
+    case DeviceUsage::Source::unavailable: info.usage_source = snapshot::UsageSource::unavailable; break;
+  }
+  if (usage_at_dump.source != DeviceUsage::Source::unavailable) {
+    info.usage = std::move(usage);
+    snapshot::DeviceUsage at_dump = to_snapshot(usage_at_dump);
+    at_dump.time_ns = dump_anchor.ns;
+    info.usage.push_back(at_dump);
   }
   out.devices.push_back(info);
 

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cachealloc/device.hpp"
 #include "cachealloc/history.hpp"
 #include "spinlock.hpp"
 #include "stack_capture.hpp"
@@ -81,6 +82,7 @@ struct HistoryRecorder::State {
   // Annotation names; ids are those of the snapshot's string table.
   std::uint32_t string_id(std::string_view text);
   void request_oom_dump() noexcept;
+  void record_oom_usage(std::uint32_t thread, std::uint64_t ticks) noexcept;
 
   CachingAllocator& allocator;
   const std::uint64_t id;  // process-unique, keys the per-thread slot cache
@@ -97,7 +99,7 @@ struct HistoryRecorder::State {
   // locks further down this list:
   //   1. control                    start/stop and options
   //   2. the allocator's pool locks  (on_event runs under one; layout() takes all)
-  //   3. oom_mutex, ring_lock, strings_mutex, the stack table's shards and
+  //   3. oom_mutex, ring_lock, strings_mutex, usage_mutex, the stack table's shards and
   //      detail's thread registry: leaves, never held while taking another.
   // The OOM-dump thread therefore never reads `options` (control) while it
   // holds oom_mutex: the path it needs is copied into oom_dump_path.
@@ -122,6 +124,18 @@ struct HistoryRecorder::State {
   mutable std::mutex strings_mutex;
   std::vector<std::string> strings{std::string()};
   std::unordered_map<std::string, std::uint32_t> string_ids;
+
+  // NVML readings taken at OOMs, each keyed to its OOM event by (thread,
+  // ticks); the dump pairs them with the events it keeps. Leaf lock. At most
+  // kMaxOomUsage are kept, the newest, as the ring keeps the newest events.
+  struct OomUsage {
+    std::uint32_t thread = 0;
+    std::uint64_t ticks = 0;
+    DeviceUsage usage;
+  };
+  static constexpr std::size_t kMaxOomUsage = 4096;
+  std::mutex usage_mutex;
+  std::vector<OomUsage> oom_usage;
 
   std::mutex oom_mutex;
   std::condition_variable oom_cv;

@@ -62,6 +62,37 @@ void check_string(StringId id, const Snapshot& snapshot, const std::string& wher
 
 // The segments of a layout and their blocks; `suffix` says which layout in
 // messages ("" for the final one).
+// NVML's readings: a known source, figures within the device, OOM readings
+// in event order naming an OOM event, the dump's reading last. The events
+// are checked only when they are here (a streaming reader checks the index
+// against its event count, reader.cpp).
+void check_usage(const Snapshot& snapshot) {
+  for (const DeviceInfo& device : snapshot.devices) {
+    const std::string where = "device " + std::to_string(device.index);
+    if (static_cast<int>(device.usage_source) > static_cast<int>(UsageSource::unavailable))
+      inconsistent(where + " has unknown usage source " + std::to_string(static_cast<int>(device.usage_source)));
+    if (!device.usage.empty() && device.usage_source != UsageSource::nvml &&
+        device.usage_source != UsageSource::simulated)
+      inconsistent(where + " holds usage readings but its usage source is " + to_string(device.usage_source));
+    for (std::size_t i = 0; i < device.usage.size(); ++i) {
+      const DeviceUsage& u = device.usage[i];
+      const std::string which = where + " usage reading " + std::to_string(i);
+      if (u.device_used > u.device_total || u.device_reserved > u.device_total - u.device_used ||
+          (u.process_found && u.process_used > u.device_total) || u.other_processes_used > u.device_total)
+        inconsistent(which + " has figures beyond the device's total of " + std::to_string(u.device_total) + " bytes");
+      if (u.event == kUsageAtDump) {
+        if (i + 1 != device.usage.size()) inconsistent(which + " is the dump's but not the last");
+        continue;
+      }
+      if (i > 0 && u.event <= device.usage[i - 1].event)
+        inconsistent(which + " names event " + std::to_string(u.event) + ", not after the previous reading's");
+      if (!snapshot.events.empty() &&
+          (u.event >= snapshot.events.size() || snapshot.events[u.event].kind != EventKind::oom))
+        inconsistent(which + " names event " + std::to_string(u.event) + ", which is not an OOM of the trace");
+    }
+  }
+}
+
 void check_layout(const std::vector<Segment>& segments, const Snapshot& snapshot, const std::string& suffix) {
   for (std::size_t s = 0; s < segments.size(); ++s) {
     const Segment& segment = segments[s];
@@ -149,7 +180,9 @@ Snapshot decode_body(std::uint32_t version, std::span<const std::byte> body) {
     // Version 4 only adds the ring start to the head, which SnapshotHead's
     // class version tells decode_head().
     case 3:
-    case 4: snapshot = decode_version3(body); break;
+    case 4:
+    // Version 5 only adds NVML's readings to DeviceInfo (its class version).
+    case 5: snapshot = decode_version3(body); break;
     default: inconsistent("format version " + std::to_string(version) + " does not exist");
   }
   snapshot.header.format_version = version;
@@ -294,6 +327,7 @@ void validate(const Snapshot& snapshot) {
     }
     check_layout(start.segments, snapshot, " of " + where);
   }
+  check_usage(snapshot);
   detail::validate_events(snapshot, snapshot.events, 0);
 }
 

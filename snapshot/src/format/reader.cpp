@@ -122,6 +122,14 @@ void SnapshotReader::open_streaming(const std::filesystem::path& path, std::uint
   at += detail::kEventSectionHeaderSize;
   const detail::EventSectionHeader section = detail::parse_event_section_header(fixed, left());
   event_count_ = section.event_count;
+  for (const DeviceInfo& device : head_.devices) {
+    for (const DeviceUsage& usage : device.usage) {
+      if (usage.event != kUsageAtDump && usage.event >= event_count_) {
+        detail::inconsistent("device " + std::to_string(device.index) + " has a usage reading at event " +
+                             std::to_string(usage.event) + " of " + std::to_string(event_count_));
+      }
+    }
+  }
 
   const std::uint64_t blocks = section.block_count();
   for (std::uint64_t block = 0; block < blocks; ++block) {

@@ -28,6 +28,9 @@ inline constexpr std::uint32_t kClassVersion = 1;
 // 2 since format version 2: the event encoding (event_codec.hpp).
 template <>
 inline constexpr std::uint32_t kClassVersion<EventColumns> = kEventEncoding;
+// 2 since format version 5: NVML's usage readings follow the driver's figures.
+template <>
+inline constexpr std::uint32_t kClassVersion<DeviceInfo> = 2;
 struct SnapshotHead;
 // 2 since format version 4: the ring start follows the segments.
 template <>
@@ -51,6 +54,7 @@ CEREAL_CLASS_VERSION(cachealloc::snapshot::FrameId, cachealloc::snapshot::detail
 CEREAL_CLASS_VERSION(cachealloc::snapshot::StringId, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::StringId>)
 CEREAL_CLASS_VERSION(cachealloc::snapshot::Header, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::Header>)
 CEREAL_CLASS_VERSION(cachealloc::snapshot::DeviceInfo, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::DeviceInfo>)
+CEREAL_CLASS_VERSION(cachealloc::snapshot::DeviceUsage, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::DeviceUsage>)
 CEREAL_CLASS_VERSION(cachealloc::snapshot::Block, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::Block>)
 CEREAL_CLASS_VERSION(cachealloc::snapshot::Segment, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::Segment>)
 CEREAL_CLASS_VERSION(cachealloc::snapshot::RingStart, cachealloc::snapshot::detail::kClassVersion<cachealloc::snapshot::RingStart>)
@@ -117,6 +121,18 @@ template <class Archive>
 void serialize(Archive& ar, DeviceInfo& device, std::uint32_t version) {
   detail::require_known_class_version<DeviceInfo>(version, "DeviceInfo");
   ar(device.index, device.name, device.total_bytes, device.driver_free_at_dump, device.driver_total_at_dump);
+  if (version >= 2) {
+    auto source = static_cast<std::uint8_t>(device.usage_source);
+    ar(source, device.usage_note, device.usage);
+    device.usage_source = static_cast<UsageSource>(source);
+  }
+}
+
+template <class Archive>
+void serialize(Archive& ar, DeviceUsage& usage, std::uint32_t version) {
+  detail::require_known_class_version<DeviceUsage>(version, "DeviceUsage");
+  ar(usage.event, usage.time_ns, usage.process_found, usage.process_used, usage.device_used, usage.device_reserved,
+     usage.device_total, usage.other_processes, usage.other_processes_used);
 }
 
 // Enums travel as their underlying byte; validate() rejects unknown values.

@@ -25,7 +25,9 @@ namespace cachealloc::snapshot {
 // everything else, so a reader can stream them (reader.hpp, docs/FORMAT.md).
 // 4: the head holds the layout at the ring's start (Snapshot::ring_start)
 // when the ring overflowed, so the analyzer skips its backward pass.
-inline constexpr std::uint32_t kFormatVersion = 4;
+// 5: each device holds NVML's readings (DeviceInfo::usage), what nvidia-smi
+// shows for this process and the whole device, at the dump and at OOMs.
+inline constexpr std::uint32_t kFormatVersion = 5;
 
 enum class ErrorCode {
   not_a_snapshot,  // bad magic: "not a cachealloc snapshot"

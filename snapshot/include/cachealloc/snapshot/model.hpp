@@ -127,12 +127,46 @@ struct Stack {
   friend bool operator==(const Stack&, const Stack&) = default;
 };
 
+// Where a device's usage figures (what nvidia-smi shows) came from.
+// Numeric values are part of the on-disk format: append only.
+enum class UsageSource : std::uint8_t {
+  not_recorded = 0,  // written before format version 5, or a PyTorch pickle
+  nvml = 1,          // NVML (libnvidia-ml.so.1), read by the recorder
+  simulated = 2,     // the simulated device's model of NVML
+  unavailable = 3,   // the recorder tried and could not: DeviceInfo::usage_note says why
+};
+const char* to_string(UsageSource source) noexcept;
+
+// Event index of a DeviceUsage read at the dump rather than at an event.
+inline constexpr std::uint64_t kUsageAtDump = ~std::uint64_t{0};
+
+// One reading of NVML, the source nvidia-smi prints: this process's memory
+// (`nvidia-smi --query-compute-apps=pid,used_memory`) and the whole device's
+// (`--query-gpu=memory.used,memory.total`), at the dump or at an OOM.
+struct DeviceUsage {
+  std::uint64_t event = kUsageAtDump;  // index into Snapshot::events of the OOM it was read at
+  std::uint64_t time_ns = 0;           // CLOCK_MONOTONIC, as Event::time_ns
+  bool process_found = false;          // this process was among the device's compute processes
+  std::uint64_t process_used = 0;      // this process's device memory (valid when process_found)
+  std::uint64_t device_used = 0;       // memory.used (NVML v2: excludes the driver's reservation)
+  std::uint64_t device_reserved = 0;   // memory.reserved: held by the driver and firmware, 0 when not reported
+  std::uint64_t device_total = 0;      // memory.total
+  std::uint32_t other_processes = 0;   // other compute processes on the device
+  std::uint64_t other_processes_used = 0;  // their device memory, summed
+  friend bool operator==(const DeviceUsage&, const DeviceUsage&) = default;
+};
+
 struct DeviceInfo {
   std::int32_t index = 0;
   std::string name;                    // e.g. "NVIDIA H200" or "simulated"
   std::uint64_t total_bytes = 0;       // device capacity
   std::uint64_t driver_free_at_dump = 0;   // cudaMemGetInfo free at dump
   std::uint64_t driver_total_at_dump = 0;  // cudaMemGetInfo total at dump
+  // Format version 5: NVML's view, at every OOM the ring still holds and at
+  // the dump, in event order with the dump's reading last.
+  UsageSource usage_source = UsageSource::not_recorded;
+  std::string usage_note;  // nvml: "driver 580.95.05"; unavailable: why, e.g. "libnvidia-ml.so.1 not found"
+  std::vector<DeviceUsage> usage;
   friend bool operator==(const DeviceInfo&, const DeviceInfo&) = default;
 };
 
