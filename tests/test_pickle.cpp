@@ -369,8 +369,12 @@ TEST_CASE("a container referenced many times cannot multiply the model past the 
 TEST_CASE("protocols outside 2 to 5 and roots that are no snapshot are told apart") {
   CHECK(error_of(bytes_of("\x80\x06}."s)) == ErrorCode::newer_version);
   CHECK(error_of(bytes_of("(dp0\n.")) == ErrorCode::not_a_snapshot);
-  CHECK(error_of(bytes_of(kProto4 + "]\x94.")) == ErrorCode::not_a_snapshot);
+  CHECK(error_of(bytes_of(kProto4 + "K\x01.")) == ErrorCode::not_a_snapshot);  // an int
   CHECK(error_of(bytes_of(kProto4 + "}\x94.")) == ErrorCode::not_a_snapshot);
+  // A list is torch.cuda.memory_snapshot()'s segments; [] is a device with none.
+  const Snapshot empty = decode_pytorch_pickle(bytes_of(kProto4 + "]\x94."));
+  CHECK(empty.segments.empty());
+  CHECK(empty.settings.at(kSegmentsOnlySetting) == "true");
   std::string message;
   CHECK(error_of(bytes_of(kProto4 + "\x8c\x08segmentsa."), &message) == ErrorCode::inconsistent);  // APPEND to a str
   CHECK(error_of(bytes_of(kProto4 + "e.")) == ErrorCode::inconsistent);                           // APPENDS, no MARK

@@ -100,6 +100,85 @@ void json_value(JsonWriter& json, const Value& value, Unit unit) {
              value);
 }
 
+// Rows of one table in the table format: aligned to the rows buffered
+// before the first line is written (all of them, or the first `align_rows`
+// of a streamed table).
+class TableWriter {
+ public:
+  TableWriter(const std::vector<Column>& columns, std::ostream& out, std::size_t align_rows)
+      : columns_(columns), out_(out), align_rows_(align_rows), width_(columns.size()), right_(columns.size(), false) {
+    for (std::size_t c = 0; c < columns.size(); ++c) width_[c] = columns[c].title.size();
+  }
+  void add(std::vector<Value>&& row) {
+    ++rows_;
+    Cells cells{std::vector<std::string>(columns_.size()), {}};
+    for (std::size_t c = 0; c < columns_.size() && c < row.size(); ++c) {
+      cells.text[c] = human(row[c], columns_[c].unit);
+      if (!aligned_ && is_numeric(row[c])) right_[c] = true;
+      // Lists (stacks) continue below their row, one item per line.
+      if (const auto* lines = std::get_if<std::vector<std::string>>(&row[c])) {
+        for (std::size_t i = 1; i < lines->size(); ++i) cells.more.push_back((*lines)[i]);
+      }
+    }
+    if (aligned_) {
+      line(cells);
+      return;
+    }
+    // The last column may be long (stacks); it is never padded.
+    for (std::size_t c = 0; c + 1 < columns_.size(); ++c) width_[c] = std::max(width_[c], cells.text[c].size());
+    buffered_.push_back(std::move(cells));
+    if (buffered_.size() >= align_rows_) flush();
+  }
+  void finish() {
+    if (rows_ == 0) {
+      out_ << "  (none)\n";
+      return;
+    }
+    flush();
+  }
+
+ private:
+  struct Cells {
+    std::vector<std::string> text;
+    std::vector<std::string> more;
+  };
+  void flush() {
+    if (!aligned_) {
+      aligned_ = true;
+      Cells header{{}, {}};
+      for (const Column& column : columns_) header.text.push_back(column.title);
+      line(header);
+    }
+    for (const Cells& cells : buffered_) line(cells);
+    buffered_.clear();
+  }
+  void line(const Cells& cells) {
+    std::string text = " ";
+    const std::size_t columns = columns_.size();
+    for (std::size_t c = 0; c < columns; ++c) {
+      const std::size_t pad = c + 1 < columns ? width_[c] - std::min(width_[c], cells.text[c].size()) : 0;
+      text += ' ';
+      if (right_[c]) text.append(pad, ' ');
+      text += cells.text[c];
+      if (!right_[c]) text.append(pad, ' ');
+    }
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    out_ << text << '\n';
+    for (const std::string& more : cells.more) out_ << "        " << more << '\n';
+  }
+
+  const std::vector<Column>& columns_;
+  std::ostream& out_;
+  std::size_t align_rows_;
+  std::vector<std::size_t> width_;
+  std::vector<bool> right_;
+  std::vector<Cells> buffered_;
+  bool aligned_ = false;
+  std::size_t rows_ = 0;
+};
+
+constexpr std::size_t kStreamAlignRows = 1000;
+
 void render_json(const Document& document, std::ostream& out) {
   JsonWriter json(out);
   json.begin_object();
@@ -143,6 +222,23 @@ void render_json(const Document& document, std::ostream& out) {
                },
                section);
   }
+  std::vector<std::string> streamed_notes;
+  if (document.streamed) {
+    const StreamedTable& table = *document.streamed;
+    json.key(table.key);
+    json.begin_array();
+    table.produce(
+        [&](std::vector<Value>&& row) {
+          json.begin_object();
+          for (std::size_t c = 0; c < table.columns.size() && c < row.size(); ++c) {
+            json.key(table.columns[c].key);
+            json_value(json, row[c], table.columns[c].unit);
+          }
+          json.end_object();
+        },
+        streamed_notes);
+    json.end_array();
+  }
   json.key("lower_bounds");
   json.begin_array();
   for (const std::string& key : lower_bounds) json.value(std::string_view(key));
@@ -150,32 +246,38 @@ void render_json(const Document& document, std::ostream& out) {
   json.key("notes");
   json.begin_array();
   for (const std::string& note : document.notes) json.value(std::string_view(note));
+  for (const std::string& note : streamed_notes) json.value(std::string_view(note));
   json.end_array();
   json.end_object();
   out << '\n';
 }
 
-void render_csv(const Document& document, std::ostream& out) {
+void csv_rows(const std::vector<Column>& columns, const std::vector<Value>& row, CsvWriter& csv,
+              std::vector<std::string>& cells) {
+  cells.assign(columns.size(), std::string());
+  for (std::size_t c = 0; c < columns.size() && c < row.size(); ++c) cells[c] = raw(row[c], columns[c].unit);
+  csv.row(cells);
+}
+
+void csv_table(const std::vector<Column>& columns, const std::vector<std::vector<Value>>& rows, std::ostream& out) {
   CsvWriter csv(out);
-  const Table* chosen = nullptr;
-  for (const Section& section : document.sections) {
-    if (const Table* table = std::get_if<Table>(&section)) {
-      if (chosen == nullptr || table->key == document.csv_table) chosen = table;
-      if (document.csv_table.empty() || table->key == document.csv_table) break;
-    }
-  }
-  if (chosen != nullptr && !document.csv_fields) {
-    std::vector<std::string> cells;
-    for (const Column& column : chosen->columns) cells.push_back(column.key);
-    csv.row(cells);
-    for (const auto& row : chosen->rows) {
-      cells.assign(chosen->columns.size(), std::string());
-      for (std::size_t c = 0; c < chosen->columns.size() && c < row.size(); ++c)
-        cells[c] = raw(row[c], chosen->columns[c].unit);
-      csv.row(cells);
-    }
-    return;
-  }
+  std::vector<std::string> cells;
+  for (const Column& column : columns) cells.push_back(column.key);
+  csv.row(cells);
+  for (const auto& row : rows) csv_rows(columns, row, csv, cells);
+}
+
+void csv_streamed(const StreamedTable& table, std::ostream& out) {
+  CsvWriter csv(out);
+  std::vector<std::string> cells;
+  for (const Column& column : table.columns) cells.push_back(column.key);
+  csv.row(cells);
+  std::vector<std::string> notes;
+  table.produce([&](std::vector<Value>&& row) { csv_rows(table.columns, row, csv, cells); }, notes);
+}
+
+void csv_fields(const Document& document, std::ostream& out) {
+  CsvWriter csv(out);
   csv.row({"key", "value", "lower_bound"});
   for (const Section& section : document.sections) {
     if (const FieldGroup* group = std::get_if<FieldGroup>(&section)) {
@@ -187,6 +289,21 @@ void render_csv(const Document& document, std::ostream& out) {
   }
 }
 
+void render_csv(const Document& document, std::ostream& out) {
+  const Table* chosen = nullptr;
+  for (const Section& section : document.sections) {
+    if (const Table* table = std::get_if<Table>(&section)) {
+      if (chosen == nullptr || table->key == document.csv_table) chosen = table;
+      if (document.csv_table.empty() || table->key == document.csv_table) break;
+    }
+  }
+  if (document.csv_fields) return csv_fields(document, out);
+  if (chosen != nullptr && (!document.streamed || document.csv_table != document.streamed->key))
+    return csv_table(chosen->columns, chosen->rows, out);
+  if (document.streamed) return csv_streamed(*document.streamed, out);
+  csv_fields(document, out);
+}
+
 void render_table(const Document& document, std::ostream& out) {
   out << document.title << '\n';
   for (const Section& section : document.sections) {
@@ -195,8 +312,10 @@ void render_table(const Document& document, std::ostream& out) {
                      if (group.json_only) return;
                      out << '\n' << group.title << '\n';
                      std::size_t width = 0;
-                     for (const Field& field : group.fields) width = std::max(width, field.label.size());
+                     for (const Field& field : group.fields)
+                       if (!field.json_only) width = std::max(width, field.label.size());
                      for (const Field& field : group.fields) {
+                       if (field.json_only) continue;
                        // A figure that is not known reads "unknown", never 0 (JSON: null).
                        const bool unknown = std::holds_alternative<std::monostate>(field.value) &&
                                             field.unit != Unit::event && field.unit != Unit::none;
@@ -211,49 +330,9 @@ void render_table(const Document& document, std::ostream& out) {
                    },
                    [&](const Table& table) {
                      out << '\n' << table.title << '\n';
-                     if (table.rows.empty()) {
-                       out << "  (none)\n";
-                       return;
-                     }
-                     const std::size_t columns = table.columns.size();
-                     std::vector<std::vector<std::string>> cells(table.rows.size(), std::vector<std::string>(columns));
-                     std::vector<std::size_t> width(columns);
-                     std::vector<bool> right(columns, false);
-                     for (std::size_t c = 0; c < columns; ++c) width[c] = table.columns[c].title.size();
-                     for (std::size_t r = 0; r < table.rows.size(); ++r) {
-                       for (std::size_t c = 0; c < columns && c < table.rows[r].size(); ++c) {
-                         cells[r][c] = human(table.rows[r][c], table.columns[c].unit);
-                         if (is_numeric(table.rows[r][c])) right[c] = true;
-                       }
-                     }
-                     // The last column may be long (stacks); it is never padded.
-                     for (std::size_t r = 0; r < cells.size(); ++r) {
-                       for (std::size_t c = 0; c + 1 < columns; ++c) width[c] = std::max(width[c], cells[r][c].size());
-                     }
-                     auto line = [&](const std::vector<std::string>& row) {
-                       std::string text = " ";
-                       for (std::size_t c = 0; c < columns; ++c) {
-                         const std::size_t pad = c + 1 < columns ? width[c] - std::min(width[c], row[c].size()) : 0;
-                         text += ' ';
-                         if (right[c]) text.append(pad, ' ');
-                         text += row[c];
-                         if (!right[c]) text.append(pad, ' ');
-                       }
-                       while (!text.empty() && text.back() == ' ') text.pop_back();
-                       out << text << '\n';
-                     };
-                     std::vector<std::string> header;
-                     for (const Column& column : table.columns) header.push_back(column.title);
-                     line(header);
-                     for (std::size_t r = 0; r < cells.size(); ++r) {
-                       line(cells[r]);
-                       // Lists (stacks) continue below their row, one item per line.
-                       for (std::size_t c = 0; c < columns && c < table.rows[r].size(); ++c) {
-                         if (const auto* lines = std::get_if<std::vector<std::string>>(&table.rows[r][c])) {
-                           for (std::size_t i = 1; i < lines->size(); ++i) out << "        " << (*lines)[i] << '\n';
-                         }
-                       }
-                     }
+                     TableWriter writer(table.columns, out, table.rows.size() + 1);
+                     for (const auto& row : table.rows) writer.add(std::vector<Value>(row));
+                     writer.finish();
                    },
                    [&](const Text& text) {
                      out << '\n';
@@ -263,9 +342,17 @@ void render_table(const Document& document, std::ostream& out) {
                },
                section);
   }
-  if (!document.notes.empty()) {
+  std::vector<std::string> notes = document.notes;
+  if (document.streamed) {
+    const StreamedTable& table = *document.streamed;
+    out << '\n' << table.title << '\n';
+    TableWriter writer(table.columns, out, kStreamAlignRows);
+    table.produce([&](std::vector<Value>&& row) { writer.add(std::move(row)); }, notes);
+    writer.finish();
+  }
+  if (!notes.empty()) {
     out << "\nnotes\n";
-    for (const std::string& note : document.notes) out << "  - " << note << '\n';
+    for (const std::string& note : notes) out << "  - " << note << '\n';
   }
 }
 
@@ -276,6 +363,26 @@ std::optional<Format> parse_format(std::string_view name) noexcept {
   if (name == "csv") return Format::csv;
   if (name == "json") return Format::json;
   return std::nullopt;
+}
+
+std::vector<std::string> csv_tables(const Document& document) {
+  std::vector<std::string> names;
+  if (document.csv_fields) names.emplace_back("fields");
+  for (const Section& section : document.sections) {
+    if (const Table* table = std::get_if<Table>(&section)) names.push_back(table->key);
+  }
+  if (document.streamed) names.push_back(document.streamed->key);
+  if (names.empty()) names.emplace_back("fields");
+  return names;
+}
+
+void render_csv_table(const Document& document, std::string_view name, std::ostream& out) {
+  if (name == "fields") return csv_fields(document, out);
+  for (const Section& section : document.sections) {
+    if (const Table* table = std::get_if<Table>(&section); table != nullptr && table->key == name)
+      return csv_table(table->columns, table->rows, out);
+  }
+  if (document.streamed && document.streamed->key == name) csv_streamed(*document.streamed, out);
 }
 
 void render(const Document& document, Format format, std::ostream& out) {

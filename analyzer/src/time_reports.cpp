@@ -1,5 +1,6 @@
 // timeline and events: what happened when.
 #include <algorithm>
+#include <memory>
 
 #include "cachealloc/analyzer/reports.hpp"
 #include "report_helpers.hpp"
@@ -58,43 +59,16 @@ Document timeline_report(EventSource& source, const ReportOptions& options) {
   return doc;
 }
 
-Document events_report(EventSource& source, const ReportOptions& options) {
-  const Snapshot& snapshot = source.head();
-  SiteNamer names(snapshot, options.sites);
-  const Analysis a = analyze(source, detail::analysis_options(options));
-  Document doc;
-  doc.report = "events";
-  doc.title = detail::title(snapshot, a.device, "events");
-  Table& table = doc.table("events", "events",
-                           {{"event", "event", Unit::event},
-                            {"time_ns", "time", Unit::time},
-                            {"kind", "kind"},
-                            {"address", "address", Unit::address},
-                            {"size", "size", Unit::bytes},
-                            {"aux", "aux", Unit::count},
-                            {"stream", "stream", Unit::address},
-                            {"thread", "thread", Unit::count},
-                            {"site", "site"}});
-  std::size_t shown = 0;
-  // Returns false once the listing is full.
-  auto list = [&](std::size_t i, const snapshot::Event& e) {
-    const bool annotation =
-        e.kind == snapshot::EventKind::annotation_begin || e.kind == snapshot::EventKind::annotation_end;
-    if (e.device != a.device && !annotation) return true;
-    if (!options.kinds.empty() && std::find(options.kinds.begin(), options.kinds.end(), e.kind) == options.kinds.end())
-      return true;
-    if (options.limit != 0 && shown == options.limit) {
-      doc.notes.push_back("listing stops at " + std::to_string(options.limit) + " events (--limit)");
-      return false;
-    }
-    ++shown;
-    Value aux = e.aux;
-    if (annotation && e.aux < snapshot.strings.size()) aux = snapshot.strings[e.aux];
-    table.rows.push_back({static_cast<std::uint64_t>(i), detail::since_origin(a, e.time_ns),
-                          std::string(snapshot::to_string(e.kind)), e.address, e.size, aux, e.stream,
-                          static_cast<std::uint64_t>(e.thread), e.stack ? Value{names.site(e.stack)} : Value{}});
-    return true;
-  };
+namespace {
+
+bool is_annotation(const snapshot::Event& e) {
+  return e.kind == snapshot::EventKind::annotation_begin || e.kind == snapshot::EventKind::annotation_end;
+}
+
+// Calls `visit(index, event)` for the window's events of the device (and
+// every annotation) of the kinds asked for, until it returns false.
+template <class Visit>
+void for_each_listed(EventSource& source, const Analysis& a, const ReportOptions& options, Visit&& visit) {
   bool more = true;
   for (std::size_t b = 0; more && b < source.block_count() && source.block_begin(b) < a.window.end; ++b) {
     const std::size_t base = source.block_begin(b);
@@ -102,7 +76,115 @@ Document events_report(EventSource& source, const ReportOptions& options) {
     const std::span<const snapshot::Event> events = source.block(b);
     const std::size_t from = a.window.begin > base ? a.window.begin - base : 0;
     const std::size_t to = std::min(events.size(), a.window.end - base);
-    for (std::size_t j = from; more && j < to; ++j) more = list(base + j, events[j]);
+    for (std::size_t j = from; more && j < to; ++j) {
+      const snapshot::Event& e = events[j];
+      if (e.device != a.device && !is_annotation(e)) continue;
+      if (!options.kinds.empty() && std::find(options.kinds.begin(), options.kinds.end(), e.kind) == options.kinds.end())
+        continue;
+      more = visit(base + j, e);
+    }
+  }
+}
+
+// Events per slice of the window: how many of each kind, and the bytes
+// allocated and freed; for a trace too long to list.
+void add_event_buckets(Document& doc, EventSource& source, const Analysis& a, const ReportOptions& options) {
+  const std::size_t window = a.window.end - a.window.begin;
+  const std::size_t slices = std::max<std::size_t>(1, std::min(options.buckets, std::max<std::size_t>(window, 1)));
+  Table& table = doc.table("events", "events in each of " + std::to_string(slices) + " slices",
+                           {{"first_event", "from", Unit::event},
+                            {"event", "to", Unit::event},
+                            {"time_ns", "time", Unit::time},
+                            {"events", "events", Unit::count},
+                            {"alloc", "alloc", Unit::count},
+                            {"free", "free", Unit::count},
+                            {"segment_alloc", "segment_alloc", Unit::count},
+                            {"segment_release", "segment_release", Unit::count},
+                            {"oom", "oom", Unit::count},
+                            {"alloc_bytes", "alloc_bytes", Unit::bytes},
+                            {"freed_bytes", "freed_bytes", Unit::bytes}});
+  struct Slice {
+    std::uint64_t events = 0, alloc = 0, free = 0, segment_alloc = 0, segment_release = 0, oom = 0;
+    std::uint64_t alloc_bytes = 0, freed_bytes = 0, time_ns = 0;
+  };
+  std::vector<Slice> rows(slices);
+  auto slice_of = [&](std::size_t i) {
+    return window == 0 ? 0 : std::min(slices - 1, ((i - a.window.begin) * slices) / window);
+  };
+  for_each_listed(source, a, options, [&](std::size_t i, const snapshot::Event& e) {
+    Slice& s = rows[slice_of(i)];
+    ++s.events;
+    s.time_ns = e.time_ns;
+    using snapshot::EventKind;
+    switch (e.kind) {
+      case EventKind::alloc: ++s.alloc, s.alloc_bytes += e.size; break;
+      case EventKind::free_completed: ++s.free, s.freed_bytes += e.size; break;
+      case EventKind::segment_alloc:
+      case EventKind::segment_map: ++s.segment_alloc; break;
+      case EventKind::segment_release:
+      case EventKind::segment_unmap: ++s.segment_release; break;
+      case EventKind::oom: ++s.oom; break;
+      default: break;
+    }
+    return true;
+  });
+  for (std::size_t k = 0; k < slices; ++k) {
+    // The slice's range: the first and last index it covers.
+    const std::size_t first = a.window.begin + (window * k) / slices;
+    const std::size_t next = a.window.begin + (window * (k + 1)) / slices;
+    if (next <= first) continue;
+    const Slice& s = rows[k];
+    table.rows.push_back({static_cast<std::uint64_t>(first), static_cast<std::uint64_t>(next - 1),
+                          s.events != 0 ? Value{detail::since_origin(a, s.time_ns)} : Value{}, s.events, s.alloc,
+                          s.free, s.segment_alloc, s.segment_release, s.oom, s.alloc_bytes, s.freed_bytes});
+  }
+}
+
+}  // namespace
+
+Document events_report(EventSource& source, const ReportOptions& options) {
+  const Snapshot& snapshot = source.head();
+  auto names = std::make_shared<SiteNamer>(snapshot, options.sites);
+  const Analysis a = analyze(source, detail::analysis_options(options));
+  Document doc;
+  doc.report = "events";
+  doc.title = detail::title(snapshot, a.device, "events");
+  if (options.buckets != 0) {
+    add_event_buckets(doc, source, a, options);
+    detail::add_common_notes(doc, snapshot, a);
+    return doc;
+  }
+  std::vector<Column> columns = {{"event", "event", Unit::event},
+                                 {"time_ns", "time", Unit::time},
+                                 {"kind", "kind"},
+                                 {"address", "address", Unit::address},
+                                 {"size", "size", Unit::bytes},
+                                 {"aux", "aux", Unit::count},
+                                 {"stream", "stream", Unit::address},
+                                 {"thread", "thread", Unit::count},
+                                 {"site", "site"}};
+  // Lists the events into `row`; the --limit note into `notes`.
+  auto list = [&source, &snapshot, names, a, options](const RowSink& row, std::vector<std::string>& notes) {
+    std::size_t shown = 0;
+    for_each_listed(source, a, options, [&](std::size_t i, const snapshot::Event& e) {
+      if (options.limit != 0 && shown == options.limit) {
+        notes.push_back("listing stops at " + std::to_string(options.limit) + " events (--limit)");
+        return false;
+      }
+      ++shown;
+      Value aux = e.aux;
+      if (is_annotation(e) && e.aux < snapshot.strings.size()) aux = snapshot.strings[e.aux];
+      row({static_cast<std::uint64_t>(i), detail::since_origin(a, e.time_ns), std::string(snapshot::to_string(e.kind)),
+           e.address, e.size, aux, e.stream, static_cast<std::uint64_t>(e.thread),
+           e.stack ? Value{names->site(e.stack)} : Value{}});
+      return true;
+    });
+  };
+  if (options.stream_rows) {
+    doc.streamed = StreamedTable{"events", "events", std::move(columns), list};
+  } else {
+    Table& table = doc.table("events", "events", std::move(columns));
+    list([&table](std::vector<Value>&& row) { table.rows.push_back(std::move(row)); }, doc.notes);
   }
   detail::add_common_notes(doc, snapshot, a);
   return doc;

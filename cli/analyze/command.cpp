@@ -1,11 +1,13 @@
 #include "command.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
-#include <iostream>
+#include <cstring>
 #include <regex>
+#include <set>
 
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/load.hpp"
@@ -28,33 +30,68 @@ std::function<void(std::size_t, std::size_t)> progress_indicator(const std::stri
   };
 }
 
+std::string join(const std::vector<std::string>& items) {
+  std::string text;
+  for (const std::string& item : items) text += (text.empty() ? "" : ", ") + item;
+  return text;
+}
+
+// The devices a snapshot describes: its device table and its segments.
+std::vector<std::int32_t> devices_of(const snapshot::Snapshot& head) {
+  std::set<std::int32_t> devices;
+  for (const snapshot::DeviceInfo& device : head.devices) devices.insert(device.index);
+  for (const snapshot::Segment& segment : head.segments) devices.insert(segment.device);
+  return {devices.begin(), devices.end()};
+}
+
+void check_device(const snapshot::Snapshot& head, int device) {
+  if (device < 0) return;
+  const std::vector<std::int32_t> devices = devices_of(head);
+  if (devices.empty()) return;  // nothing says which: a trace without a device table
+  for (const std::int32_t known : devices) {
+    if (known == device) return;
+  }
+  std::vector<std::string> names;
+  for (const std::int32_t known : devices) names.push_back(std::to_string(known));
+  throw UsageError("--device " + std::to_string(device) + ": device " + std::to_string(device) +
+                   " is not in this snapshot (devices: " + join(names) + ")");
+}
+
+std::string events_range(std::size_t count) {
+  return count == 0 ? std::string("it has no events") : "events #0 to #" + std::to_string(count - 1);
+}
+
 }  // namespace
 
-void add_common_options(CLI::App& command, CommonOptions& options, bool file_required) {
-  CLI::Option* file = command.add_option("FILE", options.file, "snapshot file written by cachealloc");
-  if (file_required) file->required();
-  command.add_option("--format", options.format, "output format")
-      ->check(CLI::IsMember({"table", "csv", "json"}))
+void add_common_options(CLI::App& command, CommonOptions& options) {
+  command.add_option("FILE", options.file,
+                     "snapshot: ours or a PyTorch pickle, gzip or zstd compressed or not; - reads standard input")
+      ->required();
+  command.add_option("--format", options.format, "output format: table, csv or json")
+      ->check(one_of({"table", "csv", "json"}))
       ->capture_default_str();
-  command.add_option("-o,--output", options.output, "write to this file instead of stdout");
+  command.add_option("-o,--output", options.output,
+                     "write to this file (- : stdout); with --format csv, DIR/ writes one file per table");
+  command.add_flag("-f,--force", options.force, "overwrite the -o file if it exists");
+  command.add_option("--table", options.table, "--format csv: write only this table (see the error for the names)");
   command.add_option("--from", options.from, "first event: an index, or a time since the first event (1.5s, 200ms)");
   command.add_option("--to", options.to, "last event, inclusive: an index or a time");
-  command.add_option("--device", options.device, "device index (default: the first in the snapshot)");
+  command.add_option("--device", options.device, "device index (default: the first in the snapshot)")
+      ->check(whole_number(0, 65535));
   command.add_option("--decode-threads", options.decode_threads,
                      "threads decoding the file's blocks ahead of the analysis (0: decode on the analysis thread)")
-      ->check(CLI::Range(0u, 64u))
+      ->check(whole_number(0, 64))
       ->capture_default_str();
   command.add_option("--frames", options.sites.frames, "frames shown per stack, from the site outwards (0: all)")
-      ->check(CLI::Range(0u, 1000u))
+      ->check(whole_number(0, 1000))
       ->capture_default_str();
   command.add_flag("--all-frames", options.sites.all_frames,
                    "show every frame: no filter of allocator, framework and interpreter frames");
   command.add_option("--filter", options.sites.drop,
                      "also leave out frames matching this regular expression (repeatable)")
+      ->expected(1)
       ->take_all();
-  command.add_flag_callback(
-      "--version", [] { throw CLI::CallForVersion("cachealloc-analyze " CACHEALLOC_VERSION, 0); },
-      "print the version and exit");
+  add_version_flags(command, std::string(kProgram) + " " CACHEALLOC_VERSION);
 }
 
 std::size_t event_point(analyzer::EventSource& source, const std::string& text, const char* option) {
@@ -67,10 +104,12 @@ std::size_t event_point(analyzer::EventSource& source, const std::string& text, 
 std::uint64_t byte_count(const std::string& text, const char* option) {
   std::size_t used = 0;
   unsigned long long value = 0;
+  const std::string what = std::string(option) + ": '" + text + "' is not a byte count (a number, with K, M, G or T)";
+  if (text.empty() || text[0] == '-') throw UsageError(what);
   try {
     value = std::stoull(text, &used);
   } catch (const std::exception&) {
-    throw UsageError(std::string(option) + ": '" + text + "' is not a byte count");
+    throw UsageError(what);
   }
   std::string suffix = text.substr(used);
   if (!suffix.empty() && (suffix.back() == 'B' || suffix.back() == 'b')) suffix.pop_back();
@@ -78,20 +117,29 @@ std::uint64_t byte_count(const std::string& text, const char* option) {
   static const std::string kSuffixes = "KMGT";
   if (suffix.empty()) return value;
   const auto power = kSuffixes.find(static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0]))));
-  if (suffix.size() != 1 || power == std::string::npos)
-    throw UsageError(std::string(option) + ": '" + text + "' is not a byte count");
+  if (suffix.size() != 1 || power == std::string::npos) throw UsageError(what);
   return value << (10 * (power + 1));
 }
 
 void Runner::run() const {
   const std::optional<analyzer::Format> format = analyzer::parse_format(common.format);
   if (!format) throw UsageError("--format: expected table, csv or json");
-  // The only place a file is read; both sniff the content.
+  if (!common.table.empty() && *format != analyzer::Format::csv)
+    throw UsageError("--table " + common.table + ": only with --format csv");
+  // -o is checked before the input is read: a refusal costs nothing.
+  const bool to_folder = !common.output.empty() && common.output != "-" && Output::names_directory(common.output);
+  if (to_folder && (action_ || *format != analyzer::Format::csv))
+    throw UsageError("-o " + common.output + ": a folder takes only --format csv (one file per table)");
+  std::optional<Output> output;
+  if (!to_folder) output.emplace(common.output, common.force);
+
   if (action_) {
-    action_(analyzer::load(common.file));
+    action_(analyzer::load(common.file), *output);
+    output->commit();
     return;
   }
   analyzer::FileEvents source(common.file, common.decode_threads);
+  check_device(source.head(), common.device);
 
   analyzer::ReportOptions options;
   options.device = common.device;
@@ -101,26 +149,56 @@ void Runner::run() const {
   } catch (const std::regex_error& error) {
     throw UsageError("--filter: not a regular expression: " + std::string(error.what()));
   }
-  if (!common.from.empty()) options.window.begin = event_point(source, common.from, "--from");
-  if (!common.to.empty()) {
-    const std::size_t to = event_point(source, common.to, "--to");
-    // A time names the first event at or after it; an index is inclusive.
-    options.window.end = to < source.event_count() ? to + 1 : to;
+  const std::size_t count = source.event_count();
+  if (!common.from.empty()) {
+    options.window.begin = event_point(source, common.from, "--from");
+    if (options.window.begin >= count)
+      throw UsageError("--from " + common.from + " is past the last event (" + events_range(count) + ")");
   }
-  if (options.window.begin > options.window.end) throw UsageError("--from is after --to");
+  if (!common.to.empty()) {
+    const char* option = common.to_option.c_str();
+    const std::size_t to = event_point(source, common.to, option);
+    // A time names the first event at or after it; an index is inclusive.
+    options.window.end = to < count ? to + 1 : to;
+    if (!common.from.empty() && options.window.begin >= options.window.end)
+      throw UsageError("--from " + common.from + " is after " + common.to_option + " " + common.to + " (" +
+                       common.to_option + " must be at or after --from)");
+  }
   options.progress = progress_indicator(name_);
   const analyzer::Document document = build_(source, options);
 
-  if (common.output.empty()) {
-    analyzer::render(document, *format, std::cout);
-    std::cout.flush();
+  if (*format != analyzer::Format::csv) {
+    analyzer::render(document, *format, output->stream());
+    output->commit();
     return;
   }
-  std::ofstream out(common.output, std::ios::binary | std::ios::trunc);
-  if (!out) throw UsageError("cannot write " + common.output);
-  analyzer::render(document, *format, out);
-  out.close();
-  if (!out) throw UsageError("cannot write " + common.output);
+  const std::vector<std::string> tables = analyzer::csv_tables(document);
+  if (!common.table.empty()) {
+    if (std::find(tables.begin(), tables.end(), common.table) == tables.end())
+      throw UsageError("--table: '" + common.table + "' is not a table of the " + name_ + " report (tables: " +
+                       join(tables) + ")" + did_you_mean(common.table, tables));
+    analyzer::render_csv_table(document, common.table, output->stream());
+    output->commit();
+    return;
+  }
+  if (to_folder) {
+    if (::mkdir(common.output.c_str(), 0777) != 0 && errno != EEXIST)
+      throw UsageError("cannot write " + common.output + ": " + std::strerror(errno));
+    std::string folder = common.output;
+    if (folder.back() != '/') folder += '/';
+    for (const std::string& table : tables) {
+      Output file(folder + name_ + "-" + table + ".csv", common.force);
+      analyzer::render_csv_table(document, table, file.stream());
+      file.commit();
+      std::fprintf(stderr, "%s: wrote %s\n", kProgram, file.path().c_str());
+    }
+    return;
+  }
+  if (tables.size() > 1)
+    throw UsageError("--format csv: the " + name_ + " report has " + std::to_string(tables.size()) + " tables (" +
+                     join(tables) + "); choose one with --table NAME, or write each to its own file with -o DIR/");
+  analyzer::render(document, *format, output->stream());
+  output->commit();
 }
 
 }  // namespace cachealloc::cli

@@ -7,9 +7,12 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
-#include <stdexcept>
+#include <optional>
+#include <ostream>
 #include <string>
 
+#include "../common/conventions.hpp"
+#include "../common/output.hpp"
 #include "cachealloc/analyzer/document.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/analyzer/reports.hpp"
@@ -17,17 +20,17 @@
 
 namespace cachealloc::cli {
 
-// Bad usage found after parsing (a bad --from, an unwritable -o): exit code 2.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+inline constexpr const char* kProgram = "cachealloc-analyze";
 
 struct CommonOptions {
   std::string file;
   std::string format = "table";
   std::string output;
+  bool force = false;
+  std::string table;  // --table: the one table CSV writes
   std::string from;
   std::string to;
+  std::string to_option = "--to";  // the option that set `to` (summary --at)
   int device = -1;
   unsigned decode_threads = analyzer::FileEvents::default_decode_threads();
   analyzer::SiteFilter sites;
@@ -44,25 +47,26 @@ class Runner {
     name_ = std::move(name);
     build_ = std::move(build);
   }
-  // For subcommands that write a file rather than a report (convert).
-  void select_action(std::string name, std::function<void(const snapshot::Snapshot&)> action) {
+  // For subcommands that write a file rather than a report (convert): the
+  // snapshot, and where -o points (checked before the input is read).
+  void select_action(std::string name, std::function<void(const snapshot::Snapshot&, Output&)> action) {
     name_ = std::move(name);
     action_ = std::move(action);
   }
   bool selected() const { return static_cast<bool>(build_) || static_cast<bool>(action_); }
-  // Opens the file, builds, renders and writes. Throws UsageError or
-  // SnapshotError. Reports read the events block by block (FileEvents);
-  // actions get the whole snapshot.
+  // Checks -o, opens the file, checks the options against it, builds,
+  // renders and writes. Throws UsageError or SnapshotError.
   void run() const;
 
  private:
   std::string name_;
   BuildReport build_;
-  std::function<void(const snapshot::Snapshot&)> action_;
+  std::function<void(const snapshot::Snapshot&, Output&)> action_;
 };
 
-// Adds FILE (optional for the top level, where it means summary), --format, -o, --from, --to, --device, --version to `command`.
-void add_common_options(CLI::App& command, CommonOptions& options, bool file_required = true);
+// Adds FILE, --format, -o, -f, --table, --from, --to, --device, the site
+// options, --help and --version to `command`.
+void add_common_options(CLI::App& command, CommonOptions& options);
 
 // Parses an event index or a time ("1.5s"); throws UsageError naming `option`.
 std::size_t event_point(analyzer::EventSource& source, const std::string& text, const char* option);

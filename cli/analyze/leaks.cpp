@@ -10,7 +10,8 @@ void add_leaks_command(CLI::App& app, Runner& runner) {
   auto min_size = std::make_shared<std::string>("0");
   auto limit = std::make_shared<std::size_t>(0);
   command->add_option("--min-size", *min_size, "list only allocations of at least N bytes (suffixes K, M, G)");
-  command->add_option("--limit", *limit, "list at most N sites and N allocations (0: all)");
+  command->add_option("--limit", *limit, "list at most N sites and N allocations (0: all)")
+      ->check(whole_number(0, 1'000'000'000'000));
   command->footer(
       "Examples:\n"
       "  cachealloc-analyze leaks run.bin --min-size 1M\n"

@@ -10,10 +10,11 @@ void add_peak_command(CLI::App& app, Runner& runner) {
   add_common_options(*command, runner.common);
   auto metric = std::make_shared<std::string>("allocated");
   auto limit = std::make_shared<std::size_t>(0);
-  command->add_option("--metric", *metric, "which peak")
-      ->check(CLI::IsMember({"allocated", "reserved"}))
+  command->add_option("--metric", *metric, "which peak: allocated or reserved")
+      ->check(one_of({"allocated", "reserved"}))
       ->capture_default_str();
-  command->add_option("--limit", *limit, "list at most N sites and N allocations (0: all)");
+  command->add_option("--limit", *limit, "list at most N sites and N allocations (0: all)")
+      ->check(whole_number(0, 1'000'000'000'000));
   command->footer(
       "Examples:\n"
       "  cachealloc-analyze peak run.bin\n"

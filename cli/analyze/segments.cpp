@@ -20,11 +20,19 @@ void add_segments_command(CLI::App& app, Runner& runner) {
   command->callback([&runner, at, at_time] {
     runner.select("segments", [at, at_time](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       if (!at->empty()) options.at = event_point(source, *at, "--at");
+      if (options.at && *options.at >= source.event_count())
+        throw UsageError("--at " + *at + " is past the last event (" +
+                         (source.event_count() == 0 ? std::string("it has no events")
+                                                    : "events #0 to #" + std::to_string(source.event_count() - 1)) +
+                         ")");
       if (!at_time->empty()) {
         // A time names the first event at or after it; the state is just before that event.
         const std::size_t next = event_point(source, *at_time + (at_time->back() == 's' ? "" : "s"), "--at-time");
         options.at = next == 0 ? analyzer::kNoEvent : next - 1;
       }
+      if (options.at && *options.at != analyzer::kNoEvent && *options.at < options.window.begin)
+        throw UsageError("--at " + (at->empty() ? *at_time : *at) + " (event #" + std::to_string(*options.at) +
+                         ") is before --from (event #" + std::to_string(options.window.begin) + ")");
       if (options.at == analyzer::kNoEvent) options.at = std::nullopt, options.window.end = 0;
       return analyzer::segments_report(source, options);
     });

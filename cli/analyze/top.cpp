@@ -10,8 +10,10 @@ void add_top_command(CLI::App& app, Runner& runner) {
   add_common_options(*command, runner.common);
   auto by = std::make_shared<std::string>("bytes");
   auto limit = std::make_shared<std::size_t>(20);
-  command->add_option("--by", *by, "order")->check(CLI::IsMember({"bytes", "count", "peak"}))->capture_default_str();
-  command->add_option("--limit", *limit, "list at most N sites")->capture_default_str();
+  command->add_option("--by", *by, "order")->check(one_of({"bytes", "count", "peak"}))->capture_default_str();
+  command->add_option("--limit", *limit, "list at most N sites")
+      ->check(whole_number(0, 1'000'000'000'000))
+      ->capture_default_str();
   command->footer(
       "Examples:\n"
       "  cachealloc-analyze top run.bin\n"

@@ -3,12 +3,13 @@
 //   x = torch.empty(1000, 1000); y = torch.empty(5000, 5000); del y; empty_cache()
 // on the device CACHEALLOC_DEVICE selects (auto: the GPU when there is one),
 // recording its memory history into a snapshot when asked.
-#include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <exception>
 #include <string>
 
+#include <vector>
+
+#include "../common/conventions.hpp"
 #include "cachealloc/history.hpp"
 
 namespace {
@@ -23,20 +24,19 @@ void report(const char* step, const cachealloc::CachingAllocator& allocator) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  constexpr const char* kProgram = "cachealloc-seed-example";
   CLI::App app{"Allocate 4,000,000 and 100,000,000 bytes, free the second, empty the cache; print allocated and\n"
                "reserved after each step, as PyTorch does.\n\n"
                "Examples:\n"
                "  cachealloc-seed-example\n"
-               "  cachealloc-seed-example --snapshot snapshot.bin && cachealloc-analyze snapshot.bin"};
+               "  cachealloc-seed-example --snapshot snapshot.bin && cachealloc-analyze snapshot.bin\n"
+               "Exit status: 0 done; 2 bad usage or a snapshot that cannot be written; 1 an internal error.",
+               kProgram};
   std::string snapshot;
   app.add_option("--snapshot", snapshot, "record the memory history (native stacks) and dump it to this file");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  }
+  cachealloc::cli::add_version_flags(app, std::string(kProgram) + " " CACHEALLOC_VERSION);
+  if (const auto stop = cachealloc::cli::parse(app, kProgram, std::vector<std::string>(argv + 1, argv + argc)))
+    return *stop;
   try {
     auto device = cachealloc::make_device_from_environment();
     std::fprintf(stderr, "device: %s (%s)\n", device->name().c_str(), device->backend());
@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
     }
     allocator.deallocate(small);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    // The device or the allocator refused (no GPU, out of memory): not a bug of ours.
+    std::fprintf(stderr, "%s: error: %s\n", kProgram, e.what());
     return 2;
   }
   return 0;

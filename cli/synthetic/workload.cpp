@@ -1,9 +1,12 @@
 #include "workload.hpp"
 
+#include "../common/conventions.hpp"
+
 #include <atomic>
 #include <cstdio>
 #include <random>
 #include <stdexcept>
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -175,7 +178,10 @@ WorkloadResult run_workload(const WorkloadOptions& options, const std::filesyste
   CachingAllocator allocator(device);
   allocator.set_memory_fraction(0.1);
   HistoryOptions history;
-  history.max_entries = options.events;
+  // The loop stops once `events` are recorded, then closes its step (frees,
+  // annotation ends): the ring has room for that tail, so it never
+  // overflows and the file holds the whole run (no lower bounds).
+  history.max_entries = options.events + std::max<std::uint64_t>(options.events / 8, 65536);
   history.stacks = options.stacks;
   HistoryRecorder recorder(allocator, history);
 
@@ -194,10 +200,11 @@ WorkloadResult run_workload(const WorkloadOptions& options, const std::filesyste
   }
   for (auto& thread : threads) thread.join();
   recorder.stop();
-  if (!recorder.dump_snapshot(output)) throw std::runtime_error("the snapshot could not be written");
+  if (!recorder.dump_snapshot(output)) throw cachealloc::cli::UsageError("cannot write " + output.string());
 
   WorkloadResult total;
   total.recorded = recorder.recorded_events();
+  total.ring_overflowed = total.recorded > history.max_entries;
   for (const auto& r : results) {
     total.steps += r.steps;
     total.ooms += r.ooms;

@@ -19,10 +19,12 @@ struct WorkloadResult {
   std::uint64_t recorded = 0;  // events appended, annotations included
   std::uint64_t steps = 0;
   std::uint64_t ooms = 0;
+  bool ring_overflowed = false;  // events were lost: the file's figures are lower bounds
 };
 
 // Drives a real CachingAllocator on a simulated H200 with history recording
-// (ring of `events` entries), then dumps to `output`. Phases like a training
+// (a ring with room for the whole run: `events` and the tail of the last
+// step), then dumps to `output`. Phases like a training
 // loop ("step N" > "forward" / "backward" / "optimizer" annotations), sizes
 // from 512 B to 96 MiB, a copy stream whose input batches are handed to the
 // compute stream with record_stream, an occasional empty_cache, and an OOM

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -47,6 +48,7 @@ struct Field {
   Value value;
   Unit unit = Unit::none;
   bool lower_bound = false;  // the true figure may be larger (events were lost)
+  bool json_only = false;    // in JSON and CSV only: a table leaves the line out
 };
 
 struct FieldGroup {
@@ -57,6 +59,11 @@ struct FieldGroup {
   FieldGroup& add(std::string field_key, std::string label, Value value, Unit unit = Unit::none,
                   bool lower_bound = false) {
     fields.push_back(Field{std::move(field_key), std::move(label), std::move(value), unit, lower_bound});
+    return *this;
+  }
+  // Marks the last field added as JSON and CSV only.
+  FieldGroup& json_only_if(bool hidden) {
+    if (!fields.empty()) fields.back().json_only = hidden;
     return *this;
   }
 };
@@ -82,6 +89,21 @@ struct Text {
 
 using Section = std::variant<FieldGroup, Table, Text>;
 
+// A table too long to hold in memory (every event of a large trace): its
+// rows are produced while it is rendered, each written as it comes, so
+// memory stays that of one row. `produce` calls `row` once per row, in
+// order, and may add notes (shown after the document's own). It runs once,
+// inside render(), and may read whatever the report's source holds, which
+// must outlive the render. The table format aligns columns to the first
+// 1,000 rows; a longer cell later only widens its own line.
+using RowSink = std::function<void(std::vector<Value>&&)>;
+struct StreamedTable {
+  std::string key;
+  std::string title;
+  std::vector<Column> columns;
+  std::function<void(const RowSink& row, std::vector<std::string>& notes)> produce;
+};
+
 struct Document {
   std::string report;  // the subcommand that made it
   std::string title;   // the first line of the table format
@@ -89,6 +111,8 @@ struct Document {
   std::vector<std::string> notes;  // warnings and caveats, shown last
   std::string csv_table;           // the table CSV writes; empty: the first one
   bool csv_fields = false;         // CSV writes the fields as key,value rows instead
+  // Rendered after the sections, before the notes.
+  std::optional<StreamedTable> streamed;
 
   FieldGroup& group(std::string key, std::string group_title) {
     sections.emplace_back(FieldGroup{std::move(key), std::move(group_title), {}, false});
@@ -110,6 +134,13 @@ enum class Format { table, csv, json };
 std::optional<Format> parse_format(std::string_view name) noexcept;
 
 void render(const Document& document, Format format, std::ostream& out);
+
+// The tables CSV can write, in order: "fields" first when the document's CSV
+// is its fields (csv_fields), then every table's key (the streamed one last).
+std::vector<std::string> csv_tables(const Document& document);
+// CSV of one of them ("fields": the key,value,lower_bound rows).
+// Precondition: `table` is one of csv_tables(document).
+void render_csv_table(const Document& document, std::string_view table, std::ostream& out);
 
 // Human byte counts: "512 B", "1.50 KiB", ... "2.00 TiB".
 std::string format_bytes(std::uint64_t bytes);

@@ -77,7 +77,13 @@ struct ReportOptions {
   SiteFilter sites;
   std::int32_t device = -1;  // -1: pick_device()
   EventWindow window;
-  std::size_t buckets = 0;  // timeline / fragmentation over time: 0 = the report's default
+  // timeline, events / fragmentation over time: N slices of the window; for
+  // timeline and events 0 means one row per event.
+  std::size_t buckets = 0;
+  // events with one row per event: the rows are produced while the document
+  // is rendered (Document::streamed), so memory stays one row whatever the
+  // trace's length. The source must then outlive the render.
+  bool stream_rows = false;
   std::size_t limit = 0;    // longest listing, 0 = no limit
   std::optional<std::size_t> at;  // segments: the state just after this event
   bool peak_reserved = false;     // peak: the reserved peak instead of the allocated one
