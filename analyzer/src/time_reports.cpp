@@ -1,6 +1,7 @@
 // timeline and events: what happened when.
 #include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "cachealloc/analyzer/reports.hpp"
 #include "report_helpers.hpp"
@@ -9,7 +10,77 @@ namespace cachealloc::analyzer {
 
 using snapshot::Snapshot;
 
+namespace {
+
+const std::vector<Column>& timeline_columns() {
+  static const std::vector<Column> columns = {{"first_event", "from", Unit::event},
+                                              {"event", "to", Unit::event},
+                                              {"time_ns", "time", Unit::time},
+                                              {"kind", "kind"},
+                                              {"allocated", "allocated", Unit::bytes},
+                                              {"reserved", "reserved", Unit::bytes},
+                                              {"active", "active", Unit::bytes},
+                                              {"requested", "requested", Unit::bytes},
+                                              {"peak", "peak"}};
+  return columns;
+}
+
+// One row per event, produced while rendering: the analysis (a first pass)
+// finds the peaks; the rows come from a second replay from the same start,
+// one event at a time, so memory is the replayed state, not the rows.
+Document streamed_timeline(EventSource& source, const ReportOptions& options) {
+  const Snapshot& snapshot = source.head();
+  const Analysis a = analyze(source, detail::analysis_options(options));
+  Document doc;
+  doc.report = "timeline";
+  doc.title = detail::title(snapshot, a.device, "timeline");
+  auto produce = [&source, a](const RowSink& row, std::vector<std::string>& /*notes*/) {
+    std::optional<Replay> replay;
+    replay_to(source, a.device, a.window.begin == 0 ? kNoEvent : a.window.begin - 1,
+              [&replay](const Replay& state) { replay.emplace(state); });
+    const Peak* peaks[4] = {&a.peak_allocated, &a.peak_reserved, &a.peak_active, &a.peak_requested};
+    static constexpr const char* kNames[4] = {"allocated", "reserved", "active", "requested"};
+    bool marked[4] = {false, false, false, false};
+    auto marks = [&](std::size_t event) {
+      std::string text;
+      for (int m = 0; m < 4; ++m) {
+        if (!marked[m] && peaks[m]->event == event) {
+          marked[m] = true;
+          text += (text.empty() ? "" : " ") + std::string(kNames[m]);
+        }
+      }
+      return text;
+    };
+    auto emit = [&](Value first, std::size_t event, std::uint64_t time, std::string kind) {
+      const Totals& t = replay->totals();
+      row({std::move(first), detail::event_value(event), detail::since_origin(a, time), std::move(kind), t.allocated,
+           t.reserved, t.active, t.requested, marks(event)});
+    };
+    bool started = false;
+    for (std::size_t b = 0; b < source.block_count() && source.block_begin(b) < a.window.end; ++b) {
+      const std::size_t base = source.block_begin(b);
+      if (source.block_begin(b + 1) <= a.window.begin) continue;
+      const std::span<const snapshot::Event> events = source.block(b);
+      const std::size_t from = a.window.begin > base ? a.window.begin - base : 0;
+      const std::size_t to = std::min(events.size(), a.window.end - base);
+      for (std::size_t j = from; j < to; ++j) {
+        const snapshot::Event& e = events[j];
+        if (!started) emit(Value{}, kNoEvent, e.time_ns, "start"), started = true;
+        replay->apply(e);
+        emit(static_cast<std::uint64_t>(base + j), base + j, e.time_ns, std::string(snapshot::to_string(e.kind)));
+      }
+    }
+    if (!started) emit(Value{}, kNoEvent, a.time_origin_ns, "start");
+  };
+  doc.streamed = StreamedTable{"timeline", "after each event", timeline_columns(), produce};
+  detail::add_common_notes(doc, snapshot, a);
+  return doc;
+}
+
+}  // namespace
+
 Document timeline_report(EventSource& source, const ReportOptions& options) {
+  if (options.stream_rows && options.buckets == 0) return streamed_timeline(source, options);
   const Snapshot& snapshot = source.head();
   AnalysisOptions analysis = detail::analysis_options(options);
   analysis.timeline = options.buckets != 0 ? AnalysisOptions::Timeline::buckets : AnalysisOptions::Timeline::per_event;

@@ -14,7 +14,7 @@ void add_timeline_command(CLI::App& app, Runner& runner) {
       command->add_option("--buckets", *buckets, "N slices, each with its largest values")
           ->check(whole_number(1, 10'000'000))
           ->capture_default_str();
-  command->add_flag("--all-events", *all_events, "one row per event instead of slices")->excludes(buckets_option);
+  command->add_flag("--all-events", *all_events, "one row per event instead of slices, written as they are replayed (bounded memory)")->excludes(buckets_option);
   command->footer(
       "Examples:\n"
       "  cachealloc-analyze timeline run.bin --buckets 50\n"
@@ -22,6 +22,7 @@ void add_timeline_command(CLI::App& app, Runner& runner) {
   command->callback([&runner, buckets, all_events] {
     runner.select("timeline", [buckets, all_events](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       options.buckets = *all_events ? 0 : *buckets;
+      options.stream_rows = *all_events;
       return analyzer::timeline_report(source, options);
     });
   });

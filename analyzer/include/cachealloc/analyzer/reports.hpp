@@ -80,7 +80,7 @@ struct ReportOptions {
   // timeline, events / fragmentation over time: N slices of the window; for
   // timeline and events 0 means one row per event.
   std::size_t buckets = 0;
-  // events with one row per event: the rows are produced while the document
+  // timeline and events with one row per event: the rows are produced while the document
   // is rendered (Document::streamed), so memory stays one row whatever the
   // trace's length. The source must then outlive the render.
   bool stream_rows = false;
