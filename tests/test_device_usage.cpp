@@ -62,7 +62,7 @@ TEST_CASE("the simulated device's NVML figures count its context, every reservat
   CHECK(usage.device_used == usage.process_used + 3 * GiB);
   CHECK(usage.other_processes == 2);
   CHECK(usage.other_processes_used == 3 * GiB);
-  CHECK(usage.device_total == 150109880320ull);
+  CHECK(usage.device_total == 150109880320ull);  // no driver reservation by default
   // and cudaMemGetInfo's free is what nobody holds
   CHECK(driver.free == driver.total - usage.device_used);
   device->release(raw, 64 * MiB);
@@ -110,7 +110,7 @@ TEST_CASE("a dump records NVML's reading and the summary chains allocated to the
   for (const char* label : {"allocated (torch.cuda.memory_allocated())", "= reserved (torch.cuda.memory_reserved())",
                             "+ CUDA context and other allocators in this process",
                             "= this process on the device (nvidia-smi, this process)",
-                            "+ 2 other processes and memory no process holds", "= device used (nvidia-smi memory.used)",
+                            "+ other processes (2) and memory no process holds", "= device used (nvidia-smi memory.used)",
                             "= device total (nvidia-smi memory.total)"}) {
     CAPTURE(label);
     CHECK(table.find(label) != std::string::npos);
@@ -157,6 +157,14 @@ TEST_CASE("an OOM records NVML's reading at its event; a range shows it only whe
   CHECK(json["gap"]["process_used"].number() == static_cast<double>(100 * MiB + reserved_at_oom));
   CHECK(json["gap"]["process_outside_allocator"].number() == static_cast<double>(100 * MiB));
   CHECK(json["gap"]["outside_process"].number() == static_cast<double>(1536 * MiB));
+  // and the oom report names the memory beside the allocator that filled the device
+  const analyzer::Document oom = analyzer::oom_report(snap, {});
+  const auto oom_json = analyzer::testing::parse_json(rendered(oom, analyzer::Format::json));
+  CHECK(oom_json["ooms"].array().at(0)["process_used"].number() == static_cast<double>(100 * MiB + reserved_at_oom));
+  CHECK(oom_json["ooms"].array().at(0)["other_processes_used"].number() == static_cast<double>(1536 * MiB));
+  const std::string oom_table = rendered(oom, analyzer::Format::table);
+  CHECK(oom_table.find("beside the allocator, this process held 100.00 MiB (CUDA context and other allocators) and 1 "
+                       "other process(es) 1.50 GiB, by nvidia-smi's figures") != std::string::npos);
   // and a moment before it, where nothing was measured, leaves every device figure unknown
   analyzer::ReportOptions before;
   before.window = {0, static_cast<std::size_t>(oom_event)};
@@ -251,4 +259,41 @@ TEST_CASE("format version 5 keeps NVML's readings; a reading that names no OOM i
   snap.devices[0].usage.back().device_used = snap.devices[0].usage.back().device_total + 1;
   CHECK_THROWS_AS(snapshot::validate(snap), snapshot::SnapshotError);
   allocator.deallocate(a);
+}
+
+TEST_CASE("the simulated device's context and other processes are set by CACHEALLOC_SIMULATED's text") {
+  // given a text with every key
+  const SimulatedDeviceOptions options =
+      simulated_options_from_text("capacity=80GiB,context=520MiB,other_processes=3,other_processes_bytes=6GiB");
+  // then each lands in its option
+  CHECK(options.capacity == 80 * GiB);
+  CHECK(options.context_overhead == 520 * MiB);
+  CHECK(options.other_processes == 3);
+  CHECK(options.other_processes_bytes == 6 * GiB);
+  // and the empty text gives the H200 as measured: nvidia-smi's total is
+  // cudaMemGetInfo's plus the driver's reservation
+  const SimulatedDeviceOptions h200 = simulated_options_from_text("");
+  CHECK(h200.capacity == 150109880320ull);
+  CHECK(h200.context_overhead == 518 * MiB);
+  CHECK(h200.capacity + h200.driver_reserved == 143771ull * MiB);
+  const DeviceUsage usage = make_simulated_device(h200)->usage();
+  CHECK(usage.device_total == 143771ull * MiB);
+  CHECK(usage.device_used == 518 * MiB);
+  // and bad items are refused naming them
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"context=5XB", "CACHEALLOC_SIMULATED: context='5XB' is not a size"},
+           {"contxt=1GiB", "CACHEALLOC_SIMULATED: unknown key 'contxt'"},
+           {"context", "CACHEALLOC_SIMULATED: 'context' is not key=value"},
+           {"capacity=1GiB,context=2GiB", "exceed the capacity"},
+           {"capacity=0", "capacity must be more than 0"},
+           {"context=99999999999999999GiB", "is not a size"},
+           {"other_processes=2GiB", "is not a count of processes"}}) {
+    CAPTURE(text);
+    try {
+      (void)simulated_options_from_text(text);
+      FAIL("accepted");
+    } catch (const InvalidArgument& e) {
+      CHECK(std::string(e.what()).find(message) != std::string::npos);
+    }
+  }
 }

@@ -227,6 +227,8 @@ Document oom_report(EventSource& source, const ReportOptions& options) {
                             {"reserved", "reserved", Unit::bytes},
                             {"cap", "cap", Unit::bytes},
                             {"device_free", "device free", Unit::bytes},
+                            {"process_used", "this process (nvidia-smi)", Unit::bytes},
+                            {"other_processes_used", "other processes", Unit::bytes},
                             {"largest_free", "largest free", Unit::bytes},
                             {"releasable_by_empty_cache", "releasable by empty_cache", Unit::bytes},
                             {"empty_cache_helps", "empty_cache helps"},
@@ -238,7 +240,18 @@ Document oom_report(EventSource& source, const ReportOptions& options) {
                               {"allocations", "allocs", Unit::count},
                               {"stack", "site"}});
   Text& explain = doc.text("explanation", "verdicts");
+  // NVML's readings at OOMs (format version 5): what nvidia-smi showed then.
+  const std::vector<snapshot::DeviceUsage>* readings = nullptr;
+  for (const snapshot::DeviceInfo& info : snapshot.devices)
+    if (info.index == a.device) readings = &info.usage;
+  const auto reading_at = [&](std::size_t event) -> const snapshot::DeviceUsage* {
+    if (!readings) return nullptr;
+    for (const snapshot::DeviceUsage& u : *readings)
+      if (u.event == event) return &u;
+    return nullptr;
+  };
   for (const OomRecord& oom : a.ooms) {
+    const snapshot::DeviceUsage* usage = reading_at(oom.event);
     const std::uint64_t limit_device = oom.totals.reserved + oom.device_free;
     const std::uint64_t limit = oom.cap != 0 ? std::min(oom.cap, limit_device) : limit_device;
     const std::uint64_t demand = oom.totals.allocated + oom.requested;
@@ -262,9 +275,21 @@ Document oom_report(EventSource& source, const ReportOptions& options) {
     }
     table.rows.push_back({static_cast<std::uint64_t>(oom.event), detail::since_origin(a, oom.time_ns),
                           phase_text(snapshot, oom.phase), oom.requested, oom.totals.allocated, oom.totals.reserved,
-                          oom.cap == 0 ? Value{} : Value{oom.cap}, oom.device_free, oom.cache.largest_free,
+                          oom.cap == 0 ? Value{} : Value{oom.cap}, oom.device_free,
+                          usage && usage->process_found ? Value{usage->process_used} : Value{},
+                          usage ? Value{usage->other_processes_used} : Value{}, oom.cache.largest_free,
                           oom.cache.releasable, helps, verdict});
-    explain.lines.push_back("#" + std::to_string(oom.event) + ": " + verdict + ": " + why +
+    // Memory the allocator never saw, from nvidia-smi's figures: part of why the device was full.
+    std::string beside;
+    if (usage && usage->process_found && usage->process_used >= oom.totals.reserved) {
+      beside = "; beside the allocator, this process held " + format_bytes(usage->process_used - oom.totals.reserved) +
+               " (CUDA context and other allocators)";
+      if (usage->other_processes != 0)
+        beside += " and " + std::to_string(usage->other_processes) + " other process(es) " +
+                  format_bytes(usage->other_processes_used);
+      beside += ", by nvidia-smi's figures";
+    }
+    explain.lines.push_back("#" + std::to_string(oom.event) + ": " + verdict + ": " + why + beside +
                             (helps ? "; empty_cache() first would have let it succeed." : "."));
     for (std::size_t i = 0; i < oom.top_sites.size(); ++i) {
       const SiteBytes& s = oom.top_sites[i];

@@ -95,8 +95,7 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
     }
   }
   const bool nvml = usage != nullptr;
-  const std::string others =
-      other_count ? std::to_string(*other_count) + " other process" + (*other_count == 1 ? "" : "es") : "other processes";
+  const std::string others = other_count ? "other processes (" + std::to_string(*other_count) + ")" : "other processes";
   // Inside a trace that began mid-run the state comes from a derived start:
   // what it holds is a lower bound (tests/test_pytorch_ground_truth.cpp).
   const bool bound = lower && !at_dump;

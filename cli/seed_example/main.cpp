@@ -2,15 +2,18 @@
 // allocator. Prints the same lines PyTorch prints for
 //   x = torch.empty(1000, 1000); y = torch.empty(5000, 5000); del y; empty_cache()
 // on the device CACHEALLOC_DEVICE selects (auto: the GPU when there is one),
-// recording its memory history into a snapshot when asked.
+// recording its memory history into a snapshot when asked. After the free it
+// prints the chain of views from allocated to the device total.
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include <vector>
 
 #include "../common/conventions.hpp"
 #include "cachealloc/history.hpp"
+#include "cachealloc/memory_views.hpp"
 
 namespace {
 
@@ -19,6 +22,41 @@ void report(const char* step, const cachealloc::CachingAllocator& allocator) {
   std::printf("%s - allocated: %.2fMB, reserved: %.2fMB\n", step,
               static_cast<double>(allocator.memory_allocated()) / kMiB,
               static_cast<double>(allocator.memory_reserved()) / kMiB);
+}
+
+// The chain from the allocator to the device, each figure labelled with the
+// tool that shows it to a PyTorch user.
+void views(const char* step, cachealloc::CachingAllocator& allocator) {
+  const cachealloc::MemoryViews v = cachealloc::memory_views(allocator);
+  const auto mib = [](std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
+  const bool nvml = v.usage.source != cachealloc::DeviceUsage::Source::unavailable;
+  const auto figure = [&](bool known, std::uint64_t bytes) {
+    char text[32];
+    if (known) std::snprintf(text, sizeof text, "%.2f MiB", mib(bytes));
+    else std::snprintf(text, sizeof text, "unknown");
+    return std::string(text);
+  };
+  const auto line = [&](const char* what, const std::string& value, const std::string& remainder) {
+    std::printf("  %-40s %14s%s%s\n", what, value.c_str(), remainder.empty() ? "" : "  = ", remainder.c_str());
+  };
+  const auto outside = v.outside_allocator();
+  const auto others = v.outside_process();
+  const auto free = v.device_free();
+  std::printf("%s - from allocated to the device total:\n", step);
+  line("torch.cuda.memory_allocated()", figure(true, v.allocated), "");
+  line("torch.cuda.memory_reserved()", figure(true, v.reserved),
+       "allocated + " + figure(true, v.cached()) + " cached in the allocator");
+  line("nvidia-smi, this process (used_memory)", figure(nvml && v.usage.process_found, v.usage.process_used),
+       "reserved + " + figure(outside.has_value(), outside.value_or(0)) +
+           " CUDA context and other allocators in this process");
+  line("nvidia-smi, the device (memory.used)", figure(nvml, v.usage.device_used),
+       "this process + " + figure(others.has_value(), others.value_or(0)) + " other processes and memory no process holds");
+  line("nvidia-smi, the device (memory.total)", figure(nvml, v.usage.device_total),
+       "used + " + figure(free.has_value(), free.value_or(0)) + " free + " + figure(nvml, v.usage.device_reserved) +
+           " reserved by the driver");
+  if (!nvml) std::printf("  (nvidia-smi's figures: %s)\n", v.usage.note.c_str());
+  else if (v.usage.source == cachealloc::DeviceUsage::Source::simulated)
+    std::printf("  (nvidia-smi's figures: the simulated device's model of them)\n");
 }
 
 }  // namespace
@@ -61,6 +99,7 @@ int main(int argc, char** argv) {
       allocator.deallocate(big);
     }
     report("after free", allocator);
+    views("after free", allocator);
     {
       cachealloc::AnnotationScope step(history, "empty_cache");
       allocator.empty_cache();
