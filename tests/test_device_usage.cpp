@@ -5,6 +5,7 @@
 // the H200 (docs/VERIFICATION.md, issue 12).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "../analyzer/testing/parsers.hpp"
@@ -13,6 +14,7 @@
 #include "cachealloc/errors.hpp"
 #include "cachealloc/history.hpp"
 #include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/pickle.hpp"
 
 using namespace cachealloc;
 using test_support::MiB;
@@ -244,6 +246,10 @@ TEST_CASE("format version 5 keeps NVML's readings; a reading that names no OOM i
   snapshot::Snapshot snap = history.take_snapshot();
   REQUIRE(!snap.events.empty());
   CHECK(snapshot::decode(snapshot::encode(snap)).devices == snap.devices);
+  // and a conversion to a PyTorch pickle, which has no place for them, says it drops them
+  const auto losses = snapshot::pickle_conversion_losses(snap);
+  CHECK(std::find(losses.begin(), losses.end(),
+                  "1 NVML reading(s) of this process's and the device's memory (nvidia-smi's figures)") != losses.end());
   snapshot::DeviceUsage bogus = snap.devices[0].usage.back();
   bogus.event = 0;  // an alloc, not an OOM
   snap.devices[0].usage.insert(snap.devices[0].usage.begin(), bogus);

@@ -460,6 +460,10 @@ std::vector<std::string> pickle_conversion_losses(const Snapshot& snapshot) {
     device_facts = device_facts || !device.name.empty() || device.total_bytes != 0 || device.driver_total_at_dump != 0;
   }
   if (device_facts) losses.emplace_back("the device names, capacities and driver totals");
+  std::size_t readings = 0;
+  for (const DeviceInfo& device : snapshot.devices) readings += device.usage.size();
+  if (readings != 0)
+    losses.push_back(std::to_string(readings) + " NVML reading(s) of this process's and the device's memory (nvidia-smi's figures)");
   if (!snapshot.stats.empty()) losses.push_back(std::to_string(snapshot.stats.size()) + " final allocator statistics");
   if (snapshot.threads.size() > 1 || (snapshot.threads.size() == 1 && snapshot.threads[0] != 0))
     losses.emplace_back("the thread of each event");
