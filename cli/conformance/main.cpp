@@ -33,19 +33,21 @@ void print_mismatch(const std::string& file, const conf::Result& result) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Replay allocator sequences recorded from PyTorch and compare every figure after every row.\n"
-               "On the simulated device, FILE.addresses beside FILE.csv (if present) replays the address order\n"
-               "of a real GPU, which PyTorch's best fit uses to break ties.\n\n"
+               "The simulated device places reservations where the CUDA driver does (its driver address model);\n"
+               "--addresses replays FILE.addresses, a real GPU's recorded address order, instead.\n\n"
                "Examples:\n"
                "  cachealloc-conformance testdata/conformance/*.csv\n"
                "  cachealloc-conformance --device cuda --record-addresses out/ seq.csv"};
   std::vector<std::string> files;
   std::string device = "simulated";
   std::string record_dir;
-  bool ignore_addresses = false;
+  bool use_addresses = false;
   app.add_option("files", files, "sequence CSV files (the format of shared/conformance)")->required();
   app.add_option("--device", device, "simulated or cuda")->check(CLI::IsMember({"simulated", "cuda"}));
   app.add_option("--record-addresses", record_dir, "write FILE.addresses of the device's reservations into DIR");
-  app.add_flag("--no-addresses", ignore_addresses, "ignore FILE.addresses: plain first-fit addresses");
+  app.add_flag("--addresses", use_addresses,
+               "simulated device: replay FILE.addresses beside each FILE.csv, where there is one, instead of the driver "
+               "address model");
   app.set_version_flag("--version", std::string("cachealloc-conformance ") + CACHEALLOC_VERSION);
   try {
     app.parse(argc, argv);
@@ -61,10 +63,16 @@ int main(int argc, char** argv) {
       conf::ReplayOptions options;
       options.on_cuda = device == "cuda";
       const auto trace = conf::address_trace_path(file);
-      if (!options.on_cuda && !ignore_addresses && std::filesystem::exists(trace))
-        options.address_script = conf::read_address_trace(trace);
+      if (use_addresses && !options.on_cuda) {
+        if (std::filesystem::exists(trace)) options.address_script = conf::read_address_trace(trace);
+        else std::fprintf(stderr, "note: %s: no %s, the driver address model places its reservations\n", file.c_str(), trace.filename().c_str());
+      }
       std::vector<std::uintptr_t> reserved;
       const conf::Result result = conf::replay(sequence, options, &reserved);
+      if (result.device_free && result.device_free != sequence.device_free)
+        std::fprintf(stderr, "note: %s: %llu bytes free after the hold, the sequence had %llu\n", file.c_str(),
+                     static_cast<unsigned long long>(result.device_free),
+                     static_cast<unsigned long long>(sequence.device_free));
       if (!record_dir.empty())
         conf::write_address_trace(std::filesystem::path(record_dir) / trace.filename(), reserved,
                                   "device reservations, in order, replaying " + std::filesystem::path(file).filename().string() +

@@ -1,5 +1,6 @@
 #include "cachealloc/conformance.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "cachealloc/allocator.hpp"
+#include "devices/driver_address_model.hpp"
 
 namespace cachealloc::conformance {
 namespace {
@@ -79,6 +81,7 @@ Sequence read_sequence(const std::filesystem::path& path) {
   };
   const std::size_t op_col = need("op"), id_col = need("id"), bytes_col = need("bytes");
   const std::size_t total_col = need("device_total"), fraction_col = need("memory_fraction"), config_col = need("config");
+  const auto free_column = column.find("device_free");  // optional
   std::size_t figure_col[kFigureCount];
   for (std::size_t f = 0; f < kFigureCount; ++f) figure_col[f] = need(kFigures[f]);
 
@@ -101,18 +104,21 @@ Sequence read_sequence(const std::filesystem::path& path) {
     for (std::size_t f = 0; f < kFigureCount; ++f) row.figures[f] = parse_number<std::int64_t>(fields[figure_col[f]], where);
     const auto total = parse_number<std::uint64_t>(fields[total_col], where);
     const double fraction = parse_fraction(fields[fraction_col], where);
+    const auto device_free = free_column == column.end() ? 0 : parse_number<std::uint64_t>(fields[free_column->second], where);
     if (sequence.rows.empty()) {
       sequence.device_total = total;
+      sequence.device_free = device_free;
       sequence.memory_fraction = fraction;
       sequence.config = fields[config_col];
     } else if (total != sequence.device_total || fraction != sequence.memory_fraction ||
-               fields[config_col] != sequence.config) {
-      throw FormatError(where + ": device_total, memory_fraction and config must be the same on every row");
+               fields[config_col] != sequence.config || device_free != sequence.device_free) {
+      throw FormatError(where + ": device_total, device_free, memory_fraction and config must be the same on every row");
     }
     sequence.rows.push_back(std::move(row));
   }
   if (sequence.rows.empty()) throw FormatError(path.string() + ": no rows");
   if (sequence.device_total == 0) throw FormatError(path.string() + ": device_total is 0");
+  if (sequence.device_free > sequence.device_total) throw FormatError(path.string() + ": device_free exceeds device_total");
   return sequence;
 }
 
@@ -207,6 +213,12 @@ Result replay(const Sequence& sequence, const ReplayOptions& replay_options,
   } else {
     SimulatedDeviceOptions options;
     options.capacity = sequence.device_total;
+    // Memory held from the start (the preamble's 2 MiB fit in what is left),
+    // and what the driver keeps back from cudaMalloc under a real limit.
+    if (sequence.device_free) {
+      const std::size_t kept = std::min<std::size_t>(sequence.device_free, detail::DriverAddressConstants::free_memory_kept);
+      options.context_overhead = sequence.device_total - sequence.device_free + kept;
+    }
     options.address_script = replay_options.address_script;
     device = make_simulated_device(options);
   }
@@ -217,9 +229,35 @@ Result replay(const Sequence& sequence, const ReplayOptions& replay_options,
   allocator.deallocate(allocator.allocate(4));
   allocator.empty_cache();
   allocator.reset_peak_stats();
+  Result result;
+  std::shared_ptr<void> held;
+  if (sequence.device_free && replay_options.on_cuda) {
+    // Free memory moves in 2 MiB granules, from this process's own
+    // remainder, and the hold may cost a little itself: measure after each
+    // try and adjust, until the free memory is device_free or at most one
+    // granule above it.
+    constexpr std::size_t kGranule = std::size_t{2} << 20;
+    std::size_t free_now = device->memory_info().free;
+    if (free_now < sequence.device_free)
+      throw DeviceError(sequence.path.string() + ": the device has " + std::to_string(free_now) +
+                        " bytes free, fewer than the sequence's device_free");
+    std::size_t amount = free_now - sequence.device_free;
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      held.reset();
+      held = hold_cuda_memory(device->index(), amount);
+      free_now = device->memory_info().free;
+      if (free_now < sequence.device_free && amount > 0) {
+        amount -= std::min(amount, (sequence.device_free - free_now + kGranule - 1) / kGranule * kGranule);
+      } else if (free_now >= sequence.device_free + kGranule) {
+        amount += (free_now - sequence.device_free) / kGranule * kGranule;
+      } else {
+        break;
+      }
+    }
+    result.device_free = free_now;
+  }
   if (sequence.memory_fraction != 0) allocator.set_memory_fraction(sequence.memory_fraction);
 
-  Result result;
   result.rows = sequence.rows.size();
   std::map<std::string, void*> live;
   for (std::size_t i = 0; i < sequence.rows.size(); ++i) {

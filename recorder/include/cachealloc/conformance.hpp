@@ -30,6 +30,10 @@ struct Row {
 struct Sequence {
   std::filesystem::path path;
   std::uint64_t device_total = 0;
+  // The optional column device_free: the driver's free memory after the
+  // preamble, when make_sequence.py held the rest (CONF_DEVICE_FREE) so that
+  // cudaMalloc itself runs out. 0: no such limit.
+  std::uint64_t device_free = 0;
   double memory_fraction = 0;
   std::string config;
   std::vector<Row> rows;
@@ -61,6 +65,10 @@ struct Result {
   std::size_t matched = 0;   // rows that matched before the first mismatch
   bool ok = false;
   Mismatch first_mismatch;   // valid when !ok
+  // On the cuda device, for a sequence with device_free: the free memory
+  // once the rest was held, which can exceed device_free by up to 2 MiB
+  // (the driver's granule). 0 otherwise.
+  std::uint64_t device_free = 0;
 };
 
 struct ReplayOptions {
@@ -68,12 +76,17 @@ struct ReplayOptions {
   // sequence.device_total bytes.
   bool on_cuda = false;
   // Simulated device only: the addresses a real device handed out, in order
-  // (see read_address_trace). Empty: plain first fit.
+  // (see read_address_trace), as an override. Empty: the simulated device's
+  // driver address model, which places them where the real driver would.
   std::vector<std::uintptr_t> address_script;
 };
 
 // Replays `sequence` after make_sequence.py's preamble, configured by
-// sequence.config and sequence.memory_fraction. Stops at the first
+// sequence.config and sequence.memory_fraction. With sequence.device_free,
+// the device then has that much free memory left: the simulated device holds
+// the rest as context overhead (and about 2 MiB more, which the driver keeps
+// back from cudaMalloc), the cuda device through hold_cuda_memory.
+// Stops at the first
 // mismatching row. `reserved_addresses`, when given, receives every address
 // the device returned, in order. Throws FormatError for a bad config string,
 // DeviceError when the cuda device fails.

@@ -90,13 +90,22 @@ struct SimulatedDeviceOptions {
   // so cross-stream deferral is observable in tests.
   bool events_complete_immediately = false;
   std::string name = "simulated";
-  // Address of the first reservation.
+  // reserve() places memory where the CUDA driver's cudaMalloc does, by the
+  // driver address model (measured on an NVIDIA H200, driver 580.159.04,
+  // CUDA 13.0; recorder/src/devices/driver_address_model.hpp has the rules
+  // and their constants). PyTorch's best fit breaks ties between equal-sized
+  // cached blocks by address, so these addresses make the allocator reuse
+  // the blocks a real device's would. `base_address` is the model's base B
+  // (32 MiB aligned, else the constructor throws InvalidArgument): the CUDA
+  // context's chunks sit at [B, B+32 MiB) and [B+96, B+128 MiB), a fresh
+  // device's first reservation lands at B+30 MiB and new chunks go below
+  // B-384 MiB. Expandable segments' address ranges (reserve_address_range)
+  // are not cudaMalloc and come from a separate first-fit range above.
   std::uintptr_t base_address = 0x7f0000000000ull;
-  // Addresses for the first reservations, in order, as a real device handed
-  // them out (see cachealloc-conformance --record-addresses). PyTorch's best
-  // fit breaks ties between equal-sized blocks by address, so replaying a
-  // real device's address order reproduces its choices exactly. A scripted
-  // address that is not free falls back to first fit.
+  // An override of the model: addresses for the first reservations, in
+  // order, as a real device handed them out (see cachealloc-conformance
+  // --record-addresses). A scripted address that is not free, and every
+  // reservation after the script, falls back to first fit from base_address.
   std::vector<std::uintptr_t> address_script;
 };
 
@@ -111,6 +120,13 @@ int cuda_current_device() noexcept;
 // Throws DeviceError("no CUDA device ...") when there is none, or when the
 // backend was not built.
 std::shared_ptr<Device> make_cuda_device(int index = 0);
+// Takes about `bytes` of CUDA device `index`'s memory (rounded down to the
+// driver's allocation granularity) until the result is dropped: physical
+// memory with no address (cuMemCreate, never mapped), so cudaMalloc meets a
+// real memory limit while the address space stays as it was. For tests that
+// need cudaMalloc to fail for lack of memory. Throws DeviceError when the
+// memory cannot be had or there is no cuda backend.
+std::shared_ptr<void> hold_cuda_memory(int index, std::size_t bytes);
 
 enum class DeviceChoice { automatic, cuda, simulated };
 // Parses "auto", "cuda" or "simulated". Throws InvalidArgument naming the value.

@@ -9,4 +9,7 @@ int cuda_current_device() noexcept { return 0; }
 std::shared_ptr<Device> make_cuda_device(int) {
   throw DeviceError("no CUDA device: this build of cachealloc has no cuda backend (CUDA toolkit not found at build time)");
 }
+std::shared_ptr<void> hold_cuda_memory(int, std::size_t) {
+  throw DeviceError("no CUDA device: this build of cachealloc has no cuda backend (CUDA toolkit not found at build time)");
+}
 }  // namespace cachealloc

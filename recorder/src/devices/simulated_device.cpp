@@ -1,25 +1,30 @@
-// A deterministic fake device: address ranges come from a first-fit map over a
-// private address space, capacity is enforced like cudaMalloc's, and events
-// complete when their stream is synchronized. Nothing here touches a GPU.
+// A deterministic fake device: reservations are placed by the driver address
+// model (driver_address_model.hpp), or by a recorded address script when one
+// is given; capacity is enforced like cudaMalloc's, and events complete when
+// their stream is synchronized. Nothing here touches a GPU.
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "cachealloc/device.hpp"
 #include "cachealloc/errors.hpp"
+#include "devices/driver_address_model.hpp"
 
 namespace cachealloc {
 namespace {
 
 constexpr std::size_t kAlignment = 512;
-// Ordinary reservations live in [4 GiB, 128 TiB), so that addresses recorded
-// on a real device can be replayed; expandable segments' ranges above that.
+// Ordinary reservations live in [4 GiB, 128 TiB), where the driver address
+// model and addresses recorded on a real device fit; expandable segments'
+// ranges above that, apart from both.
 constexpr std::uintptr_t kSpaceStart = std::uintptr_t{1} << 32;
 constexpr std::uintptr_t kVirtualStart = std::uintptr_t{128} << 40;
 constexpr std::size_t kVirtualSize = std::size_t{64} << 40;
 
 // First-fit allocation of address ranges; lowest address wins, so the same
-// sequence of calls always yields the same addresses.
+// sequence of calls always yields the same addresses. Serves expandable
+// segments' address ranges, and reservations under an address script.
 class AddressSpace {
  public:
   // Manages [start, start + size); first fit searches from `first_fit_from`.
@@ -87,6 +92,7 @@ class SimulatedDevice final : public Device {
   explicit SimulatedDevice(const SimulatedDeviceOptions& options)
       : options_(options),
         addresses_(kSpaceStart, kVirtualStart - kSpaceStart, options.base_address),
+        driver_(make_driver_model(options)),
         virtual_addresses_(kVirtualStart, kVirtualSize, kVirtualStart),
         used_(options.context_overhead) {
     if (options.context_overhead > options.capacity)
@@ -109,11 +115,15 @@ class SimulatedDevice final : public Device {
     std::lock_guard lock(mutex_);
     if (bytes > options_.capacity - used_) return nullptr;
     std::uintptr_t address = 0;
-    if (next_scripted_ < options_.address_script.size()) {
-      const std::uintptr_t wanted = options_.address_script[next_scripted_++];
-      if (wanted % kAlignment == 0 && addresses_.take_at(wanted, bytes)) address = wanted;
+    if (driver_) {
+      address = driver_->allocate(bytes);
+    } else {
+      if (next_scripted_ < options_.address_script.size()) {
+        const std::uintptr_t wanted = options_.address_script[next_scripted_++];
+        if (wanted % kAlignment == 0 && addresses_.take_at(wanted, bytes)) address = wanted;
+      }
+      if (!address) address = addresses_.take(bytes);
     }
-    if (!address) address = addresses_.take(bytes);
     if (!address) return nullptr;
     used_ += bytes;
     reservations_[address] = bytes;
@@ -126,7 +136,8 @@ class SimulatedDevice final : public Device {
     auto it = reservations_.find(address);
     if (it == reservations_.end()) throw DeviceError("simulated device: release of an address it never reserved");
     used_ -= it->second;
-    addresses_.give_back(address, it->second);
+    if (driver_) driver_->free(address);
+    else addresses_.give_back(address, it->second);
     reservations_.erase(it);
   }
 
@@ -213,6 +224,12 @@ class SimulatedDevice final : public Device {
 
   static std::size_t round_up(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
+  // The driver address model unless an address script replaces it.
+  static std::optional<detail::DriverAddressModel> make_driver_model(const SimulatedDeviceOptions& options) {
+    if (!options.address_script.empty()) return std::nullopt;
+    return detail::DriverAddressModel(options.base_address, kSpaceStart, kVirtualStart);
+  }
+
   StreamState& stream_state(Stream stream) {
     auto it = streams_.find(stream.handle);
     if (it == streams_.end()) throw DeviceError("simulated device: unknown stream");
@@ -226,7 +243,8 @@ class SimulatedDevice final : public Device {
 
   SimulatedDeviceOptions options_;
   std::mutex mutex_;
-  AddressSpace addresses_;
+  AddressSpace addresses_;                            // under an address script
+  std::optional<detail::DriverAddressModel> driver_;  // otherwise
   AddressSpace virtual_addresses_;
   std::size_t used_;
   std::unordered_map<std::uintptr_t, std::size_t> reservations_;
