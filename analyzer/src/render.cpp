@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cachealloc/analyzer/document.hpp"
+#include "cachealloc/snapshot/text.hpp"
 
 namespace cachealloc::analyzer {
 
@@ -47,8 +48,10 @@ std::string human(const Value& value, Unit unit) {
             if (!std::isfinite(d)) return "-";
             return unit == Unit::ratio ? format_double(d * 100.0, 1) + "%" : format_double(d, 3);
           },
-          [](const std::string& s) -> std::string { return s; },
-          [](const std::vector<std::string>& lines) -> std::string { return lines.empty() ? "" : lines.front(); },
+          [](const std::string& s) -> std::string { return snapshot::printable(s); },
+          [](const std::vector<std::string>& lines) -> std::string {
+            return lines.empty() ? "" : snapshot::printable(lines.front());
+          },
       },
       value);
 }
@@ -117,7 +120,7 @@ class TableWriter {
       if (!aligned_ && is_numeric(row[c])) right_[c] = true;
       // Lists (stacks) continue below their row, one item per line.
       if (const auto* lines = std::get_if<std::vector<std::string>>(&row[c])) {
-        for (std::size_t i = 1; i < lines->size(); ++i) cells.more.push_back((*lines)[i]);
+        for (std::size_t i = 1; i < lines->size(); ++i) cells.more.push_back(snapshot::printable((*lines)[i]));
       }
     }
     if (aligned_) {
@@ -245,8 +248,16 @@ void render_json(const Document& document, std::ostream& out) {
   json.end_array();
   json.key("notes");
   json.begin_array();
+  std::size_t in_notes = 0;
+  for (const std::string& note : document.notes) in_notes += snapshot::invalid_utf8_bytes(note);
+  for (const std::string& note : streamed_notes) in_notes += snapshot::invalid_utf8_bytes(note);
+  const std::size_t replaced = json.replaced() + in_notes;
   for (const std::string& note : document.notes) json.value(std::string_view(note));
   for (const std::string& note : streamed_notes) json.value(std::string_view(note));
+  if (replaced != 0) {
+    json.value(std::to_string(replaced) +
+               " byte(s) of text from the file were not valid UTF-8 and are shown as U+FFFD");
+  }
   json.end_array();
   json.end_object();
   out << '\n';
@@ -304,13 +315,16 @@ void render_csv(const Document& document, std::ostream& out) {
   csv_fields(document, out);
 }
 
+// Text in a table comes from the file as often as from us (names, phases,
+// the program's arguments): every string is printed through printable(),
+// so no escape code, CR or newline of the file reaches the terminal.
 void render_table(const Document& document, std::ostream& out) {
-  out << document.title << '\n';
+  out << snapshot::printable(document.title) << '\n';
   for (const Section& section : document.sections) {
     std::visit(Overloaded{
                    [&](const FieldGroup& group) {
                      if (group.json_only) return;
-                     out << '\n' << group.title << '\n';
+                     out << '\n' << snapshot::printable(group.title) << '\n';
                      std::size_t width = 0;
                      for (const Field& field : group.fields)
                        if (!field.json_only) width = std::max(width, field.label.size());
@@ -324,20 +338,20 @@ void render_table(const Document& document, std::ostream& out) {
                            << (unknown ? std::string("unknown") : human(field.value, field.unit)) << '\n';
                        if (const auto* lines = std::get_if<std::vector<std::string>>(&field.value)) {
                          for (std::size_t i = 1; i < lines->size(); ++i)
-                           out << "  " << std::string(width + 2, ' ') << (*lines)[i] << '\n';
+                           out << "  " << std::string(width + 2, ' ') << snapshot::printable((*lines)[i]) << '\n';
                        }
                      }
                    },
                    [&](const Table& table) {
-                     out << '\n' << table.title << '\n';
+                     out << '\n' << snapshot::printable(table.title) << '\n';
                      TableWriter writer(table.columns, out, table.rows.size() + 1);
                      for (const auto& row : table.rows) writer.add(std::vector<Value>(row));
                      writer.finish();
                    },
                    [&](const Text& text) {
                      out << '\n';
-                     if (!text.title.empty()) out << text.title << '\n';
-                     for (const std::string& line : text.lines) out << "  " << line << '\n';
+                     if (!text.title.empty()) out << snapshot::printable(text.title) << '\n';
+                     for (const std::string& line : text.lines) out << "  " << snapshot::printable(line) << '\n';
                    },
                },
                section);
@@ -345,14 +359,14 @@ void render_table(const Document& document, std::ostream& out) {
   std::vector<std::string> notes = document.notes;
   if (document.streamed) {
     const StreamedTable& table = *document.streamed;
-    out << '\n' << table.title << '\n';
+    out << '\n' << snapshot::printable(table.title) << '\n';
     TableWriter writer(table.columns, out, kStreamAlignRows);
     table.produce([&](std::vector<Value>&& row) { writer.add(std::move(row)); }, notes);
     writer.finish();
   }
   if (!notes.empty()) {
     out << "\nnotes\n";
-    for (const std::string& note : notes) out << "  - " << note << '\n';
+    for (const std::string& note : notes) out << "  - " << snapshot::printable(note) << '\n';
   }
 }
 
@@ -461,7 +475,19 @@ void JsonWriter::key(std::string_view name) {
 void JsonWriter::value(std::string_view text) {
   separate();
   out_ << '"';
-  for (const char c : text) {
+  for (std::size_t at = 0; at < text.size(); ++at) {
+    const char c = text[at];
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      const std::size_t length = snapshot::utf8_sequence_length(text, at);
+      if (length == 0) {
+        out_ << "\\ufffd";
+        ++replaced_;
+      } else {
+        out_ << text.substr(at, length);
+        at += length - 1;
+      }
+      continue;
+    }
     switch (c) {
       case '"': out_ << "\\\""; break;
       case '\\': out_ << "\\\\"; break;
@@ -513,9 +539,15 @@ void JsonWriter::null() {
 }
 
 void CsvWriter::row(const std::vector<std::string>& fields) {
+  std::string repaired;
   for (std::size_t i = 0; i < fields.size(); ++i) {
     if (i != 0) out_ << ',';
-    const std::string& field = fields[i];
+    const std::string* chosen = &fields[i];
+    if (snapshot::invalid_utf8_bytes(*chosen) != 0) {
+      repaired = snapshot::to_valid_utf8(*chosen);
+      chosen = &repaired;
+    }
+    const std::string& field = *chosen;
     if (field.find_first_of(",\"\r\n") == std::string::npos) {
       out_ << field;
       continue;

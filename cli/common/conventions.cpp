@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/text.hpp"
 
 namespace cachealloc::cli {
 
@@ -182,7 +183,7 @@ std::string translate_parse_error(const CLI::ParseError& error) {
 }
 
 int usage_error(const char* program, const std::string& message) {
-  std::fprintf(stderr, "%s: error: %s\n", program, message.c_str());
+  std::fprintf(stderr, "%s: error: %s\n", program, snapshot::printable(message).c_str());
   return kExitUsage;
 }
 
@@ -210,7 +211,7 @@ int run_guarded(const char* program, const std::function<int()>& body) {
   } catch (const snapshot::SnapshotError& error) {
     return usage_error(program, error.what());
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "%s: internal error: %s\n", program, error.what());
+    std::fprintf(stderr, "%s: internal error: %s\n", program, snapshot::printable(error.what()).c_str());
     return kExitInternal;
   }
 }

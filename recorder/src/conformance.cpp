@@ -133,6 +133,7 @@ class AddressRecorder final : public Device {
   std::string name() const override { return inner_->name(); }
   int index() const noexcept override { return inner_->index(); }
   MemoryInfo memory_info() override { return inner_->memory_info(); }
+  DeviceUsage usage() noexcept override { return inner_->usage(); }
   void* reserve(std::size_t bytes) override {
     void* ptr = inner_->reserve(bytes);
     if (ptr && out_) out_->push_back(reinterpret_cast<std::uintptr_t>(ptr));

@@ -34,6 +34,31 @@ struct MemoryInfo {
   std::size_t total = 0;  // device capacity
 };
 
+// What nvidia-smi shows, read from NVML (libnvidia-ml.so.1) at one moment:
+// this process's device memory (`nvidia-smi --query-compute-apps=pid,used_memory`)
+// and the whole device's (`--query-gpu=memory.used,memory.total`).
+struct DeviceUsage {
+  enum class Source { unavailable, nvml, simulated };
+  Source source = Source::unavailable;
+  // nvml: "driver <version>"; unavailable: why, in one line (e.g.
+  // "libnvidia-ml.so.1 not found"); the figures below are then unknown.
+  std::string note;
+  bool process_found = false;             // this pid was among the device's compute processes
+  std::uint64_t process_used = 0;         // its device memory, valid when process_found
+  std::uint64_t device_used = 0;          // memory.used (excludes device_reserved)
+  std::uint64_t device_reserved = 0;      // memory.reserved (driver and firmware), 0 when not reported
+  std::uint64_t device_total = 0;         // memory.total
+  std::uint32_t other_processes = 0;      // other compute processes on the device
+  std::uint64_t other_processes_used = 0; // their device memory, summed
+};
+
+// Reads NVML for the device at `pci_bus_id` (as cudaDeviceGetPCIBusId
+// writes it), loading `library` with dlopen: never linked, so a binary
+// starts on a machine without a driver. Never throws; on any failure the
+// result's source is unavailable and its note says why. The default library
+// is loaded and initialized once per process; thread-safe.
+DeviceUsage read_nvml_usage(const std::string& pci_bus_id, const char* library = "libnvidia-ml.so.1") noexcept;
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -45,6 +70,9 @@ class Device {
   virtual int index() const noexcept = 0;
   // The driver's view (cudaMemGetInfo). Throws DeviceError.
   virtual MemoryInfo memory_info() = 0;
+  // NVML's view of this process and the device (DeviceUsage). Never throws.
+  // The default says the backend has none.
+  virtual DeviceUsage usage() noexcept;
 
   // Reserves `bytes` of device memory (cudaMalloc). Returns nullptr when the
   // device is out of memory; throws DeviceError on any other failure.
@@ -82,9 +110,17 @@ class Device {
 struct SimulatedDeviceOptions {
   // An H200 as cudaMemGetInfo reports it: 139.8 GiB.
   std::size_t capacity = 150109880320ull;
-  // Bytes the "driver and context" hold from the start, so that free < total
-  // as on a real device.
+  // Bytes this process's CUDA context holds from the start (module and
+  // kernel images, the driver's own allocations), so that free < total and
+  // the process uses more than the allocator reserves, as on a real device.
   std::size_t context_overhead = 0;
+  // Device memory held by other processes: nvidia-smi's whole-device figure
+  // less this process's, which cudaMemGetInfo's free also leaves out.
+  std::size_t other_processes_bytes = 0;
+  std::uint32_t other_processes = 0;
+  // Memory the driver and firmware reserve (nvidia-smi memory.reserved):
+  // outside `capacity`, which is cudaMemGetInfo's total, and inside NVML's.
+  std::size_t driver_reserved = 0;
   // When true, events complete as soon as they are recorded. When false, an
   // event completes only when its stream (or the device) is synchronized,
   // so cross-stream deferral is observable in tests.
@@ -110,6 +146,17 @@ struct SimulatedDeviceOptions {
 };
 
 std::shared_ptr<Device> make_simulated_device(const SimulatedDeviceOptions& options = {});
+// An H200 as measured (driver 580.159.04, CUDA 13.0; docs/VERIFICATION.md,
+// issue 12): cudaMemGetInfo's total, the CUDA context of a process that
+// loads only cudart (518 MiB) and the driver's reservation (615.06 MiB).
+SimulatedDeviceOptions simulated_h200_options();
+// Parses the simulated device's settings, "key=value,..." with keys
+// capacity, context, driver_reserved, other_processes_bytes (sizes such as
+// 512MiB) and other_processes (a count), over simulated_h200_options(); an
+// empty text gives those. Throws InvalidArgument naming the bad item.
+// make_device() reads it from CACHEALLOC_SIMULATED, e.g.
+// CACHEALLOC_SIMULATED=context=1GiB,other_processes=1,other_processes_bytes=20GiB.
+SimulatedDeviceOptions simulated_options_from_text(const std::string& text);
 
 // True when this build includes the cuda backend.
 bool cuda_backend_built() noexcept;

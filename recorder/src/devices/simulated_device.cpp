@@ -95,8 +95,10 @@ class SimulatedDevice final : public Device {
         driver_(make_driver_model(options)),
         virtual_addresses_(kVirtualStart, kVirtualSize, kVirtualStart),
         used_(options.context_overhead) {
-    if (options.context_overhead > options.capacity)
-      throw InvalidArgument("simulated device: context overhead exceeds capacity");
+    if (options.context_overhead > options.capacity ||
+        options.other_processes_bytes > options.capacity - options.context_overhead)
+      throw InvalidArgument("simulated device: context overhead and other processes exceed capacity");
+    used_ += options.other_processes_bytes;  // other processes' memory is not free for us either
     streams_[0] = {};
   }
 
@@ -107,6 +109,23 @@ class SimulatedDevice final : public Device {
   MemoryInfo memory_info() override {
     std::lock_guard lock(mutex_);
     return {options_.capacity - used_, options_.capacity};
+  }
+
+  // NVML's figures on a real device, modelled: this process holds its
+  // context plus every reservation and mapping (the allocator's and any
+  // other caller's of reserve()), the device adds the other processes.
+  DeviceUsage usage() noexcept override {
+    std::lock_guard lock(mutex_);
+    DeviceUsage usage;
+    usage.source = DeviceUsage::Source::simulated;
+    usage.process_found = true;
+    usage.process_used = used_ - options_.other_processes_bytes;
+    usage.device_used = used_;
+    usage.device_total = options_.capacity + options_.driver_reserved;
+    usage.device_reserved = options_.driver_reserved;
+    usage.other_processes = options_.other_processes;
+    usage.other_processes_used = options_.other_processes_bytes;
+    return usage;
   }
 
   void* reserve(std::size_t bytes) override {

@@ -150,7 +150,9 @@ std::string format_address(std::uint64_t address);
 
 // A streaming JSON writer: the caller nests begin/end calls; commas and
 // escaping are handled here. Doubles are written with up to 6 significant
-// decimals; NaN and infinities become null.
+// decimals; NaN and infinities become null. The output is always valid
+// UTF-8: a byte of a string that is not (text from a damaged file) is
+// written as U+FFFD and counted in replaced().
 class JsonWriter {
  public:
   explicit JsonWriter(std::ostream& out) : out_(out) {}
@@ -166,16 +168,19 @@ class JsonWriter {
   void value(double number);
   void value(bool flag);
   void null();
+  // Invalid UTF-8 bytes written as U+FFFD so far.
+  std::size_t replaced() const noexcept { return replaced_; }
 
  private:
   void separate();
+  std::size_t replaced_ = 0;
   std::ostream& out_;
   std::vector<bool> first_;  // per open container: nothing written yet
   bool after_key_ = false;
 };
 
 // Writes RFC 4180 records: fields quoted when they hold a comma, quote, CR or
-// LF; quotes doubled; records end with CRLF.
+// LF; quotes doubled; records end with CRLF. Invalid UTF-8 bytes become U+FFFD.
 class CsvWriter {
  public:
   explicit CsvWriter(std::ostream& out) : out_(out) {}
