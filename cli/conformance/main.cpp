@@ -1,5 +1,6 @@
 // cachealloc-conformance FILE.csv... : replays PyTorch allocator sequences and
-// compares every figure. Exit 0 all match, 1 a mismatch, 2 bad input.
+// compares every figure. Exit 0 all match, 1 a mismatch (the verdict, as for
+// diff), 2 bad usage or bad input (one line, "cachealloc-conformance: error: ...").
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/conventions.hpp"
 #include "cachealloc/conformance.hpp"
 #include "cachealloc/errors.hpp"
 
@@ -32,30 +34,28 @@ void print_mismatch(const std::string& file, const conf::Result& result) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  constexpr const char* kProgram = "cachealloc-conformance";
   CLI::App app{"Replay allocator sequences recorded from PyTorch and compare every figure after every row.\n"
                "The simulated device places reservations where the CUDA driver does (its driver address model);\n"
                "--addresses replays FILE.addresses, a real GPU's recorded address order, instead.\n\n"
                "Examples:\n"
                "  cachealloc-conformance testdata/conformance/*.csv\n"
-               "  cachealloc-conformance --device cuda --record-addresses out/ seq.csv"};
+               "  cachealloc-conformance --device cuda --record-addresses out/ seq.csv\n"
+               "Exit status: 0 every row matches; 1 a row differs (the verdict, as diff(1) says it); 2 bad usage or\n"
+               "an unreadable sequence (one line on stderr)."};
   std::vector<std::string> files;
   std::string device = "simulated";
   std::string record_dir;
   bool use_addresses = false;
   app.add_option("files", files, "sequence CSV files (the format of shared/conformance)")->required();
-  app.add_option("--device", device, "simulated or cuda")->check(CLI::IsMember({"simulated", "cuda"}));
+  app.add_option("--device", device, "simulated or cuda")->check(cachealloc::cli::one_of({"simulated", "cuda"}));
   app.add_option("--record-addresses", record_dir, "write FILE.addresses of the device's reservations into DIR");
   app.add_flag("--addresses", use_addresses,
                "simulated device: replay FILE.addresses beside each FILE.csv, where there is one, instead of the driver "
                "address model");
-  app.set_version_flag("--version", std::string("cachealloc-conformance ") + CACHEALLOC_VERSION);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  }
+  cachealloc::cli::add_version_flags(app, std::string(kProgram) + " " CACHEALLOC_VERSION);
+  if (const auto stop = cachealloc::cli::parse(app, kProgram, std::vector<std::string>(argv + 1, argv + argc)))
+    return *stop;
   int status = 0;
   for (const auto& file : files) {
     try {
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
       status = 1;
       print_mismatch(file, result);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
+      std::fprintf(stderr, "%s: error: %s\n", kProgram, e.what());
       return 2;
     }
   }
