@@ -128,7 +128,7 @@ void Runner::run() const {
     throw UsageError("--table " + common.table + ": only with --format csv");
   // -o is checked before the input is read: a refusal costs nothing.
   const bool to_folder = !common.output.empty() && common.output != "-" && Output::names_directory(common.output);
-  if (to_folder && (action_ || *format != analyzer::Format::csv))
+  if (to_folder && (action_ || writer_ || *format != analyzer::Format::csv))
     throw UsageError("-o " + common.output + ": a folder takes only --format csv (one file per table)");
   std::optional<Output> output;
   if (!to_folder) output.emplace(common.output, common.force);
@@ -165,6 +165,11 @@ void Runner::run() const {
                        common.to_option + " must be at or after --from)");
   }
   options.progress = progress_indicator(name_);
+  if (writer_) {
+    writer_(source, options, output->stream());
+    output->commit();
+    return;
+  }
   const analyzer::Document document = build_(source, options);
 
   if (*format != analyzer::Format::csv) {

@@ -53,7 +53,17 @@ class Runner {
     name_ = std::move(name);
     action_ = std::move(action);
   }
-  bool selected() const { return static_cast<bool>(build_) || static_cast<bool>(action_); }
+  // For subcommands that write their own text from the events (flamegraph,
+  // export --what perfetto): the source, the options and -o's stream.
+  using Writer = std::function<void(analyzer::EventSource&, analyzer::ReportOptions&, std::ostream&)>;
+  void select_writer(std::string name, Writer write) {
+    name_ = std::move(name);
+    build_ = {};
+    writer_ = std::move(write);
+  }
+  bool selected() const {
+    return static_cast<bool>(build_) || static_cast<bool>(action_) || static_cast<bool>(writer_);
+  }
   // Checks -o, opens the file, checks the options against it, builds,
   // renders and writes. Throws UsageError or SnapshotError.
   void run() const;
@@ -62,6 +72,7 @@ class Runner {
   std::string name_;
   BuildReport build_;
   std::function<void(const snapshot::Snapshot&, Output&)> action_;
+  Writer writer_;
 };
 
 // Adds FILE, --format, -o, -f, --table, --from, --to, --device, the site
@@ -84,5 +95,6 @@ void add_oom_command(CLI::App& app, Runner& runner);
 void add_events_command(CLI::App& app, Runner& runner);
 void add_export_command(CLI::App& app, Runner& runner);
 void add_convert_command(CLI::App& app, Runner& runner);
+void add_flamegraph_command(CLI::App& app, Runner& runner);
 
 }  // namespace cachealloc::cli

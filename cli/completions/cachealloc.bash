@@ -25,13 +25,13 @@ _cachealloc() {
     --to-format) COMPREPLY=($(compgen -W "ours pickle" -- "$cur")); return ;;
     --stacks) COMPREPLY=($(compgen -W "none native" -- "$cur")); return ;;
     --device) [[ $tool == *conformance ]] && COMPREPLY=($(compgen -W "simulated cuda" -- "$cur")); return ;;
-    --what) COMPREPLY=($(compgen -W "timeline events segments sites" -- "$cur")); return ;;
-    --metric) COMPREPLY=($(compgen -W "allocated reserved" -- "$cur")); return ;;
+    --what) COMPREPLY=($(compgen -W "timeline events segments sites perfetto" -- "$cur")); return ;;
+    --metric) COMPREPLY=($(compgen -W "allocated requested reserved" -- "$cur")); return ;;
     --by) COMPREPLY=($(compgen -W "bytes count peak" -- "$cur")); return ;;
   esac
   sub=""
   if [[ $tool == *cachealloc-analyze ]]; then
-    local subcommands="summary segments fragmentation timeline peak top leaks oom events export convert"
+    local subcommands="summary segments fragmentation timeline peak top leaks oom events export convert flamegraph"
     for word in "${COMP_WORDS[@]:1:COMP_CWORD-1}"; do
       [[ " $subcommands " == *" $word "* ]] && sub=$word
     done

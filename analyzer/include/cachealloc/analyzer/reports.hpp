@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,51 @@ enum class ExportTable { timeline, events, segments, sites };
 std::optional<ExportTable> parse_export_table(const std::string& name) noexcept;
 Document export_report(const snapshot::Snapshot& snapshot, ExportTable what, const ReportOptions& options);
 Document export_report(EventSource& source, ExportTable what, const ReportOptions& options);
+
+// flamegraph (flamegraph.cpp): the bytes live at one moment, by stack.
+// Stacks are the site and the frames after it that the SiteFilter keeps
+// (SiteNamer::lines), written root first. Cost: analyze() to find the moment
+// (peak or end), then replay_to() it: two passes at most.
+enum class FlameMetric { allocated, requested, reserved };
+struct FlameOptions {
+  FlameMetric metric = FlameMetric::allocated;
+  // The moment: the metric's peak, the window's end, or just after `event`.
+  enum class At { peak, end, event } at = At::peak;
+  std::size_t event = 0;
+};
+struct FlameStack {
+  std::vector<std::string> frames;  // root (outermost) first; never empty
+  std::uint64_t bytes = 0;
+};
+struct FlameGraph {
+  std::string title;       // "<program> (pid N), device D: allocated at the peak, after event #N"
+  std::string metric;      // "allocated", "requested" or "reserved"
+  std::size_t event = kNoEvent;  // the moment: just after this event; kNoEvent: before the first
+  std::uint64_t total = 0;       // live bytes of the metric then: the sum of `stacks`
+  std::vector<FlameStack> stacks;  // one per distinct printed stack, largest first
+};
+// allocated: block sizes of allocated blocks; requested: requested bytes of
+// active blocks (pending frees included, as Totals::requested); reserved:
+// each segment's mapped bytes, under the segment's allocation stack.
+FlameGraph flame_graph(EventSource& source, const ReportOptions& options, const FlameOptions& flame);
+// "frame;frame;frame bytes" per stack, root first (flamegraph.pl, speedscope).
+// ';' and line breaks inside a frame become ',' and ' '.
+void write_collapsed(const FlameGraph& graph, std::ostream& out);
+// A self-contained SVG (icicle: root on top): inline script for click to
+// zoom, search (regex) and reset; no external reference. Valid XML.
+void write_flame_svg(const FlameGraph& graph, std::ostream& out);
+
+// export --what perfetto (perfetto.cpp): Chrome trace-event JSON for
+// ui.perfetto.dev. Per device: counter tracks "cuda:D allocated|reserved|active"
+// ("C"), instants ("i") for oom, empty_cache, segment_alloc and
+// segment_release; annotation phases as complete slices ("X") on one track.
+// Timestamps in microseconds since events[0]. With buckets > 0 the window is
+// cut into that many slices of events and each slice writes, per counter, its
+// largest value (at the time it was reached) and its last one, so peaks are
+// exact; buckets == 0 writes every change. Cost: per device analyze() and one
+// more replay. Memory: the replayed state and the open annotations.
+inline constexpr std::size_t kDefaultPerfettoBuckets = 4000;
+void write_perfetto_trace(EventSource& source, const ReportOptions& options, std::size_t buckets, std::ostream& out);
 
 // Symbolized stacks, from the snapshot's tables.
 // "function (file:line)", or the hex ip and module when unresolved.
