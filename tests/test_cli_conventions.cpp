@@ -222,7 +222,7 @@ TEST_CASE("given '-' or a compressed snapshot, the report is the one of the plai
 }
 
 TEST_CASE("given a segments-only PyTorch pickle, the summary says what it lacks") {
-  const Run r = run(kAnalyze, {(kSource / "testdata" / "pytorch" / "gru_segments_only.pickle").string()});
+  const Run r = run(kAnalyze, {(kSource / "testdata" / "pytorch" / "segments_only" / "gru_python_stacks.pickle").string()});
   CHECK(r.code == 0);
   CHECK(r.out.find("a segments-only PyTorch snapshot (torch.cuda.memory_snapshot(), not _snapshot())") != std::string::npos);
 }

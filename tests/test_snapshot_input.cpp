@@ -151,9 +151,9 @@ TEST_CASE("given a gzip file cut short, when it is loaded, then it is refused as
 
 TEST_CASE("given a pickle of torch.cuda.memory_snapshot() (a list of segments), when it is loaded, "
           "then its layout matches PyTorch's memory_stats and it says it has no trace") {
-  // gru_segments_only.pickle is pickle.dump(snapshot['segments']) of
+  // segments_only/gru_python_stacks.pickle is pickle.dump(snapshot["segments"]) of
   // gru_python_stacks.pickle; PyTorch's figures at that dump are in its stats.json.
-  const Snapshot snapshot = load(kSource / "testdata" / "pytorch" / "gru_segments_only.pickle");
+  const Snapshot snapshot = load(kSource / "testdata" / "pytorch" / "segments_only" / "gru_python_stacks.pickle");
   CHECK(snapshot.settings.at(kSegmentsOnlySetting) == "true");
   CHECK(snapshot.events.empty());
   std::uint64_t reserved = 0, allocated = 0;
