@@ -94,15 +94,7 @@ Document timeline_report(EventSource& source, const ReportOptions& options) {
   Table& table = doc.table("timeline",
                            bucketed ? "largest value in each of " + std::to_string(a.timeline.size() - 1) + " slices"
                                     : "after each event",
-                           {{"first_event", "from", Unit::event},
-                            {"event", "to", Unit::event},
-                            {"time_ns", "time", Unit::time},
-                            {"kind", "kind"},
-                            {"allocated", "allocated", Unit::bytes},
-                            {"reserved", "reserved", Unit::bytes},
-                            {"active", "active", Unit::bytes},
-                            {"requested", "requested", Unit::bytes},
-                            {"peak", "peak"}});
+                           timeline_columns());
   // A peak belongs to the row whose range holds its event; the start row has none.
   auto holds = [](const TimelineRow& row, std::size_t event) {
     if (row.last_event == kNoEvent) return event == kNoEvent;
