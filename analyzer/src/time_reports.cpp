@@ -57,19 +57,12 @@ Document streamed_timeline(EventSource& source, const ReportOptions& options) {
            t.reserved, t.active, t.requested, marks(event)});
     };
     bool started = false;
-    for (std::size_t b = 0; b < source.block_count() && source.block_begin(b) < a.window.end; ++b) {
-      const std::size_t base = source.block_begin(b);
-      if (source.block_begin(b + 1) <= a.window.begin) continue;
-      const std::span<const snapshot::Event> events = source.block(b);
-      const std::size_t from = a.window.begin > base ? a.window.begin - base : 0;
-      const std::size_t to = std::min(events.size(), a.window.end - base);
-      for (std::size_t j = from; j < to; ++j) {
-        const snapshot::Event& e = events[j];
-        if (!started) emit(Value{}, kNoEvent, e.time_ns, "start"), started = true;
-        replay->apply(e);
-        emit(static_cast<std::uint64_t>(base + j), base + j, e.time_ns, std::string(snapshot::to_string(e.kind)));
-      }
-    }
+    for_each_event(source, a.window.begin, a.window.end, [&](std::size_t index, const snapshot::Event& e) {
+      if (!started) emit(Value{}, kNoEvent, e.time_ns, "start"), started = true;
+      replay->apply(e);
+      emit(static_cast<std::uint64_t>(index), index, e.time_ns, std::string(snapshot::to_string(e.kind)));
+      return true;
+    });
     if (!started) emit(Value{}, kNoEvent, a.time_origin_ns, "start");
   };
   doc.streamed = StreamedTable{"timeline", "after each event", timeline_columns(), produce};
@@ -132,21 +125,12 @@ bool is_annotation(const snapshot::Event& e) {
 // every annotation) of the kinds asked for, until it returns false.
 template <class Visit>
 void for_each_listed(EventSource& source, const Analysis& a, const ReportOptions& options, Visit&& visit) {
-  bool more = true;
-  for (std::size_t b = 0; more && b < source.block_count() && source.block_begin(b) < a.window.end; ++b) {
-    const std::size_t base = source.block_begin(b);
-    if (source.block_begin(b + 1) <= a.window.begin) continue;
-    const std::span<const snapshot::Event> events = source.block(b);
-    const std::size_t from = a.window.begin > base ? a.window.begin - base : 0;
-    const std::size_t to = std::min(events.size(), a.window.end - base);
-    for (std::size_t j = from; more && j < to; ++j) {
-      const snapshot::Event& e = events[j];
-      if (e.device != a.device && !is_annotation(e)) continue;
-      if (!options.kinds.empty() && std::find(options.kinds.begin(), options.kinds.end(), e.kind) == options.kinds.end())
-        continue;
-      more = visit(base + j, e);
-    }
-  }
+  for_each_event(source, a.window.begin, a.window.end, [&](std::size_t index, const snapshot::Event& e) {
+    if (e.device != a.device && !is_annotation(e)) return true;
+    if (!options.kinds.empty() && std::find(options.kinds.begin(), options.kinds.end(), e.kind) == options.kinds.end())
+      return true;
+    return static_cast<bool>(visit(index, e));
+  });
 }
 
 // Events per slice of the window: how many of each kind, and the bytes

@@ -94,4 +94,20 @@ class FileEvents final : public EventSource {
   std::unique_ptr<Prefetch> prefetch_;
 };
 
+// Calls visit(index, event) for each event of [begin, end) in order, block
+// by block, until it returns false. The one walk over a window that reports
+// share; the analysis's own hot loop keeps its specialised copy.
+template <class Visit>
+void for_each_event(EventSource& source, std::size_t begin, std::size_t end, Visit&& visit) {
+  for (std::size_t b = 0; b < source.block_count() && source.block_begin(b) < end; ++b) {
+    const std::size_t base = source.block_begin(b);
+    if (source.block_begin(b + 1) <= begin) continue;
+    const std::span<const snapshot::Event> events = source.block(b);
+    const std::size_t from = begin > base ? begin - base : 0;
+    const std::size_t to = events.size() < end - base ? events.size() : end - base;
+    for (std::size_t j = from; j < to; ++j)
+      if (!visit(base + j, events[j])) return;
+  }
+}
+
 }  // namespace cachealloc::analyzer
