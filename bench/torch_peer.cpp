@@ -2,10 +2,14 @@
 // ours: 4 KiB alloc+free pairs on the cached path, T threads, each on its own
 // stream. Built only on a machine with PyTorch (see docs/PERFORMANCE.md):
 //   g++ -O2 -std=c++17 bench/torch_peer.cpp -I$T/include -L$T/lib -lc10_cuda -lc10 \
-//       -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcudart -Wl,-rpath,$T/lib -o torch_peer
+//       -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcudart -ldl -Wl,-rpath,$T/lib -o torch_peer
+// With CACHEALLOC_TORCH_LIBRARY=path/to/libcachealloc_torch.so it first makes
+// our allocator PyTorch's (the extension of python/), so the same loop
+// measures ours through PyTorch's own raw_alloc/raw_delete.
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <atomic>
 #include <chrono>
@@ -18,6 +22,16 @@ int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 16;
   const long pairs = argc > 2 ? std::atol(argv[2]) : 200000;
   namespace alloc = c10::cuda::CUDACachingAllocator;
+  const char* which = "pytorch";
+  if (const char* library = std::getenv("CACHEALLOC_TORCH_LIBRARY"); library != nullptr && *library != '\0') {
+    void* handle = dlopen(library, RTLD_NOW);
+    auto* install = handle != nullptr ? reinterpret_cast<int (*)()>(dlsym(handle, "cachealloc_torch_install")) : nullptr;
+    if (install == nullptr || install() != 0) {
+      std::fprintf(stderr, "torch_peer: cannot install %s: %s\n", library, handle ? "install failed" : dlerror());
+      return 2;
+    }
+    which = "cachealloc (extension)";
+  }
   alloc::init(c10::cuda::device_count());
   std::vector<cudaStream_t> streams(threads);
   for (auto& s : streams) cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
@@ -43,7 +57,7 @@ int main(int argc, char** argv) {
   for (auto& w : workers) w.join();
   const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
   const double total = static_cast<double>(pairs) * threads;
-  std::printf("pytorch: %d threads x %ld pairs (4 KiB, own stream each): %.1f ns per pair in aggregate, %.1f ns per pair per thread\n",
-              threads, pairs, ns / total, ns / static_cast<double>(pairs));
+  std::printf("%s: %d threads x %ld pairs (4 KiB, own stream each): %.1f ns per pair in aggregate, %.1f ns per pair per thread\n",
+              which, threads, pairs, ns / total, ns / static_cast<double>(pairs));
   return 0;
 }

@@ -1,0 +1,17 @@
+"""cachealloc for PyTorch: our caching allocator and memory recorder in place
+of PyTorch's, with every torch.cuda memory call still working.
+
+    import cachealloc.torch
+    cachealloc.torch.install()          # before the first CUDA tensor
+    import cachealloc
+    cachealloc.record()                 # = torch.cuda.memory._record_memory_history()
+    with cachealloc.annotate("step 3"):
+        ...
+    cachealloc.dump("run.bin")          # our format, native stacks; "run.pickle": PyTorch's
+
+Then: cachealloc-analyze run.bin
+"""
+from ._session import annotate, dump, record, stop
+
+__all__ = ["annotate", "dump", "record", "stop"]
+__version__ = "0.1.0"

@@ -1,0 +1,570 @@
+// libcachealloc_torch.so: our caching allocator and recorder as PyTorch's
+// CUDA allocator (c10::cuda::CUDACachingAllocator::CUDAAllocator, PyTorch
+// 2.11), so every torch.cuda memory call keeps working after the switch:
+// memory_stats() and what derives from it, reset_peak_memory_stats,
+// empty_cache, set_per_process_memory_fraction, record_stream,
+// caching_allocator_alloc/_delete, _record_memory_history, _snapshot and
+// _dump_snapshot, the OOM observer and torch.cuda.OutOfMemoryError.
+//
+// Not supported yet, each refused with a RuntimeError that says so: private
+// pools (CUDA graph capture, torch.cuda.MemPool), IPC handles, and Python
+// frames in the history (stacks are native C++ frames, kept in our own dump;
+// _snapshot() lists the events without frames).
+//
+// cachealloc.torch.install() (python/cachealloc/torch.py) loads this library
+// with ctypes and calls cachealloc_torch_install() before the first CUDA
+// tensor.
+#include <c10/core/Allocator.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/ApproximateClock.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime_api.h>
+#include <torch/csrc/cuda/CUDAPluggableAllocator.h>
+
+#include <time.h>
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cachealloc/allocator.hpp"
+#include "cachealloc/config.hpp"
+#include "cachealloc/device.hpp"
+#include "cachealloc/errors.hpp"
+#include "cachealloc/history.hpp"
+#include "cachealloc/snapshot/format.hpp"
+
+namespace {
+
+namespace CA = c10::cuda::CUDACachingAllocator;
+namespace CDA = c10::CachingDeviceAllocator;
+using cachealloc::snapshot::BlockState;
+using cachealloc::snapshot::EventKind;
+
+constexpr int kMaxDevices = 64;
+constexpr const char* kUnsupportedPools =
+    "cachealloc does not support private memory pools yet (CUDA graph capture, torch.cuda.MemPool, "
+    "torch.compile(mode='reduce-overhead')); use PyTorch's allocator for those";
+
+std::uint64_t monotonic_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// PyTorch's settings apply to our allocator too: PYTORCH_CUDA_ALLOC_CONF (or
+// PYTORCH_ALLOC_CONF), then CACHEALLOC_CONF when set.
+cachealloc::AllocatorConfig config_from_pytorch_environment() {
+  for (const char* name : {"CACHEALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
+    if (const char* text = std::getenv(name); text != nullptr && *text != '\0') {
+      try {
+        return cachealloc::parse_config(text);
+      } catch (const cachealloc::Error& error) {
+        TORCH_CHECK(false, "cachealloc: ", name, ": ", error.what());
+      }
+    }
+  }
+  return {};
+}
+
+void copy_stat(const cachealloc::Stat& from, c10::CachingAllocator::Stat& to) {
+  to.current = from.current;
+  to.peak = from.peak;
+  to.allocated = from.allocated;
+  to.freed = from.freed;
+}
+
+void copy_stats(const cachealloc::StatArray& from, c10::CachingAllocator::StatArray& to) {
+  for (std::size_t i = 0; i < cachealloc::kStatTypes; ++i) copy_stat(from[i], to[i]);
+}
+
+struct DeviceState {
+  std::unique_ptr<cachealloc::CachingAllocator> allocator;
+  std::unique_ptr<cachealloc::HistoryRecorder> history;
+  double fraction = 1.0;
+  // The clocks at the start of recording, to turn our monotonic times into
+  // PyTorch's approximate clock in _snapshot().
+  std::uint64_t start_ns = 0;
+  c10::approx_time_t start_approx{};
+};
+
+class TorchAllocator final : public CA::CUDAAllocator {
+ public:
+  // --- c10::Allocator ---
+  c10::DataPtr allocate(size_t bytes) override {
+    const c10::DeviceIndex device = c10::cuda::current_device();
+    if (bytes == 0) return {nullptr, nullptr, &raw_delete_function, c10::Device(c10::DeviceType::CUDA, device)};
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
+    void* ptr = allocate_on(device, bytes, stream);
+    return {ptr, ptr, &raw_delete_function, c10::Device(c10::DeviceType::CUDA, device)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &raw_delete_function; }
+  void copy_data(void* dest, const void* src, std::size_t count) const final {
+    C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
+  }
+
+  // --- c10::DeviceAllocator ---
+  bool initialized() override { return initialized_.load(std::memory_order_acquire); }
+  void emptyCache(c10::MempoolId_t mempool_id) override {
+    TORCH_CHECK(mempool_id.first == 0 && mempool_id.second == 0, kUnsupportedPools);
+    for (int d = 0; d < device_count_; ++d) {
+      if (DeviceState* state = existing(d)) state->allocator->empty_cache();
+    }
+  }
+  void recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) override {
+    if (ptr.get() == nullptr) return;
+    state(ptr.device().index()).allocator->record_stream(
+        ptr.get(), cachealloc::Stream{reinterpret_cast<std::uintptr_t>(stream.stream())});
+  }
+  CDA::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    const cachealloc::MemoryStats s = state(device).allocator->stats();
+    CDA::DeviceStats out;
+    copy_stats(s.allocation, out.allocation);
+    copy_stats(s.segment, out.segment);
+    copy_stats(s.active, out.active);
+    copy_stats(s.inactive_split, out.inactive_split);
+    copy_stats(s.allocated_bytes, out.allocated_bytes);
+    copy_stats(s.reserved_bytes, out.reserved_bytes);
+    copy_stats(s.active_bytes, out.active_bytes);
+    copy_stats(s.inactive_split_bytes, out.inactive_split_bytes);
+    copy_stats(s.requested_bytes, out.requested_bytes);
+    copy_stat(s.oversize_allocations, out.oversize_allocations);
+    copy_stat(s.oversize_segments, out.oversize_segments);
+    out.num_alloc_retries = s.num_alloc_retries;
+    out.num_ooms = s.num_ooms;
+    out.num_sync_all_streams = s.num_sync_all_streams;
+    out.num_device_alloc = s.num_device_alloc;
+    out.num_device_free = s.num_device_free;
+    out.max_split_size = s.max_split_size;
+    return out;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override { state(device).allocator->reset_accumulated_stats(); }
+  void resetPeakStats(c10::DeviceIndex device) override { state(device).allocator->reset_peak_stats(); }
+
+  // --- CUDAAllocator ---
+  void* raw_alloc(size_t bytes) override {
+    const c10::DeviceIndex device = c10::cuda::current_device();
+    return raw_alloc_with_stream(bytes, c10::cuda::getCurrentCUDAStream(device).stream());
+  }
+  void* raw_alloc_with_stream(size_t bytes, cudaStream_t stream) override {
+    if (bytes == 0) return nullptr;
+    return allocate_on(c10::cuda::current_device(), bytes, stream);
+  }
+  void raw_delete(void* ptr) override { free_pointer(ptr); }
+  void init(int device_count) override {
+    TORCH_CHECK(device_count <= kMaxDevices, "cachealloc: more than ", kMaxDevices, " CUDA devices");
+    device_count_ = device_count;
+    initialized_.store(true, std::memory_order_release);
+  }
+  double getMemoryFraction(c10::DeviceIndex device) override { return state(device).fraction; }
+  void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
+    DeviceState& s = state(device);
+    try {
+      s.allocator->set_memory_fraction(fraction);
+    } catch (const cachealloc::Error& error) {
+      TORCH_CHECK(false, "cachealloc: ", error.what());
+    }
+    s.fraction = fraction;
+  }
+  std::vector<CA::StreamSegmentSize> getExpandableSegmentSizes(c10::DeviceIndex device) override {
+    std::vector<CA::StreamSegmentSize> sizes;
+    for (const cachealloc::snapshot::Segment& segment : state(device).allocator->layout()) {
+      if (!segment.expandable) continue;
+      std::size_t mapped = 0;
+      for (const auto& block : segment.blocks) {
+        if (block.state != BlockState::unmapped) mapped += block.size;
+      }
+      sizes.emplace_back(reinterpret_cast<cudaStream_t>(segment.stream), !segment.large_pool, mapped);
+    }
+    return sizes;
+  }
+  void enable(bool value) override { enabled_ = value; }
+  bool isEnabled() const override { return enabled_; }
+  void cacheInfo(c10::DeviceIndex device, size_t* largest_block) override {
+    // The largest cached free block (cudnn sizes its workspace by it).
+    std::size_t largest = 0;
+    for (const cachealloc::snapshot::Segment& segment : state(device).allocator->layout()) {
+      for (const auto& block : segment.blocks) {
+        if (block.state == BlockState::inactive) largest = std::max<std::size_t>(largest, block.size);
+      }
+    }
+    if (largest == 0) {
+      size_t free = 0;
+      size_t total = 0;
+      c10::cuda::CUDAGuard guard(device);
+      C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+      largest = free;
+    }
+    *largest_block = largest;
+  }
+  void* getBaseAllocation(void* ptr, size_t* size) override {
+    const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+    for (int d = 0; d < device_count_; ++d) {
+      DeviceState* s = existing(d);
+      if (s == nullptr) continue;
+      for (const cachealloc::snapshot::Segment& segment : s->allocator->layout()) {
+        if (address >= segment.address && address < segment.address + segment.total_size) {
+          if (size != nullptr) *size = segment.total_size;
+          return reinterpret_cast<void*>(segment.address);
+        }
+      }
+    }
+    TORCH_CHECK(false, "cachealloc: ", ptr, " is not memory of this allocator");
+  }
+  using CA::CUDAAllocator::recordStream;
+  CA::SnapshotInfo snapshot(c10::MempoolId_t mempool_id, bool include_traces) override;
+  void beginAllocateToPool(c10::DeviceIndex, c10::MempoolId_t, std::function<bool(cudaStream_t)>) override {
+    TORCH_CHECK(false, kUnsupportedPools);
+  }
+  void endAllocateToPool(c10::DeviceIndex, c10::MempoolId_t) override { TORCH_CHECK(false, kUnsupportedPools); }
+  void releasePool(c10::DeviceIndex, c10::MempoolId_t) override { TORCH_CHECK(false, kUnsupportedPools); }
+  CA::ShareableHandle shareIpcHandle(void*) override {
+    TORCH_CHECK(false, "cachealloc does not support CUDA IPC handles (sharing tensors between processes) yet");
+  }
+  std::shared_ptr<void> getIpcDevPtr(std::string) override {
+    TORCH_CHECK(false, "cachealloc does not support CUDA IPC handles (sharing tensors between processes) yet");
+  }
+  bool isHistoryEnabled() override {
+    std::lock_guard lock(mutex_);
+    for (int d = 0; d < device_count_; ++d) {
+      DeviceState* s = states_[d].load(std::memory_order_acquire);
+      if (s != nullptr && s->history && s->history->recording()) return true;
+    }
+    return history_wanted_;
+  }
+  void recordHistory(bool enabled, CA::CreateContextFn context_recorder, size_t alloc_trace_max_entries,
+                     CA::RecordContext when, bool clear_history,
+                     const std::vector<std::string>& skip_actions) override;
+  void recordAnnotation(const std::vector<std::pair<std::string, std::string>>& md) override {
+    std::string stage;
+    std::string name;
+    for (const auto& [key, value] : md) {
+      if (key == "stage") stage = value;
+      if (key == "name") name = value;
+    }
+    DeviceState* s = existing(c10::cuda::current_device());
+    if (s == nullptr || !s->history) return;
+    if (stage == "START") s->history->annotate_begin(name);
+    if (stage == "END") s->history->annotate_end();
+  }
+  void attachOutOfMemoryObserver(CA::OutOfMemoryObserver observer) override {
+    std::lock_guard lock(mutex_);
+    oom_observers_.push_back(std::move(observer));
+  }
+  // Trace trackers (used by some distributed back ends to register memory)
+  // are kept but never called: our allocator has no hook for them yet.
+  void attachAllocatorTraceTracker(CA::AllocatorTraceTracker tracker) override {
+    std::lock_guard lock(mutex_);
+    trace_trackers_.push_back(std::move(tracker));
+  }
+  void enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) override {
+    c10::cuda::CUDAGuard guard(dev);
+    const cudaError_t error = cudaDeviceEnablePeerAccess(dev_to_access, 0);
+    if (error == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError();
+      return;
+    }
+    C10_CUDA_CHECK(error);
+  }
+  cudaError_t memcpyAsync(void* dst, int dst_device, const void* src, int src_device, size_t count,
+                          cudaStream_t stream, bool p2p_enabled) override {
+    if (p2p_enabled || dst_device == src_device) return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
+    return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count, stream);
+  }
+  std::shared_ptr<CA::AllocatorState> getCheckpointState(c10::DeviceIndex, c10::MempoolId_t) override {
+    TORCH_CHECK(false, kUnsupportedPools);
+  }
+  CA::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex, std::shared_ptr<CA::AllocatorState>) override {
+    TORCH_CHECK(false, kUnsupportedPools);
+  }
+  std::string name() override { return "cachealloc"; }
+
+  // --- for the Python package (C ABI below) ---
+  void annotate(bool begin, const std::string& text) {
+    DeviceState* s = existing(c10::cuda::current_device());
+    if (s == nullptr || !s->history) return;
+    if (begin) s->history->annotate_begin(text);
+    else s->history->annotate_end();
+  }
+  bool dump(int device, const std::string& path) {
+    DeviceState* s = existing(device);
+    if (s == nullptr || !s->history) return false;
+    return s->history->dump_snapshot(path);
+  }
+  std::string summary(int device) { return state(static_cast<c10::DeviceIndex>(device)).allocator->memory_summary(); }
+
+  static TorchAllocator& instance();
+
+ private:
+  static void raw_delete_function(void* ptr) { instance().free_pointer(ptr); }
+
+  DeviceState* existing(int device) {
+    if (device < 0 || device >= kMaxDevices) return nullptr;
+    return states_[device].load(std::memory_order_acquire);
+  }
+
+  // The device's allocator, made on first use (on the cuda backend of that
+  // device, with PyTorch's settings).
+  DeviceState& state(c10::DeviceIndex device) {
+    TORCH_CHECK(device >= 0 && device < kMaxDevices, "cachealloc: invalid device ", static_cast<int>(device));
+    if (DeviceState* s = states_[device].load(std::memory_order_acquire)) return *s;
+    std::lock_guard lock(mutex_);
+    if (DeviceState* s = states_[device].load(std::memory_order_relaxed)) return *s;
+    auto made = std::make_unique<DeviceState>();
+    try {
+      c10::cuda::CUDAGuard guard(device);
+      made->allocator = std::make_unique<cachealloc::CachingAllocator>(cachealloc::make_cuda_device(device),
+                                                                        config_from_pytorch_environment());
+      cachealloc::HistoryOptions off;
+      off.enabled = false;
+      made->history = std::make_unique<cachealloc::HistoryRecorder>(*made->allocator, off);
+      if (history_wanted_) start_history(*made);
+    } catch (const cachealloc::Error& error) {
+      TORCH_CHECK(false, "cachealloc: device ", static_cast<int>(device), ": ", error.what());
+    }
+    DeviceState* raw = made.release();
+    states_[device].store(raw, std::memory_order_release);
+    return *raw;
+  }
+
+  void start_history(DeviceState& s) {
+    s.start_ns = monotonic_ns();
+    s.start_approx = c10::getApproximateTime();
+    s.history->start(history_options_);
+  }
+
+  void* allocate_on(c10::DeviceIndex device, size_t bytes, cudaStream_t stream) {
+    DeviceState& s = state(device);
+    try {
+      return s.allocator->allocate(bytes, cachealloc::Stream{reinterpret_cast<std::uintptr_t>(stream)});
+    } catch (const cachealloc::OutOfMemoryError& error) {
+      std::vector<CA::OutOfMemoryObserver> observers;
+      {
+        std::lock_guard lock(mutex_);
+        observers = oom_observers_;
+      }
+      size_t free = 0;
+      size_t total = 0;
+      (void)cudaMemGetInfo(&free, &total);
+      (void)cudaGetLastError();
+      for (const auto& observer : observers) observer(device, error.allocated(), total, free);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (cachealloc). ", error.what());
+    } catch (const cachealloc::Error& error) {
+      TORCH_CHECK(false, "cachealloc: ", error.what());
+    }
+  }
+
+  void free_pointer(void* ptr) {
+    if (ptr == nullptr) return;
+    // Most frees are on the current device; the others are found by trying.
+    const int current = c10::cuda::current_device();
+    if (DeviceState* s = existing(current); s != nullptr && s->allocator->deallocate(ptr) == cachealloc::FreeStatus::ok)
+      return;
+    for (int d = 0; d < device_count_; ++d) {
+      if (d == current) continue;
+      DeviceState* s = existing(d);
+      if (s != nullptr && s->allocator->deallocate(ptr) == cachealloc::FreeStatus::ok) return;
+    }
+    TORCH_CHECK(false, "cachealloc: free of ", ptr, ", which this allocator did not hand out (or already freed)");
+  }
+
+  std::array<std::atomic<DeviceState*>, kMaxDevices> states_{};
+  std::atomic<bool> initialized_{false};
+  int device_count_ = 0;
+  bool enabled_ = true;
+  std::mutex mutex_;
+  bool history_wanted_ = false;
+  cachealloc::HistoryOptions history_options_;
+  std::vector<CA::OutOfMemoryObserver> oom_observers_;
+  std::vector<CA::AllocatorTraceTracker> trace_trackers_;
+};
+
+TorchAllocator& TorchAllocator::instance() {
+  // Never destroyed: tensors freed during interpreter shutdown still reach it.
+  static auto* allocator = new std::shared_ptr<TorchAllocator>(std::make_shared<TorchAllocator>());
+  return **allocator;
+}
+
+void TorchAllocator::recordHistory(bool enabled, CA::CreateContextFn /*context_recorder*/,
+                                   size_t alloc_trace_max_entries, CA::RecordContext when, bool clear_history,
+                                   const std::vector<std::string>& /*skip_actions*/) {
+  std::lock_guard lock(mutex_);
+  history_wanted_ = enabled;
+  if (enabled) {
+    history_options_ = {};
+    // PyTorch counts trace entries; our ring also holds splits and merges
+    // (about two more per allocation), so it gets room for them.
+    history_options_.max_entries = std::max<std::size_t>(1, alloc_trace_max_entries) * 3;
+    history_options_.stacks =
+        when == CA::RecordContext::NEVER ? cachealloc::StackCapture::none : cachealloc::StackCapture::native;
+    history_options_.stacks_on_free = when == CA::RecordContext::ALL;
+  }
+  for (int d = 0; d < kMaxDevices; ++d) {
+    DeviceState* s = states_[d].load(std::memory_order_acquire);
+    if (s == nullptr) continue;
+    if (enabled) {
+      if (clear_history || !s->history->recording()) start_history(*s);
+    } else {
+      s->history->stop();
+    }
+  }
+}
+
+CA::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, bool include_traces) {
+  TORCH_CHECK(mempool_id.first == 0 && mempool_id.second == 0, kUnsupportedPools);
+  CA::SnapshotInfo info;
+  info.device_traces.resize(static_cast<std::size_t>(std::max(device_count_, 1)));
+  const cachealloc::AllocatorConfig* config = nullptr;
+  for (int d = 0; d < device_count_; ++d) {
+    DeviceState* s = existing(d);
+    if (s == nullptr) continue;
+    config = &s->allocator->config();
+    // Segments as PyTorch lists them: an expandable segment is one segment
+    // per mapped run, unmapped pages are not listed.
+    std::vector<cachealloc::snapshot::Segment> layout;
+    std::vector<cachealloc::snapshot::Event> events;
+    const bool recorded = include_traces && s->history->recorded_events() > 0;
+    cachealloc::snapshot::Snapshot taken;
+    if (recorded) {
+      taken = s->history->take_snapshot();
+      layout = taken.segments;
+    } else {
+      layout = s->allocator->layout();
+    }
+    for (const cachealloc::snapshot::Segment& segment : layout) {
+      CDA::SegmentInfo* current = nullptr;
+      for (const cachealloc::snapshot::Block& block : segment.blocks) {
+        if (block.state == BlockState::unmapped) {
+          current = nullptr;
+          continue;
+        }
+        if (current == nullptr) {
+          info.segments.emplace_back();
+          current = &info.segments.back();
+          current->device = static_cast<c10::DeviceIndex>(d);
+          current->address = block.address;
+          current->stream = reinterpret_cast<void*>(segment.stream);
+          current->is_large = segment.large_pool;
+          current->is_expandable = segment.expandable;
+        }
+        CDA::BlockInfo out;
+        out.size = block.size;
+        out.allocated = block.state == BlockState::active_allocated;
+        out.active = out.allocated || block.state == BlockState::active_pending_free;
+        out.requested_size = out.active ? block.requested : 0;
+        current->total_size += block.size;
+        if (out.allocated) current->allocated_size += block.size;
+        if (out.active) {
+          current->active_size += block.size;
+          current->requested_size += out.requested_size;
+        }
+        current->blocks.push_back(std::move(out));
+      }
+    }
+    if (!recorded) continue;
+    // Our times are CLOCK_MONOTONIC; PyTorch's converter expects its
+    // approximate clock, so each time is mapped through the line between the
+    // two clocks at the start of recording and now.
+    const std::uint64_t now_ns = monotonic_ns();
+    const c10::approx_time_t now_approx = c10::getApproximateTime();
+    const double span_ns = static_cast<double>(now_ns - s->start_ns);
+    const double ratio =
+        span_ns > 1e6 ? static_cast<double>(now_approx - s->start_approx) / span_ns : 1.0;
+    auto approx = [&](std::uint64_t t) {
+      const double delta = (static_cast<double>(t) - static_cast<double>(s->start_ns)) * ratio;
+      return static_cast<c10::approx_time_t>(static_cast<double>(s->start_approx) + delta);
+    };
+    std::vector<CDA::TraceEntry>& trace = info.device_traces[static_cast<std::size_t>(d)];
+    for (const cachealloc::snapshot::Event& event : taken.events) {
+      CDA::TraceEntry::Action action{};
+      std::size_t size = event.size;
+      switch (event.kind) {
+        case EventKind::alloc: action = CDA::TraceEntry::ALLOC; size = event.aux; break;
+        case EventKind::free_requested: action = CDA::TraceEntry::FREE_REQUESTED; size = event.aux; break;
+        case EventKind::free_completed: action = CDA::TraceEntry::FREE_COMPLETED; size = event.aux; break;
+        case EventKind::segment_alloc: action = CDA::TraceEntry::SEGMENT_ALLOC; break;
+        case EventKind::segment_release: action = CDA::TraceEntry::SEGMENT_FREE; break;
+        case EventKind::segment_map: action = CDA::TraceEntry::SEGMENT_MAP; break;
+        case EventKind::segment_unmap: action = CDA::TraceEntry::SEGMENT_UNMAP; break;
+        case EventKind::oom: action = CDA::TraceEntry::OOM; break;
+        case EventKind::annotation_begin:
+        case EventKind::annotation_end: {
+          CDA::AnnotationEntry annotation(static_cast<c10::DeviceIndex>(d), approx(event.time_ns));
+          annotation.recordUserMetadata("stage", event.kind == EventKind::annotation_begin ? "START" : "END");
+          annotation.recordUserMetadata("name", event.aux < taken.strings.size() ? taken.strings[event.aux] : "");
+          info.external_annotations.push_back(std::move(annotation));
+          continue;
+        }
+        default: continue;  // splits, merges, empty_cache: not in PyTorch's trace
+      }
+      trace.emplace_back(action, static_cast<c10::DeviceIndex>(d), static_cast<std::size_t>(event.address), size,
+                         reinterpret_cast<void*>(event.stream), c10::MempoolId_t{0, 0}, approx(event.time_ns));
+    }
+  }
+  if (config != nullptr) {
+    info.config_metadata.garbage_collection_threshold = config->garbage_collection_threshold;
+    info.config_metadata.max_split_size = config->max_split_size;
+    info.config_metadata.expandable_segments = config->expandable_segments;
+    info.config_metadata.last_allocator_settings = config->source;
+    info.config_metadata.roundup_power2_divisions.assign(config->roundup_power2_divisions.begin(),
+                                                         config->roundup_power2_divisions.end());
+  }
+  return info;
+}
+
+thread_local std::string t_error;
+
+}  // namespace
+
+extern "C" {
+
+// Makes our allocator PyTorch's CUDA allocator. Must run before the first
+// CUDA tensor. Returns 0, or -1 with cachealloc_torch_error() set.
+__attribute__((visibility("default"))) int cachealloc_torch_install() {
+  try {
+    // Not owning: the allocator lives for the whole process.
+    const std::shared_ptr<CA::CUDAAllocator> allocator(std::shared_ptr<CA::CUDAAllocator>{},
+                                                       &TorchAllocator::instance());
+    torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(allocator);
+    return 0;
+  } catch (const std::exception& error) {
+    t_error = error.what();
+    return -1;
+  }
+}
+
+__attribute__((visibility("default"))) const char* cachealloc_torch_error() { return t_error.c_str(); }
+
+__attribute__((visibility("default"))) void cachealloc_torch_annotate(int begin, const char* name) {
+  try {
+    TorchAllocator::instance().annotate(begin != 0, name == nullptr ? "" : name);
+  } catch (...) {
+  }
+}
+
+// Writes device `device`'s recording in our format, native stacks
+// symbolized (for a pickle, cachealloc.dump calls torch's _dump_snapshot). Returns 0, or -1 with cachealloc_torch_error() set.
+__attribute__((visibility("default"))) int cachealloc_torch_dump(int device, const char* path) {
+  try {
+    if (!TorchAllocator::instance().dump(device, path)) {
+      t_error = "nothing recorded on device " + std::to_string(device) +
+                " (call torch.cuda.memory._record_memory_history() or cachealloc.record() first), "
+                "or the file could not be written";
+      return -1;
+    }
+    return 0;
+  } catch (const std::exception& error) {
+    t_error = error.what();
+    return -1;
+  }
+}
+
+}  // extern "C"
