@@ -6,10 +6,14 @@
 // caching_allocator_alloc/_delete, _record_memory_history, _snapshot and
 // _dump_snapshot, the OOM observer and torch.cuda.OutOfMemoryError.
 //
+// Python frames: when _record_memory_history asks for them, PyTorch's own
+// context hook is called at each allocation (and at each free with
+// context='all'), as PyTorch's allocator does; _snapshot() and
+// _dump_snapshot() then carry them. Our own dump (cachealloc.dump) keeps the
+// native C++ frames of our recorder.
+//
 // Not supported yet, each refused with a RuntimeError that says so: private
-// pools (CUDA graph capture, torch.cuda.MemPool), IPC handles, and Python
-// frames in the history (stacks are native C++ frames, kept in our own dump;
-// _snapshot() lists the events without frames).
+// pools (CUDA graph capture, torch.cuda.MemPool) and IPC handles.
 //
 // cachealloc.torch.install() (python/cachealloc/torch.py) loads this library
 // with ctypes and calls cachealloc_torch_install() before the first CUDA
@@ -30,6 +34,8 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <deque>
+#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -86,7 +92,23 @@ void copy_stats(const cachealloc::StatArray& from, c10::CachingAllocator::StatAr
   for (std::size_t i = 0; i < cachealloc::kStatTypes; ++i) copy_stat(from[i], to[i]);
 }
 
+// PyTorch's contexts (Python and C++ frames from its own hook), kept beside
+// our recorder: those of live blocks, and those of the recent allocations
+// and frees in order, matched to the recorder's events by address in
+// _snapshot().
+struct ContextRecord {
+  std::uintptr_t address = 0;
+  bool is_free = false;
+  std::shared_ptr<c10::GatheredContext> context;
+};
+struct Contexts {
+  std::mutex mutex;
+  std::unordered_map<std::uintptr_t, std::shared_ptr<c10::GatheredContext>> live;
+  std::deque<ContextRecord> recent;
+};
+
 struct DeviceState {
+  Contexts contexts;
   std::unique_ptr<cachealloc::CachingAllocator> allocator;
   std::unique_ptr<cachealloc::HistoryRecorder> history;
   double fraction = 1.0;
@@ -343,8 +365,21 @@ class TorchAllocator final : public CA::CUDAAllocator {
 
   void* allocate_on(c10::DeviceIndex device, size_t bytes, cudaStream_t stream) {
     DeviceState& s = state(device);
+    // As PyTorch's allocator: the context is gathered before the allocation.
+    const CA::CreateContextFn gather = context_recorder_.load(std::memory_order_acquire);
+    std::shared_ptr<c10::GatheredContext> context = gather != nullptr ? gather() : nullptr;
     try {
-      return s.allocator->allocate(bytes, cachealloc::Stream{reinterpret_cast<std::uintptr_t>(stream)});
+      void* ptr = s.allocator->allocate(bytes, cachealloc::Stream{reinterpret_cast<std::uintptr_t>(stream)});
+      if (context) {
+        const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+        std::lock_guard lock(s.contexts.mutex);
+        s.contexts.live[address] = context;
+        if (context_when_.load(std::memory_order_relaxed) >= static_cast<int>(CA::RecordContext::ALLOC)) {
+          s.contexts.recent.push_back({address, false, std::move(context)});
+          if (s.contexts.recent.size() > context_capacity_.load(std::memory_order_relaxed)) s.contexts.recent.pop_front();
+        }
+      }
+      return ptr;
     } catch (const cachealloc::OutOfMemoryError& error) {
       std::vector<CA::OutOfMemoryObserver> observers;
       {
@@ -364,14 +399,29 @@ class TorchAllocator final : public CA::CUDAAllocator {
 
   void free_pointer(void* ptr) {
     if (ptr == nullptr) return;
+    const CA::CreateContextFn gather = context_recorder_.load(std::memory_order_acquire);
+    std::shared_ptr<c10::GatheredContext> context =
+        gather != nullptr && context_when_.load(std::memory_order_relaxed) == static_cast<int>(CA::RecordContext::ALL)
+            ? gather()
+            : nullptr;
+    auto freed = [&](DeviceState& s) {
+      if (s.allocator->deallocate(ptr) != cachealloc::FreeStatus::ok) return false;
+      const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+      std::lock_guard lock(s.contexts.mutex);
+      s.contexts.live.erase(address);
+      if (context) {
+        s.contexts.recent.push_back({address, true, std::move(context)});
+        if (s.contexts.recent.size() > context_capacity_.load(std::memory_order_relaxed)) s.contexts.recent.pop_front();
+      }
+      return true;
+    };
     // Most frees are on the current device; the others are found by trying.
     const int current = c10::cuda::current_device();
-    if (DeviceState* s = existing(current); s != nullptr && s->allocator->deallocate(ptr) == cachealloc::FreeStatus::ok)
-      return;
+    if (DeviceState* s = existing(current); s != nullptr && freed(*s)) return;
     for (int d = 0; d < device_count_; ++d) {
       if (d == current) continue;
       DeviceState* s = existing(d);
-      if (s != nullptr && s->allocator->deallocate(ptr) == cachealloc::FreeStatus::ok) return;
+      if (s != nullptr && freed(*s)) return;
     }
     TORCH_CHECK(false, "cachealloc: free of ", ptr, ", which this allocator did not hand out (or already freed)");
   }
@@ -385,6 +435,10 @@ class TorchAllocator final : public CA::CUDAAllocator {
   cachealloc::HistoryOptions history_options_;
   std::vector<CA::OutOfMemoryObserver> oom_observers_;
   std::vector<CA::AllocatorTraceTracker> trace_trackers_;
+  // PyTorch's context hook while history asks for frames, else null.
+  std::atomic<CA::CreateContextFn> context_recorder_{nullptr};
+  std::atomic<int> context_when_{0};
+  std::atomic<std::size_t> context_capacity_{0};
 };
 
 TorchAllocator& TorchAllocator::instance() {
@@ -393,7 +447,7 @@ TorchAllocator& TorchAllocator::instance() {
   return **allocator;
 }
 
-void TorchAllocator::recordHistory(bool enabled, CA::CreateContextFn /*context_recorder*/,
+void TorchAllocator::recordHistory(bool enabled, CA::CreateContextFn context_recorder,
                                    size_t alloc_trace_max_entries, CA::RecordContext when, bool clear_history,
                                    const std::vector<std::string>& /*skip_actions*/) {
   std::lock_guard lock(mutex_);
@@ -406,12 +460,20 @@ void TorchAllocator::recordHistory(bool enabled, CA::CreateContextFn /*context_r
     history_options_.stacks =
         when == CA::RecordContext::NEVER ? cachealloc::StackCapture::none : cachealloc::StackCapture::native;
     history_options_.stacks_on_free = when == CA::RecordContext::ALL;
+    context_capacity_.store(std::max<std::size_t>(1, alloc_trace_max_entries), std::memory_order_relaxed);
   }
+  const bool frames = enabled && context_recorder != nullptr && when != CA::RecordContext::NEVER;
+  context_when_.store(frames ? static_cast<int>(when) : 0, std::memory_order_relaxed);
+  context_recorder_.store(frames ? context_recorder : nullptr, std::memory_order_release);
   for (int d = 0; d < kMaxDevices; ++d) {
     DeviceState* s = states_[d].load(std::memory_order_acquire);
     if (s == nullptr) continue;
     if (enabled) {
-      if (clear_history || !s->history->recording()) start_history(*s);
+      if (clear_history || !s->history->recording()) {
+        start_history(*s);
+        std::lock_guard contexts_lock(s->contexts.mutex);
+        s->contexts.recent.clear();
+      }
     } else {
       s->history->stop();
     }
@@ -433,6 +495,13 @@ CA::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, bool incl
     std::vector<cachealloc::snapshot::Event> events;
     const bool recorded = include_traces && s->history->recorded_events() > 0;
     cachealloc::snapshot::Snapshot taken;
+    std::unordered_map<std::uintptr_t, std::shared_ptr<c10::GatheredContext>> live_contexts;
+    std::deque<ContextRecord> recent_contexts;
+    {
+      std::lock_guard lock(s->contexts.mutex);
+      live_contexts = s->contexts.live;
+      recent_contexts = s->contexts.recent;
+    }
     if (recorded) {
       taken = s->history->take_snapshot();
       layout = taken.segments;
@@ -460,6 +529,10 @@ CA::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, bool incl
         out.allocated = block.state == BlockState::active_allocated;
         out.active = out.allocated || block.state == BlockState::active_pending_free;
         out.requested_size = out.active ? block.requested : 0;
+        if (out.active) {
+          if (auto it = live_contexts.find(block.address); it != live_contexts.end())
+            out.context_when_allocated = it->second;
+        }
         current->total_size += block.size;
         if (out.allocated) current->allocated_size += block.size;
         if (out.active) {
@@ -481,6 +554,57 @@ CA::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, bool incl
     auto approx = [&](std::uint64_t t) {
       const double delta = (static_cast<double>(t) - static_cast<double>(s->start_ns)) * ratio;
       return static_cast<c10::approx_time_t>(static_cast<double>(s->start_approx) + delta);
+    };
+    // Contexts to events: per address, the last allocations (and frees) of
+    // the trace take the last contexts recorded for that address, in order
+    // (both windows end now; the older one may reach further back).
+    struct PerAddress {
+      std::vector<std::shared_ptr<c10::GatheredContext>> allocs, frees;
+      std::size_t trace_allocs = 0, trace_frees = 0, next_alloc = 0, next_free = 0;
+      std::shared_ptr<c10::GatheredContext> last_alloc;
+    };
+    std::unordered_map<std::uintptr_t, PerAddress> by_address;
+    for (ContextRecord& record : recent_contexts) {
+      PerAddress& a = by_address[record.address];
+      (record.is_free ? a.frees : a.allocs).push_back(std::move(record.context));
+    }
+    if (!by_address.empty()) {
+      for (const cachealloc::snapshot::Event& event : taken.events) {
+        auto it = by_address.find(event.address);
+        if (it == by_address.end()) continue;
+        if (event.kind == EventKind::alloc) ++it->second.trace_allocs;
+        if (event.kind == EventKind::free_requested) ++it->second.trace_frees;
+      }
+      for (auto& [address, a] : by_address) {
+        (void)address;
+        // next_* < 0 in effect: the trace's first events have no context.
+        a.next_alloc = a.allocs.size() - std::min(a.allocs.size(), a.trace_allocs);
+        a.next_free = a.frees.size() - std::min(a.frees.size(), a.trace_frees);
+      }
+    }
+    auto context_for = [&](const cachealloc::snapshot::Event& event) -> std::shared_ptr<c10::GatheredContext> {
+      if (by_address.empty()) return nullptr;
+      auto it = by_address.find(event.address);
+      if (it == by_address.end()) return nullptr;
+      PerAddress& a = it->second;
+      if (event.kind == EventKind::alloc) {
+        // Trace allocations before the contexts' window have none.
+        if (a.trace_allocs > a.allocs.size()) {
+          --a.trace_allocs;
+          a.last_alloc = nullptr;
+          return nullptr;
+        }
+        a.last_alloc = a.next_alloc < a.allocs.size() ? a.allocs[a.next_alloc++] : nullptr;
+        return a.last_alloc;
+      }
+      if (event.kind == EventKind::free_requested && !a.frees.empty()) {
+        if (a.trace_frees > a.frees.size()) {
+          --a.trace_frees;
+          return a.last_alloc;
+        }
+        return a.next_free < a.frees.size() ? a.frees[a.next_free++] : a.last_alloc;
+      }
+      return a.last_alloc;  // PyTorch: a free without its own context shows the allocation's
     };
     std::vector<CDA::TraceEntry>& trace = info.device_traces[static_cast<std::size_t>(d)];
     for (const cachealloc::snapshot::Event& event : taken.events) {
@@ -505,8 +629,11 @@ CA::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, bool incl
         }
         default: continue;  // splits, merges, empty_cache: not in PyTorch's trace
       }
+      const bool block_event = event.kind == EventKind::alloc || event.kind == EventKind::free_requested ||
+                               event.kind == EventKind::free_completed;
       trace.emplace_back(action, static_cast<c10::DeviceIndex>(d), static_cast<std::size_t>(event.address), size,
-                         reinterpret_cast<void*>(event.stream), c10::MempoolId_t{0, 0}, approx(event.time_ns));
+                         reinterpret_cast<void*>(event.stream), c10::MempoolId_t{0, 0}, approx(event.time_ns),
+                         block_event ? context_for(event) : nullptr);
     }
   }
   if (config != nullptr) {

@@ -146,6 +146,17 @@ check("_snapshot segments sum to reserved", seg_total == stats["reserved_bytes.a
 check("_snapshot allocated blocks sum to allocated", alloc_total == stats["allocated_bytes.all.current"],
       (alloc_total, stats["allocated_bytes.all.current"]))
 check("_snapshot has a trace", actions.get("alloc", 0) >= 39, actions)
+# Python frames through PyTorch's own context hook (the default stacks='all').
+me = os.path.basename(__file__)
+trace_files = {f["filename"] for trace in snap["device_traces"] for e in trace for f in e.get("frames", [])}
+block_files = {f["filename"] for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"
+               for f in b.get("frames", [])}
+trace_allocs = [e for trace in snap["device_traces"] for e in trace if e["action"] == "alloc"]
+with_me = sum(1 for e in trace_allocs if any(f["filename"].endswith(me) for f in e.get("frames", [])))
+results["snapshot"]["allocs_with_python_frames_of_this_script"] = with_me
+check("_snapshot's trace has this script's Python frames", with_me >= 39, (with_me, len(trace_allocs)))
+check("_snapshot's live blocks have this script's Python frames", any(x.endswith(me) for x in block_files),
+      sorted(block_files)[:5])
 tmp = tempfile.mkdtemp()
 pickle_path = os.path.join(tmp, "probe.pickle")
 torch.cuda.memory._dump_snapshot(pickle_path)
