@@ -59,6 +59,20 @@ class AllocatorObserver {
   virtual std::uint32_t on_event(const AllocatorEvent& event) noexcept = 0;
 };
 
+// A private memory pool, PyTorch's MempoolId_t: the pool a CUDA graph
+// capture or a torch.cuda.MemPool allocates from. {0, 0} is the default pool.
+struct PoolId {
+  std::uint64_t first = 0;
+  std::uint64_t second = 0;
+  bool is_default() const noexcept { return first == 0 && second == 0; }
+  friend auto operator<=>(PoolId, PoolId) = default;
+};
+// Chooses, at each allocation during begin/end_allocate_to_pool, whether the
+// request on this stream goes to the private pool. Called on the allocating
+// thread (PyTorch's capture filter asks cudaStreamGetCaptureInfo; MemPool's
+// compares the thread).
+using StreamFilter = std::function<bool(Stream)>;
+
 enum class FreeStatus {
   ok,
   null_pointer,     // deallocate(nullptr): accepted, nothing done
@@ -95,6 +109,34 @@ class CachingAllocator {
   // Returns every fully free segment to the device (after waiting for
   // outstanding stream events).
   void empty_cache();
+
+  // With a private pool: releases that pool's whole free segments, only once
+  // the pool is no longer used (use count 0), as PyTorch's emptyCache(id).
+  void empty_cache(PoolId pool);
+
+  // Private pools, as PyTorch's (CUDA graphs, MemPool). Blocks of a private
+  // pool are reused only for that pool's requests, are never released while
+  // the pool is in use, and take no part in garbage collection; the pool
+  // uses no expandable segments. While a capture is under way no stream
+  // event is queried or recorded (frees that need one wait until every
+  // capture has ended), and device reservations run in relaxed capture mode.
+  // Creates the pool with use count 1, or adds one use to a live pool.
+  void create_or_incref_pool(PoolId pool);
+  // Until end_allocate_to_pool(pool), requests on streams that `filter`
+  // accepts come from `pool` (created or incref'd). Throws InvalidArgument
+  // when already allocating to that pool.
+  void begin_allocate_to_pool(PoolId pool, StreamFilter filter);
+  // Throws InvalidArgument when not allocating to that pool.
+  void end_allocate_to_pool(PoolId pool);
+  // Drops one use; at 0 the pool's free segments may be released (by
+  // empty_cache or an out-of-memory retry) and, once it holds none, it is gone.
+  // Throws InvalidArgument for an unknown pool.
+  void release_pool(PoolId pool);
+  // The pool's use count; 0 for a pool that does not exist (any more).
+  int pool_use_count(PoolId pool) const;
+  // The private pool of each segment that belongs to one, by the segment's
+  // address (layout()'s segments of the default pool are not listed).
+  std::map<std::uintptr_t, PoolId> private_segments() const;
 
   // Caps reserved memory at fraction x device total. Throws InvalidArgument
   // outside [0, 1].

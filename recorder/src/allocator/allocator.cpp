@@ -98,28 +98,39 @@ std::size_t CachingAllocator::Impl::allocation_size(std::size_t size) noexcept {
   return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
 }
 
-Shard& CachingAllocator::Impl::shard_for(Stream stream) {
-  const std::size_t home = static_cast<std::size_t>((stream.handle * 0x9e3779b97f4a7c15ull) >> 54) % kShardSlots;
+Shard& CachingAllocator::Impl::shard_for(Stream stream, PoolId pool) {
+  const std::uint64_t key = stream.handle ^ (pool.first * 0x632be59bd9b4e019ull) ^ (pool.second * 0x85157af5ull);
+  const std::size_t home = static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ull) >> 54) % kShardSlots;
   for (std::size_t i = 0; i < kShardSlots; ++i) {
     Shard* shard = shard_table[(home + i) % kShardSlots].load(std::memory_order_acquire);
     if (!shard) break;
-    if (shard->stream == stream) return *shard;
+    if (shard->stream == stream && shard->pool_id == pool) return *shard;
   }
   std::lock_guard lock(registry_mutex);
   for (std::size_t i = 0; i < kShardSlots; ++i) {
     auto& slot = shard_table[(home + i) % kShardSlots];
     Shard* shard = slot.load(std::memory_order_acquire);
-    if (shard && shard->stream == stream) return *shard;
+    if (shard && shard->stream == stream && shard->pool_id == pool) return *shard;
     if (!shard) {
-      shard = new Shard(stream);
-      auto pos = std::lower_bound(shards.begin(), shards.end(), stream,
-                                  [](const Shard* s, Stream key) { return s->stream < key; });
+      shard = new Shard(stream, pool);
+      auto pos = std::lower_bound(shards.begin(), shards.end(), std::pair{stream, pool},
+                                  [](const Shard* s, const std::pair<Stream, PoolId>& k) {
+                                    return std::pair{s->stream, s->pool_id} < k;
+                                  });
       shards.insert(pos, shard);
       slot.store(shard, std::memory_order_release);
       return *shard;
     }
   }
-  throw InvalidArgument("allocate: more than " + std::to_string(kShardSlots) + " distinct streams");
+  throw InvalidArgument("allocate: more than " + std::to_string(kShardSlots) + " distinct streams and pools");
+}
+
+PoolId CachingAllocator::Impl::capture_pool(Stream stream) {
+  std::lock_guard lock(captures_mutex);
+  for (const auto& [pool, filter] : captures) {
+    if (filter(stream)) return pool;
+  }
+  return PoolId{};
 }
 
 Block* CachingAllocator::Impl::new_block(Shard& shard) {
@@ -238,9 +249,18 @@ void* CachingAllocator::Impl::allocate(std::size_t requested, Stream stream) {
                           " bytes is larger than any device (a negative size cast to size_t?)");
   const std::size_t size = round_size(requested);
   const bool small = size <= kSmallSize;
-  Shard& shard = shard_for(stream);
+  const bool capture = capturing();
+  if (!capture && deferred_event_blocks.load(std::memory_order_acquire) != 0) {
+    // The first request after every capture ended records the events the
+    // frees during capture could not (PyTorch's process_events).
+    std::vector<std::unique_lock<std::mutex>> locks;
+    lock_all(locks);
+    insert_deferred_events();
+  }
+  Shard& shard = shard_for(stream, capture ? capture_pool(stream) : PoolId{});
   std::unique_lock lock(shard.mutex);
-  if (!shard.pending.empty()) process_events(shard);
+  // No event is queried while a capture is under way (it would break it).
+  if (!capture && !shard.pending.empty()) process_events(shard);
   if (Block* block = get_free_block(shard, small, size, /*count_for_gc=*/true))
     return hand_out(shard, block, size, requested);
   // Miss. Unless garbage collection must run first (it looks at every
@@ -273,7 +293,12 @@ FreeStatus CachingAllocator::Impl::deallocate(void* ptr) noexcept {
     emit(EventKind::free_requested, shard.stream, block->ptr, block->size, block->requested);
     if (!block->stream_uses.empty()) {
       release_allocation_stats(*block);
-      insert_events(block);
+      if (capturing()) {
+        shard.deferred_events.push_back(block);
+        deferred_event_blocks.fetch_add(1, std::memory_order_release);
+      } else {
+        insert_events(block);
+      }
     } else {
       free_block(block, /*also_release_allocation=*/true);
     }
@@ -312,6 +337,14 @@ void CachingAllocator::Impl::insert_events(Block* block) {
     device->record_event(event, stream);
     ++block->event_count;
     shard.pending[stream].push_back(PendingFree{event, block});
+  }
+}
+
+void CachingAllocator::Impl::insert_deferred_events() {
+  for (Shard* shard : shards) {
+    for (Block* block : shard->deferred_events) insert_events(block);
+    deferred_event_blocks.fetch_sub(shard->deferred_events.size(), std::memory_order_release);
+    shard->deferred_events.clear();
   }
 }
 

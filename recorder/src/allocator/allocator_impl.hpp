@@ -150,10 +150,12 @@ struct PendingFree {
   Block* block;
 };
 
-// Everything that belongs to one stream.
+// Everything that belongs to one stream of one pool (the default pool, or
+// a private pool of a CUDA graph or MemPool).
 struct Shard {
-  explicit Shard(Stream s) : stream(s) {}
+  Shard(Stream s, PoolId p) : stream(s), pool_id(p) {}
   Stream stream;
+  PoolId pool_id;
   std::mutex mutex;
   FreeSet small_blocks;
   FreeSet large_blocks;
@@ -162,6 +164,10 @@ struct Shard {
   std::vector<DeviceEvent> spare_events;
   std::vector<Block*> spare_blocks;  // recycled Block objects: no heap allocation per split
   PendingStats unpublished;          // stats changes not yet published
+  // Freed blocks used on other streams whose events could not be recorded
+  // because a capture was under way (PyTorch's
+  // needs_events_deferred_until_no_capture).
+  std::vector<Block*> deferred_events;
 
   UnmappedSet small_unmapped;
   UnmappedSet large_unmapped;
@@ -181,7 +187,13 @@ struct CachingAllocator::Impl {
 
   std::size_t round_size(std::size_t size) const noexcept;
   static std::size_t allocation_size(std::size_t size) noexcept;
-  Shard& shard_for(Stream stream);
+  Shard& shard_for(Stream stream, PoolId pool = {});
+  // The private pool a capture under way takes this stream's requests to,
+  // else the default pool.
+  PoolId capture_pool(Stream stream);
+  bool capturing() const noexcept { return captures_underway.load(std::memory_order_acquire) != 0; }
+  // Records the deferred events of every pool (every pool lock held).
+  void insert_deferred_events();
   Block* get_free_block(Shard& shard, bool small, std::size_t size, bool count_for_gc);
   bool should_split(const Block& block, std::size_t size) const noexcept;
   void* hand_out(Shard& shard, Block* block, std::size_t size, std::size_t requested);
@@ -217,7 +229,10 @@ struct CachingAllocator::Impl {
   void* allocate_slow(Shard& shard, std::size_t size, std::size_t requested, bool device_tried);
   void garbage_collect();
   bool release_available_cached_blocks(Shard& shard, bool small, std::size_t size);
-  void release_cached_blocks();
+  // PyTorch's release_cached_blocks(mempool_id): the default pool's whole
+  // free segments and those of private pools no longer used (all of them
+  // for the default id, else only that pool's).
+  void release_cached_blocks(PoolId which = {});
   void synchronize_and_free_events();
   void release_block(Block* block);
   std::size_t release_unsplit(FreeSet& set);
@@ -241,8 +256,18 @@ struct CachingAllocator::Impl {
   // the list sorted by stream for the slow path.
   static constexpr std::size_t kShardSlots = 1024;
   std::array<std::atomic<Shard*>, kShardSlots> shard_table{};
-  std::vector<Shard*> shards;  // sorted by stream handle
+  std::vector<Shard*> shards;  // sorted by (stream handle, pool)
   std::mutex registry_mutex;
+
+  // Private pools by id, with their use counts; under registry_mutex.
+  std::map<PoolId, int> private_pools;
+  // Captures under way: the pool and filter of each, in the order begun
+  // (the first whose filter accepts a stream wins). captures_mutex is a
+  // leaf; captures_underway is its size, read without the lock.
+  std::mutex captures_mutex;
+  std::vector<std::pair<PoolId, StreamFilter>> captures;
+  std::atomic<int> captures_underway{0};
+  std::atomic<std::size_t> deferred_event_blocks{0};
 
   detail::PointerMap<Block> live;  // allocated blocks by address
 

@@ -15,7 +15,7 @@ using snapshot::EventKind;
 std::vector<Shard*> CachingAllocator::Impl::lock_all(std::vector<std::unique_lock<std::mutex>>& locks) {
   locks.emplace_back(registry_mutex);
   locks.reserve(shards.size() + 1);
-  for (Shard* shard : shards) locks.emplace_back(shard->mutex);  // ascending stream order
+  for (Shard* shard : shards) locks.emplace_back(shard->mutex);  // ascending (stream, pool) order
   return shards;
 }
 
@@ -27,7 +27,9 @@ Block* CachingAllocator::Impl::reserve_segment(Shard& shard, bool small, std::si
   const bool capped = fraction_set_.load(std::memory_order_relaxed);
   const std::size_t cap = allowed_memory_maximum.load(std::memory_order_relaxed);
   std::size_t reserved = total_reserved.load(std::memory_order_relaxed);
-  if (config.expandable_segments) {
+  // Private pools use no expandable segments (PyTorch: its checkpointing of
+  // private pools does not support them).
+  if (config.expandable_segments && shard.pool_id.is_default()) {
     // PyTorch checks the cap against the plain segment size even here.
     if (capped && reserved + alloc_size > cap) return nullptr;
     return allocate_expandable(shard, small, size);
@@ -78,7 +80,7 @@ void* CachingAllocator::Impl::allocate_slow(Shard& shard, std::size_t size, std:
   std::vector<std::unique_lock<std::mutex>> locks;
   lock_all(locks);
   const bool small = size <= kSmallSize;
-  if (!shard.pending.empty()) process_events(shard);
+  if (!capturing() && !shard.pending.empty()) process_events(shard);
   // Another thread may have freed a fitting block while we held no lock;
   // this second look is not a new request, so it does not age blocks.
   Block* block = get_free_block(shard, small, size, /*count_for_gc=*/false);
@@ -111,9 +113,11 @@ void CachingAllocator::Impl::garbage_collect() {
   const std::size_t now = free_block_calls[0].load();
   auto age = [now](const Block& b) { return now - b.gc_count_base; };
 
+  // Only the default pool's blocks are collected, as in PyTorch.
   std::size_t total_age = 0;
   std::size_t freeable = 0;
   for (Shard* s : shards)
+    if (s->pool_id.is_default())
     for (const Block& b : s->large_blocks)
       if (!b.is_split()) {
         total_age += age(b);
@@ -127,6 +131,7 @@ void CachingAllocator::Impl::garbage_collect() {
     const double age_threshold = static_cast<double>(total_age) / static_cast<double>(freeable);
     freed_one = false;
     for (Shard* s : shards) {
+      if (!s->pool_id.is_default()) continue;
       for (auto it = s->large_blocks.begin(); it != s->large_blocks.end();) {
         Block& b = *it++;
         if (b.is_split() || b.expandable || static_cast<double>(age(b)) < age_threshold) continue;
@@ -205,10 +210,38 @@ std::size_t CachingAllocator::Impl::release_unsplit(FreeSet& set) {
 // Rule (empty_cache and the last OOM step): wait for outstanding events, then
 // release every cached block that is a whole segment, large pools first; for
 // expandable segments, unmap every free whole chunk.
-void CachingAllocator::Impl::release_cached_blocks() {
-  synchronize_and_free_events();
-  for (Shard* s : shards) release_unsplit(s->large_blocks);
-  for (Shard* s : shards) release_unsplit(s->small_blocks);
+// Private pools: only those no longer used (use count 0), and only for the
+// default id or their own; a pool left with no segment is forgotten.
+void CachingAllocator::Impl::release_cached_blocks(PoolId which) {
+  if (which.is_default()) {
+    if (!capturing()) synchronize_and_free_events();
+    for (Shard* s : shards)
+      if (s->pool_id.is_default()) release_unsplit(s->large_blocks);
+    for (Shard* s : shards)
+      if (s->pool_id.is_default()) release_unsplit(s->small_blocks);
+  }
+  for (auto it = private_pools.begin(); it != private_pools.end();) {
+    const PoolId pool = it->first;
+    if (it->second > 0 || (!which.is_default() && pool != which)) {
+      ++it;
+      continue;
+    }
+    for (Shard* s : shards)
+      if (s->pool_id == pool) release_unsplit(s->small_blocks);
+    for (Shard* s : shards)
+      if (s->pool_id == pool) release_unsplit(s->large_blocks);
+    bool holds_segments = false;
+    {
+      std::lock_guard lock(segments_mutex);
+      for (const auto& [address, head] : segments) {
+        if (head->shard->pool_id == pool) {
+          holds_segments = true;
+          break;
+        }
+      }
+    }
+    it = holds_segments ? std::next(it) : private_pools.erase(it);
+  }
 }
 
 // Returns a cached whole-segment block to the device.
@@ -300,6 +333,88 @@ void CachingAllocator::empty_cache() {
   impl_->release_cached_blocks();
   impl_->publish_all_locked();
   impl_->emit(EventKind::empty_cache, Stream{}, 0, before - impl_->total_reserved.load(), 0);
+}
+
+void CachingAllocator::empty_cache(PoolId pool) {
+  if (pool.is_default()) {
+    empty_cache();
+    return;
+  }
+  Impl::begin_call();
+  std::vector<std::unique_lock<std::mutex>> locks;
+  impl_->lock_all(locks);
+  const std::size_t before = impl_->total_reserved.load();
+  impl_->release_cached_blocks(pool);
+  impl_->publish_all_locked();
+  if (before != impl_->total_reserved.load())
+    impl_->emit(EventKind::empty_cache, Stream{}, 0, before - impl_->total_reserved.load(), 0);
+}
+
+void CachingAllocator::create_or_incref_pool(PoolId pool) {
+  if (pool.is_default()) throw InvalidArgument("create_or_incref_pool: {0, 0} is the default pool");
+  std::lock_guard lock(impl_->registry_mutex);
+  auto [it, created] = impl_->private_pools.try_emplace(pool, 1);
+  if (!created) {
+    if (it->second <= 0)
+      throw InvalidArgument("create_or_incref_pool: pool (" + std::to_string(pool.first) + ", " +
+                            std::to_string(pool.second) + ") is no longer in use and cannot be reused");
+    ++it->second;
+  }
+}
+
+void CachingAllocator::begin_allocate_to_pool(PoolId pool, StreamFilter filter) {
+  if (!filter) throw InvalidArgument("begin_allocate_to_pool: no stream filter");
+  create_or_incref_pool(pool);
+  std::lock_guard lock(impl_->captures_mutex);
+  for (const auto& [underway, f] : impl_->captures) {
+    if (underway == pool) {
+      throw InvalidArgument("begin_allocate_to_pool: already allocating to pool (" + std::to_string(pool.first) +
+                            ", " + std::to_string(pool.second) + ")");
+    }
+  }
+  impl_->captures.emplace_back(pool, std::move(filter));
+  impl_->captures_underway.store(static_cast<int>(impl_->captures.size()), std::memory_order_release);
+}
+
+void CachingAllocator::end_allocate_to_pool(PoolId pool) {
+  std::lock_guard lock(impl_->captures_mutex);
+  for (auto it = impl_->captures.begin(); it != impl_->captures.end(); ++it) {
+    if (it->first == pool) {
+      impl_->captures.erase(it);
+      impl_->captures_underway.store(static_cast<int>(impl_->captures.size()), std::memory_order_release);
+      return;
+    }
+  }
+  throw InvalidArgument("end_allocate_to_pool: not allocating to pool (" + std::to_string(pool.first) + ", " +
+                        std::to_string(pool.second) + ")");
+}
+
+void CachingAllocator::release_pool(PoolId pool) {
+  std::lock_guard lock(impl_->registry_mutex);
+  auto it = impl_->private_pools.find(pool);
+  if (it == impl_->private_pools.end() || it->second <= 0)
+    throw InvalidArgument("release_pool: no pool (" + std::to_string(pool.first) + ", " +
+                          std::to_string(pool.second) + ") in use");
+  --it->second;
+}
+
+int CachingAllocator::pool_use_count(PoolId pool) const {
+  std::lock_guard lock(impl_->registry_mutex);
+  auto it = impl_->private_pools.find(pool);
+  return it == impl_->private_pools.end() ? 0 : it->second;
+}
+
+std::map<std::uintptr_t, PoolId> CachingAllocator::private_segments() const {
+  std::vector<std::unique_lock<std::mutex>> locks;
+  impl_->lock_all(locks);
+  std::map<std::uintptr_t, PoolId> out;
+  std::lock_guard guard(impl_->segments_mutex);
+  for (const auto& [address, head] : impl_->segments) {
+    if (head->shard->pool_id.is_default()) continue;
+    // Expandable runs are never private, so the head's address names the segment.
+    out.emplace(address, head->shard->pool_id);
+  }
+  return out;
 }
 
 void CachingAllocator::set_memory_fraction(double fraction) {

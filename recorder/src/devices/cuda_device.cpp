@@ -33,6 +33,28 @@ namespace detail {
 namespace {
 
 // Makes `index` the calling thread's device for the scope, restoring the old one.
+// cudaStreamCaptureModeRelaxed on this thread for the guard's life, so that
+// cudaMalloc and cudaFree work while a stream captures a graph in global mode
+// (PyTorch's cudaMallocMaybeCapturing). Costs one cheap driver call each way.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() noexcept {
+    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      active_ = false;
+    }
+  }
+  ~RelaxedCaptureMode() {
+    if (active_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool active_ = true;
+};
+
 class DeviceGuard {
  public:
   explicit DeviceGuard(int index) {
@@ -131,6 +153,9 @@ class CudaDevice final : public Device {
 
   void* reserve(std::size_t bytes) override {
     DeviceGuard guard(index_);
+    // During a CUDA graph capture in global mode cudaMalloc is refused; as
+    // PyTorch does, this thread relaxes the mode for the call.
+    RelaxedCaptureMode relaxed;
     void* ptr = nullptr;
     const cudaError_t status = cudaMalloc(&ptr, bytes);
     if (status == cudaErrorMemoryAllocation) {
@@ -143,6 +168,7 @@ class CudaDevice final : public Device {
 
   void release(void* ptr, std::size_t /*bytes*/) override {
     DeviceGuard guard(index_);
+    RelaxedCaptureMode relaxed;
     CACHEALLOC_CUDA_TRY(cudaFree(ptr));
   }
 
