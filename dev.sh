@@ -17,9 +17,14 @@ mode=${1:-demo}
 case "$mode" in demo|test|build|asan|tsan) ;; *) echo "usage: $0 demo|test|build|asan|tsan" >&2; exit 2 ;; esac
 
 packages=(cmake g++ make ninja-build libcereal-dev libcli11-dev libboost-stacktrace-dev doctest-dev python3
-          zlib1g-dev libzstd-dev help2man)
+          zlib1g-dev libzstd-dev help2man chromium)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+# node and npm: the HTML report's uPlot and the browser test's puppeteer-core come
+# from the npm registry at build time (analyzer/html, tests/browser). A node
+# from elsewhere (NodeSource bundles npm) is used as it is.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
@@ -48,7 +53,7 @@ normal_build() {
 # ASan+UBSan (build-asan/): the whole suite, every error fatal, leaks too.
 asan() {
   local flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-  configure build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCACHEALLOC_BUILD_BENCH=OFF \
+  configure build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCACHEALLOC_BUILD_BENCH=OFF -DCACHEALLOC_BROWSER_TESTS=OFF \
     -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
     -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined"
   cmake --build build-asan -j"$jobs"
@@ -62,7 +67,7 @@ asan() {
 tsan_suites=(test_allocator_random test_allocator_streams test_history_events test_history_snapshot
              test_pickle_parallel test_analyzer_streaming)
 tsan() {
-  configure build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  configure build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCACHEALLOC_BROWSER_TESTS=OFF \
     -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" \
     -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread"
   cmake --build build-tsan -j"$jobs" --target "${tsan_suites[@]}" bench_threads

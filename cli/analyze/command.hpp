@@ -96,5 +96,6 @@ void add_events_command(CLI::App& app, Runner& runner);
 void add_export_command(CLI::App& app, Runner& runner);
 void add_convert_command(CLI::App& app, Runner& runner);
 void add_flamegraph_command(CLI::App& app, Runner& runner);
+void add_html_command(CLI::App& app, Runner& runner);
 
 }  // namespace cachealloc::cli

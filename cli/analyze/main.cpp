@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
   add_export_command(app, runner);
   add_convert_command(app, runner);
   add_flamegraph_command(app, runner);
+  add_html_command(app, runner);
   add_version_flags(app, std::string(kProgram) + " " CACHEALLOC_VERSION);
   app.require_subcommand(0, 1);
   set_usage(app, "cachealloc-analyze [SUBCOMMAND] FILE [OPTIONS]");

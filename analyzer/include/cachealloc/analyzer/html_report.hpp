@@ -1,0 +1,55 @@
+// cachealloc-analyze html: one self-contained, offline HTML page with the
+// memory timeline, the segment map at any event, the sites live then (with an
+// icicle of their stacks), fragmentation over time and the summary.
+//
+// Levels of detail, so that a trace of millions of events stays fluid and the
+// page holds only what it draws:
+//   - timeline: the min and max of allocated, reserved and active per bucket
+//     of kHtmlBucketEvents events (the page merges them into coarser levels);
+//     a window of fewer than HtmlOptions::exact_events events is drawn event by
+//     event, replayed in the page from the nearest keyframe;
+//   - segment map: layout keyframes (Replay::layout(), every
+//     max(kHtmlMinKeyframeGap, 4 x blocks) events) plus every event after them,
+//     so the state after any event is exact and no block is ever dropped;
+//   - fragmentation: CacheFigures sampled at kHtmlFragmentationSamples points;
+//   - summary and OOM panels: summary_report and oom_report, as their JSON.
+// Binary columns are varint-coded, gzip-compressed and base64-encoded into
+// the page, and decoded there with DecompressionStream (no network).
+//
+// Cost: summary_report, oom_report, one backward pass (derive_initial_layout,
+// unless the file stores its ring start) and one forward replay.
+// Memory: the replayed state plus the encoded page (about 4-6 bytes per event).
+// Throws SnapshotError as the other reports do. Thread safety: reentrant.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+
+#include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/analyzer/reports.hpp"
+
+namespace cachealloc::analyzer {
+
+inline constexpr std::size_t kHtmlBucketEvents = 64;
+inline constexpr std::size_t kHtmlMinKeyframeGap = 4096;
+inline constexpr std::size_t kHtmlFragmentationSamples = 2000;
+
+struct HtmlOptions {
+  // Windows holding fewer events than this are drawn event by event.
+  std::size_t exact_events = 10000;
+};
+
+// What write_html_report put in the page, for tests and --verbose output.
+struct HtmlReportStats {
+  std::size_t events = 0;
+  std::size_t keyframes = 0;
+  std::size_t keyframe_blocks = 0;  // blocks over all keyframes
+  std::size_t buckets = 0;
+  std::size_t bytes = 0;  // the page's size
+};
+
+HtmlReportStats write_html_report(EventSource& source, const ReportOptions& options, const HtmlOptions& html,
+                                  std::ostream& out);
+
+}  // namespace cachealloc::analyzer

