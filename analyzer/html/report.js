@@ -5,6 +5,8 @@
 (async function () {
   'use strict';
   const $ = (id) => document.getElementById(id);
+  const timings = {}, t0 = performance.now();
+  const mark = (name) => { timings[name] = Math.round(performance.now() - t0); };
   const K = { alloc: 0, free_requested: 1, free_completed: 2, segment_alloc: 5, segment_release: 6,
               segment_map: 7, segment_unmap: 8, empty_cache: 9, oom: 10, annotation_begin: 11,
               annotation_end: 12, other: 15 };
@@ -14,9 +16,14 @@
   // ---- payloads --------------------------------------------------------
   async function bytesOf(id) {
     const text = $(id).textContent;
-    const raw = atob(text);
-    const packed = new Uint8Array(raw.length);
-    for (let i = 0; i < raw.length; ++i) packed[i] = raw.charCodeAt(i);
+    let packed;
+    if (typeof Uint8Array.fromBase64 === 'function') {
+      packed = Uint8Array.fromBase64(text);
+    } else {
+      const raw = atob(text);
+      packed = new Uint8Array(raw.length);
+      for (let i = 0; i < raw.length; ++i) packed[i] = raw.charCodeAt(i);
+    }
     const stream = new Blob([packed]).stream().pipeThrough(new DecompressionStream('gzip'));
     return new Uint8Array(await new Response(stream).arrayBuffer());
   }
@@ -27,28 +34,13 @@
     u() { let r = 0, m = 1, x; do { x = this.b[this.p++]; r += (x & 127) * m; m *= 128; } while (x & 128); return r; }
     s() { const v = this.u(); return v % 2 ? -(v + 1) / 2 : v / 2; }
   }
-  // Byte offsets of every `stride`-th value of a varint column would cost
-  // memory; offsetsAt() finds the offsets of the given value counts in one scan.
-  function offsetsAt(bytes, counts) {
-    const result = new Array(counts.length);
-    let values = 0, k = 0;
-    while (k < counts.length && counts[k] === 0) result[k++] = 0;
-    for (let p = 0; p < bytes.length && k < counts.length; ++p) {
-      if (bytes[p] < 128) {
-        ++values;
-        while (k < counts.length && counts[k] === values) result[k++] = p + 1;
-      }
-    }
-    while (k < counts.length) result[k++] = bytes.length;
-    return result;
-  }
-
   const [meta, summary, oom, fragmentation, annotations, markers] = await Promise.all(
     ['data-meta', 'data-summary', 'data-oom', 'data-fragmentation', 'data-annotations', 'data-markers'].map(jsonOf));
   const [kinds, addresses, sizes, auxes, stacks, streams, times, bucketBytes, keyframeBytes] = await Promise.all(
     ['data-kinds', 'data-addresses', 'data-sizes', 'data-auxes', 'data-stacks', 'data-streams', 'data-times',
      'data-buckets', 'data-keyframes'].map(bytesOf));
   const N = meta.events;
+  mark('decoded');
 
   // ---- formatting --------------------------------------------------------
   function fmtBytes(b) {
@@ -64,41 +56,10 @@
   function el(tag, attrs, html) { const e = document.createElement(tag); Object.assign(e, attrs || {}); if (html !== undefined) e.innerHTML = html; return e; }
 
   // ---- keyframes ---------------------------------------------------------
-  // Each: the event it precedes, the delta bases, and its byte offset.
-  const keyframes = [];
-  {
-    const r = new Reader(keyframeBytes);
-    while (r.p < keyframeBytes.length) {
-      const at = r.p;
-      const before = r.u(), addressBase = r.u(), timeBase = r.u();
-      const segs = r.u();
-      for (let s = 0; s < segs; ++s) {
-        r.s(); r.u(); r.u(); r.u(); r.u();
-        const blocks = r.u();
-        for (let b = 0; b < blocks; ++b) { r.u(); const st = r.u(); if (st <= 1) { r.s(); r.u(); } }
-      }
-      keyframes.push({ before, addressBase, timeBase, at });
-    }
-  }
-  // Column offsets at each keyframe: count the values of each column before it.
-  {
-    const want = { a: [], s: [], x: [], k: [], r: [], t: [] };
-    let a = 0, s = 0, x = 0, k = 0, rr = 0, next = 0;
-    for (let i = 0; i <= N && next < keyframes.length; ++i) {
-      while (next < keyframes.length && keyframes[next].before === i) {
-        want.a.push(a); want.s.push(s); want.x.push(x); want.k.push(k); want.r.push(rr); want.t.push(i); ++next;
-      }
-      if (i === N) break;
-      const kind = kinds[i];
-      if (kind === K.alloc) { ++a; ++s; ++x; ++k; }
-      else if (kind === K.segment_alloc || kind === K.segment_map) { ++a; ++s; ++x; ++k; ++rr; }
-      else if (kind === K.segment_unmap) { ++a; ++s; }
-      else if (kind === K.free_requested || kind === K.free_completed || kind === K.segment_release) ++a;
-    }
-    const oa = offsetsAt(addresses, want.a), os = offsetsAt(sizes, want.s), ox = offsetsAt(auxes, want.x),
-          ok = offsetsAt(stacks, want.k), or = offsetsAt(streams, want.r), ot = offsetsAt(times, want.t);
-    keyframes.forEach((f, j) => { f.off = [oa[j], os[j], ox[j], ok[j], or[j], ot[j]]; });
-  }
+  // Each: the event it precedes, its byte offset, the delta bases, and the
+  // byte offsets of the event columns there (html_report.cpp writes them).
+  const keyframes = meta.keyframe_index.map((k) => ({ before: k[0], at: k[1], addressBase: k[2], timeBase: k[3], off: k.slice(4) }));
+  mark('indexed');
   function keyframeFor(event) {  // the last keyframe at or before `event`
     let lo = 0, hi = keyframes.length - 1;
     while (lo < hi) { const mid = (lo + hi + 1) >> 1; if (keyframes[mid].before <= event) lo = mid; else hi = mid - 1; }
@@ -399,9 +360,11 @@
     html += '</table></div>';
     if (summary.fragmentation) html += '<p>' + esc(summary.fragmentation.headline) + '</p>';
     if (oom.ooms && oom.ooms.length) {
-      html += '<div class="oom"><h3>Out of memory: ' + oom.ooms.length + ' (as <code>cachealloc-analyze oom</code>)</h3><ul>';
-      for (const line of oom.explanation || []) html += '<li>' + esc(line) + '</li>';
-      html += '</ul></div>';
+      const lines = oom.explanation || [];
+      html += '<div class="oom"><h3>Out of memory: ' + oom.ooms.length + ' (as <code>cachealloc-analyze oom</code>)</h3><ul>' +
+        lines.slice(0, 3).map((l) => '<li>' + esc(l) + '</li>').join('') + '</ul>';
+      if (lines.length > 3) html += '<details><summary>' + (lines.length - 3) + ' more</summary><ul>' + lines.slice(3).map((l) => '<li>' + esc(l) + '</li>').join('') + '</ul></details>';
+      html += '</div>';
     }
     const notes = (summary.notes || []).concat(summary.lower_bounds && summary.lower_bounds.length ? ['lower bounds: ' + summary.lower_bounds.join(', ')] : []);
     if (notes.length) html += '<ul class="notes">' + notes.map((n) => '<li>' + esc(n) + '</li>').join('') + '</ul>';
@@ -419,6 +382,7 @@
   const timelineDiv = $('timeline');
   const width = () => Math.max(600, timelineDiv.clientWidth || document.body.clientWidth - 40);
   const byteAxis = (u, splits) => splits.map((v) => fmtBytes(v));
+  const byteIncrs = Array.from({ length: 52 }, (_, i) => 2 ** i);  // ticks at 16 MiB, 32 MiB..., not 19.07 MiB
   const xValues = (u, splits) => splits.map((v) => xmode === 'time' ? (v).toFixed(3) + ' s' : Math.round(v).toLocaleString('en'));
   const bandColors = ['rgba(255,200,0,0.10)', 'rgba(0,160,255,0.08)', 'rgba(160,0,255,0.07)', 'rgba(0,200,100,0.07)'];
   function xOf(event) {  // an event's x value in the current mode
@@ -476,7 +440,7 @@
   const timeline = new uPlot({
     width: width(), height: 340,
     scales: { x: { time: false }, y: { range: (u, min, max) => [0, max > 0 ? max * 1.08 : 1] } },
-    axes: [{ label: 'event index', values: xValues }, { label: 'bytes', values: byteAxis, size: 80 }],
+    axes: [{ label: 'event index', values: xValues }, { label: 'bytes', values: byteAxis, incrs: byteIncrs, size: 80 }],
     series: [
       { label: 'x', value: (u, v) => v === null ? '' : (xmode === 'time' ? v.toFixed(6) + ' s' : '#' + Math.round(v)) },
       { label: 'allocated', stroke: COLORS.allocated, width: 1.5, paths: stepped, value: (u, v) => fmtBytes(v) },
@@ -519,7 +483,9 @@
     $('timeline-legend').innerHTML = '<span><i style="background:' + COLORS.allocated + '"></i>allocated</span><span><i style="background:' + COLORS.reserved + '"></i>reserved</span>' +
       '<span><i style="background:' + COLORS.active + '"></i>active (allocated + pending frees)</span><span><i style="background:rgba(255,200,0,0.3)"></i>annotation phase</span>' +
       '<span><i style="background:#e00"></i>OOM</span><span><i style="background:#06c"></i>empty_cache</span><span><i class="dot"></i>peak (as <code>summary</code>)</span>';
+    const w0 = performance.now();
     windowSites(a, b);
+    timings.windowSites = Math.round(performance.now() - w0);
     fragmentationView(a, b);
   }
 
@@ -678,7 +644,9 @@
   // ---- sites allocated in the window, as `top --from A --to B` ------------
   function windowSites(a, b) {
     const bySite = new Map();
-    if (N > 0) {
+    if (a === 0 && b >= N - 1) {
+      for (const [site, allocations, bytes] of meta.sites_whole_trace) bySite.set(site, { site, allocations, bytes });
+    } else if (N > 0) {
       const cursor = new Cursor(keyframeFor(a));
       while (cursor.i <= b) {
         const i = cursor.i, e = cursor.next();
@@ -707,7 +675,7 @@
   const fragmentationChart = new uPlot({
     width: width(), height: 240,
     scales: { x: { time: false }, y: { range: (u, min, max) => [0, max > 0 ? max * 1.08 : 1] }, pct: { range: [0, 100] } },
-    axes: [{ label: 'event index', values: xValues }, { label: 'bytes', values: byteAxis, size: 80 },
+    axes: [{ label: 'event index', values: xValues }, { label: 'bytes', values: byteAxis, incrs: byteIncrs, size: 80 },
            { scale: 'pct', side: 1, label: 'external fragmentation', values: (u, s) => s.map((v) => v + '%'), grid: { show: false } }],
     series: [{ label: 'x' },
       { label: 'largest free block', stroke: '#8c564b', width: 1.5, paths: stepped, value: (u, v) => fmtBytes(v) },
@@ -728,16 +696,21 @@
 
   // For tests and scripts: where an event is on screen, and the plot's box.
   report.pixelOf = (event) => {
+    timeline.over.scrollIntoView({ block: 'center' });
     const r = timeline.over.getBoundingClientRect();
     return { x: r.left + Math.max(1, Math.min(r.width - 2, timeline.valToPos(xOf(event), 'x'))), y: r.top + r.height / 2 };
   };
-  report.plotBox = () => { const r = timeline.over.getBoundingClientRect(); return { x: r.left, y: r.top, width: r.width, height: r.height }; };
+  report.plotBox = () => { timeline.over.scrollIntoView({ block: 'center' }); const r = timeline.over.getBoundingClientRect(); return { x: r.left, y: r.top, width: r.width, height: r.height }; };
   report.selectMoment = selectMoment;
   report.setView = setView;
+  report.peakEvent = peakOf('allocated') ? peakOf('allocated').event : null;
 
   setView(0, Math.max(0, N - 1));
+  mark('timeline');
   const peak = peakOf('allocated');
   selectMoment(peak && peak.event !== null ? peak.event : N - 1);
+  mark('segment map');
+  report.timings = timings;
   report.ready = true;
   document.body.dataset.ready = 'true';
 })().catch((error) => {

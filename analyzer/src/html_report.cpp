@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -119,13 +120,19 @@ bool has_address(EventKind kind) {
 // blocks the rounding (size - requested) and the stack.
 struct KeyframeWriter {
   VarintColumn column;
+  // Per keyframe: the event it precedes, its byte offset, the delta bases, and
+  // the byte offsets of the event columns there, so the page starts decoding
+  // at any keyframe without a scan.
+  std::vector<std::array<std::uint64_t, 10>> index;
   std::uint64_t previous_address = 0;
   std::size_t count = 0;
   std::size_t blocks = 0;
   // `address_base` and `time_base`: where the event columns' delta chains
   // stand before `before_event`, so the page can start decoding there.
   std::size_t write(std::size_t before_event, std::uint64_t address_base, std::uint64_t time_base,
-                    const std::vector<Segment>& layout) {
+                    const std::array<std::uint64_t, 6>& offsets, const std::vector<Segment>& layout) {
+    index.push_back({before_event, column.bytes().size(), address_base, time_base, offsets[0], offsets[1], offsets[2],
+                     offsets[3], offsets[4], offsets[5]});
     column.u(before_event);
     column.u(address_base);
     column.u(time_base);
@@ -206,9 +213,16 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   VarintColumn kinds, addresses, sizes, auxes, stacks, streams, times;
   VarintColumn buckets;
   KeyframeWriter keyframes;
+  auto offsets = [&]() -> std::array<std::uint64_t, 6> {
+    return {addresses.bytes().size(), sizes.bytes().size(), auxes.bytes().size(),
+            stacks.bytes().size(),    streams.bytes().size(), times.bytes().size()};
+  };
+  // Allocations and their bytes per stack over the whole trace: the page's
+  // first window, which it would otherwise decode every event for.
+  std::vector<std::uint64_t> allocs_by_stack(head.stacks.size() + 1, 0), bytes_by_stack(head.stacks.size() + 1, 0);
   std::uint64_t previous_address = 0, previous_time = 0, time_origin = 0;
   std::size_t last_keyframe = 0;
-  std::size_t next_keyframe_gap = std::max(kHtmlMinKeyframeGap, 4 * keyframes.write(0, 0, 0, replay.layout()));
+  std::size_t next_keyframe_gap = std::max(kHtmlMinKeyframeGap, 4 * keyframes.write(0, 0, 0, offsets(), replay.layout()));
   Bucket bucket;
   std::uint64_t bucket_previous[7] = {};
   auto flush_bucket = [&] {
@@ -267,6 +281,10 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
     if (mine) {
       switch (e.kind) {
         case EventKind::alloc:
+          if (e.stack.value < allocs_by_stack.size()) {
+            ++allocs_by_stack[e.stack.value];
+            bytes_by_stack[e.stack.value] += e.size;
+          }
           sizes.u(e.size);
           auxes.s(static_cast<std::int64_t>(e.size - e.aux));
           stacks.u(e.stack.value);
@@ -312,7 +330,7 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
     // A keyframe holds the state before event i + 1.
     if (i + 1 < n && i + 1 - last_keyframe >= next_keyframe_gap) {
       last_keyframe = i + 1;
-      next_keyframe_gap = std::max(kHtmlMinKeyframeGap, 4 * keyframes.write(i + 1, previous_address, previous_time - time_origin, replay.layout()));
+      next_keyframe_gap = std::max(kHtmlMinKeyframeGap, 4 * keyframes.write(i + 1, previous_address, previous_time - time_origin, offsets(), replay.layout()));
     }
     if (options.progress && (i + 1) % (std::size_t{1} << 16) == 0) options.progress(i + 1, n);
     return true;
@@ -379,6 +397,32 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   meta.begin_array();
   for (std::uint32_t s = 0; s < std::max<std::size_t>(head.stacks.size(), 1); ++s) meta.value(std::uint64_t{stack_site[s]});
   meta.end_array();
+  meta.key("keyframe_index");
+  meta.begin_array();
+  for (const auto& row : keyframes.index) {
+    meta.begin_array();
+    for (const std::uint64_t v : row) meta.value(v);
+    meta.end_array();
+  }
+  meta.end_array();
+  {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> by_site(next_site, {0, 0});
+    for (std::uint32_t s = 0; s < head.stacks.size(); ++s) {
+      by_site[stack_site[s]].first += allocs_by_stack[s];
+      by_site[stack_site[s]].second += bytes_by_stack[s];
+    }
+    meta.key("sites_whole_trace");  // [site, allocations, bytes], as top over the whole trace
+    meta.begin_array();
+    for (std::uint32_t site = 0; site < by_site.size(); ++site) {
+      if (by_site[site].first == 0) continue;
+      meta.begin_array();
+      meta.value(std::uint64_t{site});
+      meta.value(by_site[site].first);
+      meta.value(by_site[site].second);
+      meta.end_array();
+    }
+    meta.end_array();
+  }
   meta.end_object();
   const std::string meta_json = meta_text.str();
   const std::string fragmentation_json = fragmentation.str();

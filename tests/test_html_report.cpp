@@ -1,0 +1,86 @@
+// html: the self-contained report's page as the analyzer writes it. What the
+// page draws is checked in Chromium against the CLI by test_browser_report
+// (tests/browser/report_test.cjs); this suite checks the file itself.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cachealloc/analyzer/analysis.hpp"
+#include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/analyzer/html_report.hpp"
+#include "cachealloc/analyzer/reports.hpp"
+
+using namespace cachealloc;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kData = fs::path(CACHEALLOC_SOURCE_DIR) / "testdata";
+
+struct Page {
+  std::string text;
+  analyzer::HtmlReportStats stats;
+};
+
+Page page_of(const fs::path& file) {
+  analyzer::FileEvents source(file);
+  std::ostringstream out;
+  Page page;
+  page.stats = analyzer::write_html_report(source, analyzer::ReportOptions{}, analyzer::HtmlOptions{}, out);
+  page.text = out.str();
+  return page;
+}
+
+}  // namespace
+
+TEST_CASE("given a snapshot and a PyTorch pickle, when the html report is written, then it is one page that "
+          "references nothing outside itself") {
+  for (const fs::path& file : {kData / "synthetic_2k_native.bin", kData / "pytorch" / "corpus" / "expandable.pickle"}) {
+    CAPTURE(file);
+    const Page page = page_of(file);
+    CHECK(page.stats.bytes == page.text.size());
+    CHECK(page.text.starts_with("<!DOCTYPE html>"));
+    CHECK(page.text.find("</html>") != std::string::npos);
+    // No external script, style, image or frame: no src= or href= attribute, no <link>.
+    CHECK_FALSE(std::regex_search(page.text, std::regex(R"(<(script|img|iframe|link)[^>]*\s(src|href)\s*=)", std::regex::icase)));
+    CHECK(page.text.find("<link") == std::string::npos);
+    // The content security policy forbids any request the page might still try.
+    CHECK(page.text.find("default-src 'none'") != std::string::npos);
+    // uPlot is inlined, and every payload the page script reads is there.
+    CHECK(page.text.find("uPlot") != std::string::npos);
+    for (const char* id : {"data-meta", "data-summary", "data-oom", "data-kinds", "data-addresses", "data-keyframes",
+                           "data-buckets", "data-fragmentation"})
+      CHECK(page.text.find(std::string("id=\"") + id + "\"") != std::string::npos);
+  }
+}
+
+TEST_CASE("given a trace, when the html report is written, then it holds one bucket per 64 events, a keyframe at "
+          "the start, and the kinds column has one byte per event") {
+  const fs::path file = kData / "pytorch" / "corpus" / "varlen_transformer.pickle";
+  analyzer::FileEvents source(file);
+  const std::size_t n = source.event_count();
+  REQUIRE(n > analyzer::kHtmlBucketEvents);
+  const Page page = page_of(file);
+  CHECK(page.stats.events == n);
+  CHECK(page.stats.buckets == (n + analyzer::kHtmlBucketEvents - 1) / analyzer::kHtmlBucketEvents);
+  CHECK(page.stats.keyframes >= 1);
+  CHECK(page.stats.keyframes <= n / analyzer::kHtmlMinKeyframeGap + 1);
+  const std::regex kinds(R"re(id="data-kinds" data-bytes="(\d+)")re");
+  std::smatch match;
+  REQUIRE(std::regex_search(page.text, match, kinds));
+  CHECK(std::stoull(match[1]) == n);
+}
+
+TEST_CASE("given a 200k-event trace, when the html report is written, then the keyframes hold no more blocks than "
+          "the events they save replaying, and the page stays near 4 bytes per event") {
+  const fs::path file = kData / "pytorch" / "cnn_train_stacks_all.pickle";
+  const Page page = page_of(file);
+  // Keyframes come every max(4096, 4 x blocks) events: their blocks are at most a quarter of the events, plus the first.
+  CHECK(page.stats.keyframe_blocks <= page.stats.events / 4 + page.stats.keyframe_blocks / std::max<std::size_t>(page.stats.keyframes, 1));
+  // The fixed part (uPlot, the script, the style) is ~100 KB.
+  CHECK(page.stats.bytes < 200'000 + 8 * page.stats.events);
+}
