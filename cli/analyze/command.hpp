@@ -84,6 +84,8 @@ std::size_t event_point(analyzer::EventSource& source, const std::string& text, 
 // Parses a byte count with an optional K, M, G or T suffix (powers of 1024).
 std::uint64_t byte_count(const std::string& text, const char* option);
 
+// Issue 16: what-if replay and the CI gate.
+void add_replay_command(CLI::App& app, Runner& runner);
 void add_summary_command(CLI::App& app, Runner& runner);
 void add_segments_command(CLI::App& app, Runner& runner);
 void add_fragmentation_command(CLI::App& app, Runner& runner);

@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
       kProgram);
   Runner runner;
   add_summary_command(app, runner);
+  add_replay_command(app, runner);
   add_segments_command(app, runner);
   add_fragmentation_command(app, runner);
   add_timeline_command(app, runner);

@@ -1,0 +1,61 @@
+#include <memory>
+
+#include "cachealloc/analyzer/allocator_replay.hpp"
+#include "cachealloc/errors.hpp"
+#include "command.hpp"
+
+namespace cachealloc::cli {
+
+namespace {
+
+struct ReplayArguments {
+  std::vector<std::string> set;
+  double fraction = 0;
+  std::string capacity;
+  double recorded_fraction = 0;
+  std::string addresses = "recorded";
+};
+
+}  // namespace
+
+void add_replay_command(CLI::App& app, Runner& runner) {
+  CLI::App* command = app.add_subcommand(
+      "replay", "Replay the recorded requests through the allocator on the simulated device, under other settings");
+  add_common_options(*command, runner.common);
+  auto args = std::make_shared<ReplayArguments>();
+  command->add_option("--set", args->set, "a CACHEALLOC_CONF setting over the recorded ones, KEY=VALUE (repeatable)");
+  command->add_option("--fraction", args->fraction, "cap reserved memory at this fraction of the device total")
+      ->check(CLI::Range(0.0, 1.0));
+  command->add_option("--capacity", args->capacity, "cap reserved memory at BYTES (suffixes K, M, G, T)")
+      ->excludes("--fraction");
+  command->add_option("--recorded-fraction", args->recorded_fraction,
+                      "the recorded run's memory fraction, which a PyTorch pickle does not store")
+      ->check(CLI::Range(0.0, 1.0));
+  command->add_option("--addresses", args->addresses,
+                      "where reservations land: recorded (as in the recording, while the replay reserves the same) "
+                      "or model (the driver address model)")
+      ->check(one_of({"recorded", "model"}));
+  command->footer(
+      "Examples:\n"
+      "  cachealloc-analyze replay run.bin                               # the recorded settings: reproduces the run\n"
+      "  cachealloc-analyze replay run.pickle --set expandable_segments=True --capacity 20GiB\n"
+      "  cachealloc-analyze replay run.bin --set max_split_size_mb=256 --format json");
+  command->callback([&runner, args] {
+    runner.select("replay", [args](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+      analyzer::AllocatorReplayOptions replay;
+      replay.device = options.device;
+      replay.set = args->set;
+      if (args->fraction > 0) replay.fraction = args->fraction;
+      if (!args->capacity.empty()) replay.capacity = byte_count(args->capacity, "--capacity");
+      if (args->recorded_fraction > 0) replay.recorded_fraction = args->recorded_fraction;
+      replay.placement = args->addresses == "model" ? analyzer::Placement::model : analyzer::Placement::recorded;
+      try {
+        return analyzer::replay_report(source, replay);
+      } catch (const cachealloc::Error& error) {
+        throw UsageError(error.what());
+      }
+    });
+  });
+}
+
+}  // namespace cachealloc::cli
