@@ -1,10 +1,12 @@
 #include "cachealloc/analyzer/replay.hpp"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "cachealloc/analyzer/detail/flat_hash.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/ring_start.hpp"
 #include "replay_hot.hpp"
 
@@ -47,9 +49,22 @@ Replay::Replay(const std::vector<Segment>& initial, std::int32_t device, std::si
       live_bytes_by_stack_(std::max<std::size_t>(stack_count, 1), 0),
       live_blocks_by_stack_(std::max<std::size_t>(stack_count, 1), 0) {
   load(initial);
+  if (impossible(totals_)) refuse_impossible_state(true);
 }
 
 Replay::~Replay() = default;
+
+void Replay::refuse_impossible_state(bool initial) const {
+  const Totals& t = totals_;
+  const std::string where =
+      initial ? std::string("the layout before the first event") : "replaying event " + std::to_string(applied_);
+  throw snapshot::SnapshotError(
+      snapshot::ErrorCode::inconsistent,
+      "inconsistent snapshot: " + where + " gives an impossible state on device " + std::to_string(device_) +
+          ": allocated " + std::to_string(t.allocated) + ", active " + std::to_string(t.active) +
+          ", inactive_split " + std::to_string(t.inactive_split) + ", requested " + std::to_string(t.requested) +
+          ", reserved " + std::to_string(t.reserved) + " bytes");
+}
 
 void Replay::load(const std::vector<Segment>& initial) {
   for (const Segment& segment : initial) {

@@ -54,6 +54,10 @@ inline bool is_active(snapshot::BlockState state) noexcept {
     default:
       break;  // split and merge are implied by alloc and free; the rest do not change memory
   }
+  // Five compares and one predictable branch per event (replay.hpp, "Impossible states").
+  if (impossible(totals_)) [[unlikely]]
+    refuse_impossible_state();
+  ++applied_;
 }
 
 inline void Replay::on_alloc(const snapshot::Event& event) {

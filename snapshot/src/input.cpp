@@ -6,14 +6,19 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/pickle.hpp"
+#include "format/format_v3.hpp"
 #include "pickle/pickle_file.hpp"
 
 namespace cachealloc::snapshot {
@@ -64,6 +69,66 @@ void check_start(std::span<const std::byte> start, Compression compression) {
   if (compression != Compression::none) what += std::string("; ") + (compression == Compression::gzip ? "gzip" : "zstd") + "-compressed";
   throw SnapshotError(ErrorCode::not_a_snapshot, "not a cachealloc snapshot or PyTorch memory snapshot (" + what + ")");
 }
+
+// The most a stream (a pipe, standard input, a device, any decompressed
+// input) may hold: half this machine's memory, or CACHEALLOC_MAX_STREAM_BYTES.
+// A regular file is mapped instead and has no such bound.
+std::uint64_t stream_limit() {
+  if (const char* text = std::getenv("CACHEALLOC_MAX_STREAM_BYTES"); text != nullptr && *text != 0) {
+    char* end = nullptr;
+    const unsigned long long value = std::strtoull(text, &end, 10);
+    if (end != nullptr && *end == 0 && value > 0) return value;
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return std::uint64_t{1} << 34;
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 2;
+}
+
+// Stops an endless or oversized stream as soon as it can be told: our format
+// announces its size in the first 24 bytes, so a stream that goes past it (or
+// announces more than the limit) is refused at once; anything else when it
+// passes stream_limit(). Memory then stays below the limit, time below one
+// pass over it.
+class StreamGuard {
+ public:
+  explicit StreamGuard(Compression compression)
+      : compression_(compression), limit_(std::max<std::uint64_t>(stream_limit(), 4096)) {}
+  // `so_far`: every byte of the (decompressed) input read until now.
+  void grew(std::span<const std::byte> so_far) {
+    if (!expected_ && so_far.size() >= detail::kFramingSize && has_snapshot_magic(so_far)) {
+      const std::uint64_t body = detail::read_u64(so_far, 16);
+      if (body <= limit_ - detail::kFramingSize) {
+        // The framing's own checks (a newer version, the reserved field).
+        detail::check_framing(so_far.first(detail::kFramingSize), detail::kFramingSize + body);
+      } else {
+        // A newer version is named before the size it may have changed.
+        if (detail::read_u32(so_far, 8) > kFormatVersion) detail::check_framing(so_far.first(detail::kFramingSize), UINT64_MAX);
+        throw SnapshotError(ErrorCode::unsupported, "the header announces a body of " + std::to_string(body) +
+                                                        " bytes, more than the " + std::to_string(limit_) +
+                                                        " bytes a " + what() + " may hold; read it from a file");
+      }
+      expected_ = detail::kFramingSize + body;
+    }
+    if (expected_ && so_far.size() > *expected_) {
+      throw SnapshotError(ErrorCode::inconsistent, "inconsistent snapshot: more bytes follow the " +
+                                                       std::to_string(*expected_ - detail::kFramingSize) +
+                                                       "-byte body the header announces");
+    }
+    if (so_far.size() > limit_) {
+      throw SnapshotError(ErrorCode::unsupported, "the " + what() + " goes on past " + std::to_string(limit_) +
+                                                      " bytes (half this machine's memory, or "
+                                                      "CACHEALLOC_MAX_STREAM_BYTES) without ending; read it from a file");
+    }
+  }
+
+ private:
+  std::string what() const {
+    return compression_ == Compression::none ? "stream" : std::string(compression_name(compression_)) + "stream";
+  }
+  Compression compression_;
+  std::uint64_t limit_;
+  std::optional<std::uint64_t> expected_;
+};
 
 // Standard input or the file; closes what it opened.
 class Source {
@@ -127,6 +192,7 @@ void inflate_gzip(Source& source, std::span<const std::byte> prefix, std::vector
   stream.next_in = reinterpret_cast<Bytef*>(input.data());
   stream.avail_in = static_cast<uInt>(prefix.size());
   bool checked = false, in_member = true;
+  StreamGuard guard(Compression::gzip);
   for (;;) {
     if (stream.avail_in == 0) {
       const std::size_t got = source.read(input.data(), input.size());
@@ -155,6 +221,7 @@ void inflate_gzip(Source& source, std::span<const std::byte> prefix, std::vector
       check_start(std::span<const std::byte>(out).first(kPrefix), Compression::gzip);
       checked = true;
     }
+    guard.grew(out);
   }
   if (in_member) throw SnapshotError(ErrorCode::truncated, "truncated snapshot: the gzip data ends early");
   if (!checked) check_start(out, Compression::gzip);
@@ -172,6 +239,7 @@ void decompress_zstd(Source& source, std::span<const std::byte> prefix, std::vec
   std::copy(prefix.begin(), prefix.end(), input.begin());
   std::size_t have = prefix.size();
   bool checked = false;
+  StreamGuard guard(Compression::zstd);
   std::size_t last = 1;  // ZSTD_decompressStream's hint: 0 once a frame is complete
   for (;;) {
     if (have == 0) {
@@ -191,6 +259,7 @@ void decompress_zstd(Source& source, std::span<const std::byte> prefix, std::vec
         check_start(std::span<const std::byte>(out).first(kPrefix), Compression::zstd);
         checked = true;
       }
+      guard.grew(out);
     }
     have = 0;
   }
@@ -202,6 +271,7 @@ void decompress_zstd(Source& source, std::span<const std::byte> prefix, std::vec
     ZSTD_outBuffer buffer{out.data() + before, 4 * kChunk, 0};
     const std::size_t status = ZSTD_decompressStream(stream, &buffer, &in);
     out.resize(before + buffer.pos);
+    guard.grew(out);
     if (ZSTD_isError(status)) break;
     if (buffer.pos == 0) break;
     last = status;
@@ -253,7 +323,9 @@ InputBytes::InputBytes(const std::filesystem::path& path) {
       if (!regular) {
         read_.assign(start.begin(), start.end());
         std::size_t filled = read_.size();
+        StreamGuard guard(Compression::none);
         for (;;) {
+          guard.grew(std::span<const std::byte>(read_).first(filled));
           read_.resize(filled + kChunk);
           const std::size_t n = source.read(read_.data() + filled, kChunk);
           filled += n;

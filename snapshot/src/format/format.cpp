@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "cachealloc/snapshot/invariants.hpp"
 #include "cachealloc/snapshot/ring_start.hpp"
 
 #include "archive.hpp"
@@ -327,6 +328,8 @@ void validate(const Snapshot& snapshot) {
     }
     check_layout(start.segments, snapshot, " of " + where);
   }
+  // The layout and text rules both readers share (invariants.hpp).
+  if (const std::optional<std::string> problem = layout_problem(snapshot)) inconsistent(*problem);
   check_usage(snapshot);
   detail::validate_events(snapshot, snapshot.events, 0);
 }

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "cachealloc/snapshot/invariants.hpp"
 #include "cachealloc/snapshot/pickle.hpp"
 #include "pickle_block_sizes.hpp"
 #include "pickle_file.hpp"
@@ -1051,7 +1052,10 @@ Snapshot detail::decode_pytorch_pickle(std::span<const std::byte> bytes, const P
   PickleReadOptions settings = options;
   if (settings.threads == 0) settings.threads = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
   pickle::Tree tree = pickle::parse(bytes, settings);
-  return Mapper(tree, bytes.size(), settings.threads).run();
+  Snapshot snapshot = Mapper(tree, bytes.size(), settings.threads).run();
+  // The rules our format's reader holds its files to too (invariants.hpp).
+  if (const std::optional<std::string> problem = layout_problem(snapshot)) bad(*problem);
+  return snapshot;
 }
 
 Snapshot read_pytorch_pickle(const std::filesystem::path& path) {

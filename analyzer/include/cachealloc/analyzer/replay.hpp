@@ -24,6 +24,15 @@
 // counted in ReplayAnomalies and otherwise ignored, so a damaged trace still
 // gives an answer.
 //
+// Impossible states: a state no allocator can be in (allocated above active,
+// active or inactive_split above reserved, or a total above 2^60 bytes, which
+// is what a wrapped subtraction or a corrupted size gives) is no answer at
+// all. apply() then throws SnapshotError{inconsistent} naming the event (its
+// index counted from the first event this Replay or the one it was copied
+// from applied; every caller starts at events[0]) and the totals, and the
+// constructor does the same for an initial layout above 2^60 bytes. No report
+// prints such figures.
+//
 // Thread safety: none; one Replay per thread.
 #pragma once
 
@@ -267,6 +276,15 @@ class Replay {
   std::vector<std::uint64_t> live_bytes_by_stack_;
   std::vector<std::uint32_t> live_blocks_by_stack_;
   std::uint32_t last_touched_stack_ = kNone;
+  std::uint64_t applied_ = 0;  // events applied: the index of the next one
+
+  // A total above this is no device's: 1 EiB.
+  static constexpr std::uint64_t kImpossibleBytes = std::uint64_t{1} << 60;
+  static bool impossible(const Totals& t) noexcept {
+    return (t.allocated > t.active) | (t.active > t.reserved) | (t.inactive_split > t.reserved) |
+           (t.reserved > kImpossibleBytes) | (t.requested > kImpossibleBytes);
+  }
+  [[noreturn, gnu::cold]] void refuse_impossible_state(bool initial = false) const;
   std::vector<snapshot::StringId> annotations_;
 };
 

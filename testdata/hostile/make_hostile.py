@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Writes the hostile inputs of testdata/hostile/: one file per failure class
+of issue 18, each made by this script from our own golden files
+(testdata/format_versions/) or from plain Python pickles shaped like
+torch.cuda.memory._snapshot(). tests/test_hostile_inputs.cpp replays each
+against expected.tsv. Run from the repository root:
+    python3 testdata/hostile/make_hostile.py [path/to/cachealloc-analyze]
+The analyzer, when given, converts the wrapped-totals pickles to our format
+(the reader accepts them: only the replay can tell)."""
+import os
+import pickle
+import struct
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+V5 = open(os.path.join(HERE, '..', 'format_versions', 'v5.bin'), 'rb').read()
+V1 = open(os.path.join(HERE, '..', 'format_versions', 'v1.bin'), 'rb').read()
+BASE = 0x7f0000000000
+SEGMENT = 2 << 20
+q = lambda v: struct.pack('<Q', v)
+
+
+def write(name, data):
+    with open(os.path.join(HERE, name), 'wb') as f:
+        f.write(data)
+
+
+def patch(data, old, new, count=1):
+    assert data.count(old) >= 1, (old, data.count(old))
+    assert len(old) == len(new)
+    return data.replace(old, new, count)
+
+
+# --- our format: the golden v5 file (and v1, cereal throughout) with the final
+# layout's first segment or its blocks changed in place.
+segment = q(BASE) + q(SEGMENT)
+block0 = q(BASE) + q(1024) + q(1000)
+block1 = q(BASE + 1024) + q(SEGMENT - 1024) + q(0)
+for source, version in ((V5, 'v5'), (V1, 'v1')):
+    write(f'wrapping_segment_{version}.bin', patch(source, segment, q(BASE) + q(2**64 - 4096)))
+    write(f'overlapping_blocks_{version}.bin', patch(source, block1, q(BASE + 512) + q(SEGMENT - 1024) + q(0)))
+    write(f'block_outside_segment_{version}.bin', patch(source, block1, q(BASE + 1024) + q(SEGMENT) + q(0)))
+    write(f'blocks_short_of_segment_{version}.bin', patch(source, block1, q(BASE + 1024) + q(SEGMENT - 4096) + q(0)))
+    # "a.py" -> "a\xff\xfey": two bytes that start no UTF-8 sequence.
+    write(f'invalid_utf8_{version}.bin', patch(source, b'\x04a.py', b'\x04a\xff\xfey'))
+    # "a.py" -> ESC [ 2 J: clears a terminal when printed raw (valid UTF-8, so read).
+    write(f'control_chars_{version}.bin', patch(source, b'\x04a.py', b'\x04\x1b[2J'))
+
+
+# --- PyTorch pickles (protocol 4, as torch.save writes), minimal but complete.
+def block(address, size, state='active_allocated', requested=None, frames=()):
+    return {'address': address, 'size': size, 'requested_size': size if requested is None else requested,
+            'state': state, 'frames': list(frames)}
+
+
+def segment_of(address, blocks, device=0, total=None):
+    total = sum(b['size'] for b in blocks) if total is None else total
+    allocated = sum(b['size'] for b in blocks if b['state'] == 'active_allocated')
+    return {'device': device, 'address': address, 'total_size': total, 'allocated_size': allocated,
+            'active_size': allocated, 'requested_size': allocated, 'stream': 0, 'segment_type': 'large',
+            'segment_pool_id': (0, 0), 'is_expandable': False, 'frames': [], 'blocks': blocks}
+
+
+def trace_entry(action, addr, size, time_us, frames=()):
+    return {'action': action, 'addr': addr, 'size': size, 'stream': 0, 'time_us': time_us,
+            'compile_context': 'N/A', 'user_metadata': '', 'frames': list(frames)}
+
+
+def snapshot(segments, trace):
+    return {'segments': segments, 'device_traces': [trace], 'allocator_settings': {},
+            'external_annotations': []}
+
+
+def dump(name, value, replace=None):
+    data = pickle.dumps(value, protocol=4)
+    if replace:
+        data = patch(data, *replace)
+    write(name, data)
+
+
+frame = {'filename': 'train.py', 'line': 7, 'name': 'step'}
+A = 0x7f4000000000
+ok_segment = segment_of(A, [block(A, 1 << 20, frames=[frame]), block(A + (1 << 20), 1 << 20, 'inactive', 0)])
+ok_trace = [trace_entry('segment_alloc', A, 2 << 20, 1000), trace_entry('alloc', A, 1 << 20, 1001, [frame])]
+
+# Invalid UTF-8 in a frame's file name (Python's pickle.loads refuses it too).
+bad_frame = dict(frame, filename='bad\u00e9name.py')
+dump('invalid_utf8_frame.pickle',
+     snapshot([segment_of(A, [block(A, 1 << 20, frames=[bad_frame]), block(A + (1 << 20), 1 << 20, 'inactive', 0)])],
+              [trace_entry('segment_alloc', A, 2 << 20, 1000), trace_entry('alloc', A, 1 << 20, 1001, [bad_frame])]),
+     (b'bad\xc3\xa9name', b'bad\xff\xfename'))
+# Control characters in a frame's name: valid UTF-8, read, then spelled out.
+evil_frame = dict(frame, name='evil\x1b[2J\r\x07\nstep', filename='evil\x1b]0;title\x07.py')
+dump('control_chars_frame.pickle',
+     snapshot([segment_of(A, [block(A, 1 << 20, frames=[evil_frame]), block(A + (1 << 20), 1 << 20, 'inactive', 0)])],
+              [trace_entry('segment_alloc', A, 2 << 20, 1000), trace_entry('alloc', A, 1 << 20, 1001, [evil_frame])]))
+# Control characters in text the error message quotes: one line all the same.
+dump('control_chars_in_error.pickle',
+     snapshot([segment_of(A, [block(A, 2 << 20, 'evil\nstate\x1b[31m\r')])], []))
+# Layouts both readers refuse.
+dump('overlapping_segments.pickle',
+     snapshot([segment_of(A, [block(A, 2 << 20)]), segment_of(A + (1 << 20), [block(A + (1 << 20), 2 << 20)])], []))
+dump('blocks_short_of_segment.pickle', snapshot([segment_of(A, [block(A, 1 << 20)], total=2 << 20)], []))
+dump('overlapping_blocks.pickle',
+     snapshot([segment_of(A, [block(A, 1 << 20), block(A + 4096, 1 << 20)], total=2 << 20)], []))
+dump('wrapping_segment.pickle', snapshot([segment_of(2**64 - (1 << 20), [block(2**64 - (1 << 20), 2 << 20)])], []))
+# Events whose replay is impossible: a segment of 2^61 bytes at event 2.
+dump('wrapped_totals_huge_segment.pickle',
+     snapshot([ok_segment], ok_trace + [trace_entry('segment_alloc', 0x100000000000, 2**61, 1002)]))
+# A final layout of 2^61 bytes: every segment is sound, their total is no device's.
+dump('wrapped_totals_initial_layout.pickle',
+     snapshot([segment_of(0x100000000000, [block(0x100000000000, 2**61, 'inactive', 0)])], []))
+
+if len(sys.argv) > 1:
+    for name in ('wrapped_totals_huge_segment', 'wrapped_totals_initial_layout'):
+        subprocess.run([sys.argv[1], 'convert', os.path.join(HERE, name + '.pickle'), '-f', '-o',
+                        os.path.join(HERE, name + '.bin')], check=True)

@@ -1,0 +1,245 @@
+// Every failure class of issue 18, replayed from the files kept in
+// testdata/hostile/ (made by testdata/hostile/make_hostile.py) and from
+// endless inputs made on the spot: cachealloc-analyze either refuses the input
+// with exit 2 and one line naming the problem (expected.tsv holds the line's
+// end), or, for text it can show, prints it with every control character
+// spelled out and JSON and CSV in valid UTF-8. Endless input ends within
+// seconds in bounded memory.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/load.hpp"
+#include "cachealloc/snapshot/text.hpp"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+namespace fs = std::filesystem;
+namespace snapshot = cachealloc::snapshot;
+
+namespace {
+
+const fs::path kAnalyze = fs::path(CACHEALLOC_BINARY_DIR) / "bin" / "cachealloc-analyze";
+const fs::path kHostile = fs::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "hostile";
+
+struct Run {
+  int code = -1;
+  std::string out;
+  std::string err;
+  double seconds = 0;
+  long max_rss_kib = 0;
+};
+
+fs::path scratch() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("cachealloc-hostile-" + std::to_string(::getpid()));
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Runs `argv` (argv[0] a path; "sh" runs /bin/sh) with stdout and stderr to
+// files; time and the peak RSS of it and what it waited for, from wait4.
+Run run(std::vector<std::string> args, const std::vector<std::string>& env = {}) {
+  const fs::path out = scratch() / "stdout", err = scratch() / "stderr";
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int in = ::open("/dev/null", O_RDONLY);
+    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(in, 0), ::dup2(o, 1), ::dup2(e, 2);
+    for (const std::string& pair : env) ::putenv(const_cast<char*>(pair.c_str()));
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  struct rusage usage {};
+  ::wait4(pid, &status, 0, &usage);
+  Run r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.max_rss_kib = usage.ru_maxrss;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+Run analyze(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{kAnalyze.string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv);
+}
+
+// `script` through /bin/sh, with $A the analyzer.
+Run shell(const std::string& script, const std::vector<std::string>& env = {}) {
+  std::vector<std::string> with = env;
+  with.push_back("A=" + kAnalyze.string());
+  return run({"/bin/sh", "-c", script}, with);
+}
+
+struct Expectation {
+  int code = 0;
+  std::string message;  // the end of the one stderr line, after "cannot read FILE: "
+};
+
+std::map<std::string, Expectation> expectations() {
+  std::map<std::string, Expectation> out;
+  std::ifstream in(kHostile / "expected.tsv");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::size_t tab1 = line.find('\t'), tab2 = line.find('\t', tab1 + 1);
+    REQUIRE(tab2 != std::string::npos);
+    out[line.substr(0, tab1)] = Expectation{std::stoi(line.substr(tab1 + 1, tab2 - tab1 - 1)), line.substr(tab2 + 1)};
+  }
+  return out;
+}
+
+// No byte of a terminal's control set but the line ends (CSV's are CR LF):
+// no ESC, BEL, DEL, and no CR of the file's.
+bool printable_table(std::string text) {
+  for (std::size_t at; (at = text.find("\r\n")) != std::string::npos;) text.erase(at, 1);
+  return std::none_of(text.begin(), text.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return (u < 0x20 && c != '\n') || u == 0x7f;
+  });
+}
+
+const std::vector<std::string> kReports = {"summary", "segments", "fragmentation", "timeline", "peak",
+                                           "top",     "leaks",    "oom",           "events"};
+
+}  // namespace
+
+TEST_CASE("every hostile file in testdata/hostile has an expectation, and every expectation a file") {
+  // Given the folder and its expected.tsv
+  const auto expected = expectations();
+  std::size_t files = 0;
+  for (const auto& entry : fs::directory_iterator(kHostile)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "expected.tsv" || name == "make_hostile.py" || name == "README.md") continue;
+    ++files;
+    CAPTURE(name);
+    CHECK(expected.count(name) == 1);
+  }
+  // Then they match one for one, and each failure class is there
+  CHECK(files == expected.size());
+  for (const char* prefix : {"invalid_utf8", "control_chars", "wrapped_totals", "overlapping", "wrapping_segment",
+                             "block_outside", "blocks_short"}) {
+    CHECK(std::any_of(expected.begin(), expected.end(), [&](const auto& e) { return e.first.starts_with(prefix); }));
+  }
+}
+
+TEST_CASE("given a hostile file, every report refuses it with exit 2 and the same one line, or shows it safely") {
+  for (const auto& [name, expected] : expectations()) {
+    const std::string path = (kHostile / name).string();
+    CAPTURE(name);
+    for (const std::string& report : kReports) {
+      for (const char* format : {"table", "json", "csv"}) {
+        // CSV of a report of several tables needs --table; those of one suffice here.
+        if (std::string(format) == "csv" && report != "timeline" && report != "events") continue;
+        CAPTURE(report);
+        const std::string format_name = format;
+        CAPTURE(format_name);
+        // When it is analyzed
+        const Run r = analyze({report, path, "--format", std::string(format)});
+        // Then the exit code is the expected one
+        CHECK(r.code == expected.code);
+        if (expected.code == 2) {
+          // and stderr is one line naming the input and the problem, stdout empty
+          CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+          CHECK(r.err == "cachealloc-analyze: error: cannot read " + path + ": " + expected.message + "\n");
+          CHECK(printable_table(r.err));
+          CHECK(r.out.empty());
+        } else {
+          // or the output is well formed: valid UTF-8, no control character
+          CHECK(r.err.empty());
+          CHECK(snapshot::invalid_utf8_bytes(r.out) == 0);
+          CHECK(printable_table(r.out));
+          if (!expected.message.empty() && std::string(format) == "table" && report == "top")
+            CHECK(r.out.find(expected.message) != std::string::npos);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the library refuses the hostile files as the command line does: a SnapshotError, never a crash") {
+  for (const auto& [name, expected] : expectations()) {
+    CAPTURE(name);
+    if (expected.code != 2 || name.starts_with("wrapped_totals")) continue;  // the replay refuses those
+    CHECK_THROWS_AS(snapshot::load(kHostile / name), snapshot::SnapshotError);
+  }
+}
+
+TEST_CASE("given endless input, the analyzer ends within seconds with one line and exit 2, in bounded memory") {
+  const double seconds = kSanitized ? 60 : 5;
+  const long max_rss_kib = kSanitized ? 1 << 20 : 150 << 10;
+  struct Case {
+    std::string what;
+    std::string script;
+    std::string message;  // the end of the line
+    std::vector<std::string> env;
+  };
+  const std::vector<Case> cases = {
+      {"/dev/zero as the file", "exec \"$A\" /dev/zero",
+       "cannot read /dev/zero: not a cachealloc snapshot or PyTorch memory snapshot (it starts with 00 00 00 00)", {}},
+      {"yes on standard input", "yes | \"$A\" -",
+       "cannot read standard input: not a cachealloc snapshot or PyTorch memory snapshot (it starts with 79 0a 79 0a)", {}},
+      {"our magic and endless zeros", "(printf '\\211CASNAP\\n'; cat /dev/zero) | \"$A\" -",
+       "cannot read standard input: inconsistent snapshot: more bytes follow the 0-byte body the header announces", {}},
+      {"our framing announcing 2^62 bytes, then zeros",
+       "(printf '\\211CASNAP\\n\\005\\0\\0\\0\\0\\0\\0\\0\\0\\0\\0\\0\\0\\0\\0\\100'; cat /dev/zero) | \"$A\" -",
+       "cannot read standard input: the header announces a body of 4611686018427387904 bytes, more than the "
+       "67108864 bytes a stream may hold; read it from a file",
+       {"CACHEALLOC_MAX_STREAM_BYTES=67108864"}},
+      {"a pickle's PROTO, then endless opcodes", "(printf '\\200\\004'; yes N | tr -d '\\n') | \"$A\" -",
+       "cannot read standard input: the stream goes on past 67108864 bytes (half this machine's memory, or "
+       "CACHEALLOC_MAX_STREAM_BYTES) without ending; read it from a file",
+       {"CACHEALLOC_MAX_STREAM_BYTES=67108864"}},
+      {"gzip of a pickle's PROTO and endless zeros", "(printf '\\200\\004'; cat /dev/zero) | gzip -1 | \"$A\" -",
+       "cannot read standard input: the gzip-compressed stream goes on past 67108864 bytes (half this machine's "
+       "memory, or CACHEALLOC_MAX_STREAM_BYTES) without ending; read it from a file",
+       {"CACHEALLOC_MAX_STREAM_BYTES=67108864"}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    // When the analyzer reads it
+    const Run r = shell(c.script, c.env);
+    // Then it stops with exit 2 and one line, quickly and in bounded memory
+    CHECK(r.code == 2);
+    CHECK(r.err == "cachealloc-analyze: error: " + c.message + "\n");
+    CHECK(r.seconds < seconds);
+    CHECK(r.max_rss_kib < max_rss_kib);
+    MESSAGE(c.what << ": " << r.seconds << " s, " << r.max_rss_kib / 1024 << " MiB");
+  }
+}
