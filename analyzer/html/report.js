@@ -702,6 +702,8 @@
   };
   report.plotBox = () => { timeline.over.scrollIntoView({ block: 'center' }); const r = timeline.over.getBoundingClientRect(); return { x: r.left, y: r.top, width: r.width, height: r.height }; };
   report.selectMoment = selectMoment;
+  report.axisLabel = () => timeline.axes[0].label;
+  report.drawnPoints = () => timeline.data[0].length;
   report.setView = setView;
   report.peakEvent = peakOf('allocated') ? peakOf('allocated').event : null;
 

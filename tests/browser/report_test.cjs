@@ -140,6 +140,17 @@ async function checkReport(browser, input, name) {
                    name + ': site #' + (i + 1) + ' ' + JSON.stringify(g) + ' vs ' + JSON.stringify(e));
     }
   }
+  // A window of fewer than 10,000 events is drawn event by event.
+  const exact = await page.evaluate(() => { const r = window.cacheallocReport; r.setView(0, 999); return { points: r.drawnPoints(), view: r.view }; });
+  check(exact.points === exact.view[1] - exact.view[0] + 1, name + ': events #0 to #' + exact.view[1] + ' drawn as ' + exact.points + ' points, one per event');
+  await page.evaluate((w) => window.cacheallocReport.setView(w.from, w.to), s.window);
+  // The time axis: the same window, drawn against time.
+  await page.click('input[name=xmode][value=time]');
+  const timeAxis = await page.evaluate(() => ({ label: window.cacheallocReport.axisLabel() === 'time since the first event (s)',
+    points: window.cacheallocReport.drawnPoints(),
+    view: window.cacheallocReport.view }));
+  check(timeAxis.label && timeAxis.points > 0, name + ': the timeline is drawn against time, its axis labelled');
+  check(JSON.stringify(timeAxis.view) === JSON.stringify([s.window.from, s.window.to]) || !s.window, name + ': switching the axis keeps the window');
   check(problems.length === 0, name + ': no console errors and no requests' + (problems.length ? ':\n    ' + problems.join('\n    ') : ''));
   console.log('ok   ' + name + ' (' + fs.statSync(html).size + ' bytes, interactive after ' + interactive + ' ms)');
   await page.close();
