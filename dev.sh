@@ -7,6 +7,8 @@
 #                   multi-threaded suites and benchmarks under TSan (what CI runs)
 #   ./dev.sh asan   only the ASan+UBSan build and suite
 #   ./dev.sh tsan   only the TSan build and its suites
+#   ./dev.sh fuzz   only the libFuzzer targets (clang, ASan+UBSan), each for
+#                   FUZZ_SECONDS (default 45) from the seeds in testdata/
 #   ./dev.sh build  install and build
 # The cuda backend is built when a CUDA toolkit is found (CUDAToolkit_ROOT or
 # /usr/local/cuda); without one everything else still builds and the demo runs
@@ -14,10 +16,10 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 mode=${1:-demo}
-case "$mode" in demo|test|build|asan|tsan) ;; *) echo "usage: $0 demo|test|build|asan|tsan" >&2; exit 2 ;; esac
+case "$mode" in demo|test|build|asan|tsan|fuzz) ;; *) echo "usage: $0 demo|test|build|asan|tsan|fuzz" >&2; exit 2 ;; esac
 
 packages=(cmake g++ make ninja-build libcereal-dev libcli11-dev libboost-stacktrace-dev doctest-dev python3
-          zlib1g-dev libzstd-dev help2man chromium)
+          zlib1g-dev libzstd-dev help2man chromium gzip clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # node and npm: the HTML report's uPlot and the browser test's puppeteer-core come
@@ -65,7 +67,7 @@ asan() {
 # TSan (build-tsan/): the suites and benchmarks that run threads. Any report
 # fails the run (halt_on_error); tsan.supp holds the proven-benign ones.
 tsan_suites=(test_allocator_random test_allocator_streams test_history_events test_history_snapshot
-             test_pickle_parallel test_analyzer_streaming)
+             test_pickle_parallel test_analyzer_streaming test_history_stress)
 tsan() {
   configure build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCACHEALLOC_BROWSER_TESTS=OFF \
     -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" \
@@ -80,6 +82,16 @@ tsan() {
       ./build-tsan/bin/bench_threads "$threads" 2000 "$history"
     done
   done
+}
+
+# libFuzzer (build-fuzz/, clang): the snapshot reader, the pickle reader and
+# the analysis behind every report, each run briefly from testdata/ as a CTest;
+# docs/RELIABILITY.md has the long runs. Any crash, leak, timeout or OOM fails.
+fuzz() {
+  configure build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DCACHEALLOC_BUILD_FUZZERS=ON \
+    -DCACHEALLOC_BUILD_TESTS=OFF -DCACHEALLOC_BUILD_BENCH=OFF -DCACHEALLOC_FUZZ_SECONDS="${FUZZ_SECONDS:-45}"
+  cmake --build build-fuzz -j"$jobs" --target fuzz_snapshot_reader fuzz_pickle_reader fuzz_analysis
+  ctest --test-dir build-fuzz --output-on-failure -j1 -R '^fuzz_'
 }
 
 case "$mode" in
@@ -98,7 +110,9 @@ case "$mode" in
     ctest --test-dir build --output-on-failure -j"$jobs"
     asan
     tsan
+    fuzz
     ;;
   asan) asan ;;
   tsan) tsan ;;
+  fuzz) fuzz ;;
 esac

@@ -101,8 +101,17 @@ class HistoryRecorder final : public AllocatorObserver {
   // (see history_dump.cpp, "the cut"). Throws std::exception subclasses
   // (device errors, bad_alloc).
   snapshot::Snapshot take_snapshot() const;
-  // take_snapshot() + snapshot::write_snapshot() (atomic). Never throws: on
-  // failure prints one line on stderr, stops recording, and returns false.
+  // take_snapshot() + snapshot::write_snapshot() (atomic: a temporary file
+  // beside `path`, fsync, rename, so `path` is always the previous complete
+  // snapshot or this one, even after SIGKILL). Never throws: on failure (an
+  // unwritable path, a full disk, a write error, out of memory) prints one
+  // line on stderr, stops recording, and returns false. A symbolizer that
+  // fails on some frame does the same after the file is written, with those
+  // frames as bare addresses.
+  //
+  // Recording also stops by itself, with one line on stderr, when memory for
+  // the event ring or a thread's buffer cannot be allocated; recording() then
+  // turns false and the allocator goes on serving as before.
   bool dump_snapshot(const std::filesystem::path& path) noexcept;
 
   // Waits until the dumps of the OOMs reported before this call have been

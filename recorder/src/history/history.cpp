@@ -169,7 +169,9 @@ ThreadSlot* HistoryRecorder::State::new_slot() noexcept {
     t_state.slot = slots.back().get();
     return t_state.slot;
   } catch (...) {
-    return nullptr;  // out of memory: the event is lost, the program goes on
+    // Out of memory: the event is lost, recording stops, the program goes on.
+    deactivate("cannot allocate a thread's event buffer (out of memory)");
+    return nullptr;
   }
 }
 
@@ -211,11 +213,18 @@ void HistoryRecorder::State::flush_locked(ThreadSlot& slot) noexcept {
   if (target) {
     stream_copy(*target, slot.staging, count);
     ++next;
-  } else {  // out of memory for a chunk: these events are lost
+  } else {  // out of memory for a chunk: these events are lost, and recording stops
     evicted += count;
     newest_dropped = std::max(newest_dropped, slot.staging.events[count - 1].time_ns);
+    deactivate("cannot allocate a chunk of the event ring (out of memory)");
   }
   slot.staging.count.store(0, std::memory_order_relaxed);
+}
+
+void HistoryRecorder::State::deactivate(const char* why) noexcept {
+  recording.store(false, std::memory_order_release);
+  if (!deactivated.exchange(true, std::memory_order_acq_rel))
+    std::fprintf(stderr, "cachealloc: %s; deactivating history recording\n", why);
 }
 
 void HistoryRecorder::State::append_direct(const snapshot::Event& event) noexcept {
@@ -318,6 +327,7 @@ void HistoryRecorder::start(const HistoryOptions& options) {
       s.oom_worker = std::thread([this] { oom_dump_loop(); });
     }
   }
+  s.deactivated.store(false, std::memory_order_relaxed);
   s.recording.store(true, std::memory_order_release);
   s.allocator.set_observer(this);
 }

@@ -11,6 +11,7 @@
 
 #include "cachealloc/config.hpp"
 #include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/text.hpp"
 #include "history_state.hpp"
 #include "stack_symbols.hpp"
 
@@ -54,6 +55,31 @@ snapshot::Header make_header() {
   char host[256] = {};
   if (::gethostname(host, sizeof(host) - 1) == 0) header.host = host;
   return header;
+}
+
+// Readers refuse text that is not UTF-8 (snapshot/invariants.hpp), and a
+// symbol, a path or an argument can hold any bytes: each invalid byte
+// becomes U+FFFD here, so the dump is always readable.
+void make_text_valid(snapshot::Snapshot& out) {
+  auto fix = [](std::string& text) {
+    if (snapshot::invalid_utf8_bytes(text) != 0) text = snapshot::to_valid_utf8(text);
+  };
+  for (std::string& text : out.strings) fix(text);
+  fix(out.header.program);
+  fix(out.header.host);
+  for (std::string& argument : out.header.arguments) fix(argument);
+  for (snapshot::DeviceInfo& device : out.devices) {
+    fix(device.name);
+    fix(device.usage_note);
+  }
+  std::map<std::string, std::string> settings;
+  for (auto& [key, value] : out.settings) {
+    std::string k = key;
+    fix(k);
+    fix(value);
+    settings[k] = value;
+  }
+  out.settings = std::move(settings);
 }
 
 // "k:v,k:[a,b],k2:v2" -> {k: v, ...}; commas inside brackets stay.
@@ -110,6 +136,7 @@ class TableBuilder {
     auto [it, inserted] = frame_ids_.try_emplace(ip, static_cast<std::uint32_t>(out_.frames.size()));
     if (inserted) {
       const detail::SymbolizedFrame symbol = detail::symbolize(ip);
+      symbolization_failures_ += symbol.failed ? 1 : 0;
       snapshot::Frame frame;
       frame.ip = ip;
       frame.function = string_id(symbol.function);
@@ -124,6 +151,12 @@ class TableBuilder {
   snapshot::Snapshot& out_;
   std::unordered_map<std::string, std::uint32_t> string_ids_;
   std::unordered_map<std::uintptr_t, std::uint32_t> frame_ids_;
+
+ public:
+  std::uint64_t symbolization_failures() const noexcept { return symbolization_failures_; }
+
+ private:
+  std::uint64_t symbolization_failures_ = 0;
   std::unordered_map<std::uint32_t, std::uint32_t> stack_ids_;
 };
 
@@ -299,12 +332,24 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
   }
   out.segments = std::move(layout);
   out.threads = detail::registered_threads();
+  make_text_valid(out);
+  s.symbolization_failures.store(tables.symbolization_failures(), std::memory_order_relaxed);
   return out;
 }
 
 bool HistoryRecorder::dump_snapshot(const std::filesystem::path& path) noexcept {
   try {
     snapshot::write_snapshot(take_snapshot(), path);
+    // The file is written (failed frames are bare addresses in it), but a
+    // symbolizer that throws will throw again: recording stops here.
+    if (const std::uint64_t failed = state_->symbolization_failures.load(std::memory_order_relaxed); failed != 0) {
+      std::fprintf(stderr,
+                   "cachealloc: the symbolizer failed on %llu frames of the memory snapshot %s (written with bare "
+                   "addresses for them); deactivating history recording\n",
+                   static_cast<unsigned long long>(failed), path.c_str());
+      stop();
+      return false;
+    }
     return true;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cachealloc: cannot dump the memory snapshot to %s: %s; deactivating history recording\n",

@@ -91,6 +91,14 @@ struct HistoryRecorder::State {
 
   // Read on the hot path.
   std::atomic<bool> recording{false};
+  // Frames the last take_snapshot() could not symbolize (the symbolizer
+  // threw); dump_snapshot() then switches recording off, with one line.
+  mutable std::atomic<std::uint64_t> symbolization_failures{0};
+  // Switches recording off from inside an allocator call (under its pool
+  // lock, where stop() would deadlock): on_event drops every event after it.
+  // Prints `why` on stderr, one line, once per start().
+  void deactivate(const char* why) noexcept;
+  std::atomic<bool> deactivated{false};
   std::atomic<StackCapture> stacks{StackCapture::none};
   std::atomic<std::uint32_t> max_frames{32};
   std::atomic<bool> stacks_on_free{false};
