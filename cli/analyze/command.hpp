@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -42,6 +43,8 @@ class Runner {
  public:
   explicit Runner(std::string default_format = "table") { common.format = std::move(default_format); }
   CommonOptions common;
+  // The exit status after a successful run: 0, or 1 for a verdict (check: a budget exceeded).
+  std::shared_ptr<int> verdict = std::make_shared<int>(0);
   // Remembers what to build; main() calls run() after parsing succeeded.
   void select(std::string name, BuildReport build) {
     name_ = std::move(name);
@@ -86,6 +89,7 @@ std::uint64_t byte_count(const std::string& text, const char* option);
 
 // Issue 16: what-if replay and the CI gate.
 void add_replay_command(CLI::App& app, Runner& runner);
+void add_check_command(CLI::App& app, Runner& runner);
 void add_summary_command(CLI::App& app, Runner& runner);
 void add_segments_command(CLI::App& app, Runner& runner);
 void add_fragmentation_command(CLI::App& app, Runner& runner);

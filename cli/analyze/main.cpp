@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
   Runner runner;
   add_summary_command(app, runner);
   add_replay_command(app, runner);
+  add_check_command(app, runner);
   add_segments_command(app, runner);
   add_fragmentation_command(app, runner);
   add_timeline_command(app, runner);
@@ -143,6 +144,6 @@ int main(int argc, char** argv) {
       const std::string input = runner.common.file == "-" ? "standard input" : runner.common.file;
       throw UsageError("cannot read " + input + ": " + error.what());
     }
-    return kExitOk;
+    return *runner.verdict;
   });
 }

@@ -1,0 +1,76 @@
+#include <cstdio>
+#include <memory>
+
+#include "cachealloc/analyzer/budget.hpp"
+#include "command.hpp"
+
+namespace cachealloc::cli {
+
+namespace {
+
+struct CheckArguments {
+  std::string peak_reserved, peak_allocated, fragmentation, leaked;
+};
+
+// "30%" or "0.3".
+double ratio(const std::string& text) {
+  const std::string what = "--max-fragmentation: '" + text + "' is not a share (e.g. 30% or 0.3)";
+  std::string number = text;
+  const bool percent = !number.empty() && number.back() == '%';
+  if (percent) number.pop_back();
+  double value = 0;
+  try {
+    std::size_t used = 0;
+    value = std::stod(number, &used);
+    if (used != number.size()) throw UsageError(what);
+  } catch (const std::exception&) {
+    throw UsageError(what);
+  }
+  if (percent) value /= 100.0;
+  if (!(value >= 0 && value <= 1)) throw UsageError("--max-fragmentation: " + text + " is not between 0 and 100%");
+  return value;
+}
+
+}  // namespace
+
+void add_check_command(CLI::App& app, Runner& runner) {
+  CLI::App* command = app.add_subcommand(
+      "check", "Exit 1 with one line per memory budget the recording exceeds, 0 when it meets them all (for CI)");
+  add_common_options(*command, runner.common);
+  auto args = std::make_shared<CheckArguments>();
+  command->add_option("--max-peak-reserved", args->peak_reserved, "budget for the peak of reserved bytes (e.g. 20GiB)");
+  command->add_option("--max-peak-allocated", args->peak_allocated, "budget for the peak of allocated bytes");
+  command->add_option("--max-fragmentation", args->fragmentation,
+                      "budget for the external fragmentation at the reserved peak (e.g. 30% or 0.3)");
+  command->add_option("--max-leaked", args->leaked, "budget for the bytes still allocated at the end");
+  command->footer(
+      "Examples:\n"
+      "  cachealloc-analyze check run.bin --max-peak-reserved 20GiB\n"
+      "  cachealloc-analyze check run.pickle --max-peak-allocated 16GiB --max-fragmentation 30% --max-leaked 0\n"
+      "Exit status: 0 every budget met; 1 a budget exceeded (one line each on stdout); 2 bad usage or input.");
+  auto verdict = runner.verdict;
+  command->callback([&runner, args, verdict] {
+    runner.select_writer("check", [args, verdict](analyzer::EventSource& source, analyzer::ReportOptions& options,
+                                                  std::ostream& out) {
+      analyzer::Budgets budgets;
+      if (!args->peak_reserved.empty()) budgets.peak_reserved = byte_count(args->peak_reserved, "--max-peak-reserved");
+      if (!args->peak_allocated.empty()) budgets.peak_allocated = byte_count(args->peak_allocated, "--max-peak-allocated");
+      if (!args->fragmentation.empty()) budgets.fragmentation = ratio(args->fragmentation);
+      if (!args->leaked.empty()) budgets.leaked = byte_count(args->leaked, "--max-leaked");
+      if (!budgets.peak_reserved && !budgets.peak_allocated && !budgets.fragmentation && !budgets.leaked)
+        throw UsageError("check: give at least one budget (--max-peak-reserved, --max-peak-allocated, "
+                         "--max-fragmentation, --max-leaked)");
+      budgets.device = options.device;
+      const analyzer::BudgetResult result = analyzer::check_budgets(source, budgets);
+      for (const std::string& line : result.exceeded) out << line << "\n";
+      if (result.ok()) {
+        out << "all budgets met: peak reserved " << analyzer::format_bytes(result.figures.peak_reserved)
+            << ", peak allocated " << analyzer::format_bytes(result.figures.peak_allocated) << "\n";
+      }
+      if (result.figures.lower_bounds) out << "note: the trace does not cover the whole run; its peaks are lower bounds\n";
+      *verdict = result.ok() ? 0 : 1;
+    });
+  });
+}
+
+}  // namespace cachealloc::cli
