@@ -22,16 +22,17 @@ ls -l "$PICKLE"
 python3 -c "
 import pickle; d = pickle.load(open('$PICKLE', 'rb'))
 print('trace entries:', sum(len(t) for t in d['device_traces']), 'segments:', len(d['segments']))"
-echo "== _memory_viz trace_plot (best of 3)"
-for run in 1 2 3; do
+RUNS=${RUNS:-2}
+echo "== _memory_viz trace_plot (best of $RUNS)"
+for run in $(seq "$RUNS"); do
   /usr/bin/time -f "run $run: %e s wall, %U s user, peak RSS %M KB" \
     python3 -m torch.cuda._memory_viz trace_plot "$PICKLE" -o /tmp/issue15_trace_plot.html
   ls -l /tmp/issue15_trace_plot.html
 done
 if [ -x build-h200/bin/cachealloc-analyze ]; then
   export LD_LIBRARY_PATH=$PWD/build-h200/syslib:${LD_LIBRARY_PATH:-}
-  echo "== cachealloc-analyze html on the same pickle (best of 3)"
-  for run in 1 2 3; do
+  echo "== cachealloc-analyze html on the same pickle (best of $RUNS)"
+  for run in $(seq "$RUNS"); do
     /usr/bin/time -f "run $run: %e s wall, %U s user, peak RSS %M KB" \
       build-h200/bin/cachealloc-analyze html "$PICKLE" -o /tmp/issue15_report.html -f
     ls -l /tmp/issue15_report.html
