@@ -19,7 +19,10 @@
 #include "cachealloc/analyzer/allocator_replay.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/analyzer/load.hpp"
+#include "cachealloc/allocator.hpp"
 #include "cachealloc/errors.hpp"
+#include "cachealloc/history.hpp"
+#include "cachealloc/snapshot/pickle.hpp"
 #include "../analyzer/testing/parsers.hpp"
 
 using namespace cachealloc;
@@ -289,4 +292,74 @@ TEST_CASE("given a segments-only pickle, when replayed, then it is refused: ther
   const snapshot::Snapshot snap = analyzer::load(kPytorch / "segments_only" / "gru_python_stacks.pickle");
   analyzer::SnapshotEvents source(snap);
   CHECK_THROWS_AS(analyzer::replay_allocator(source), InvalidArgument);
+}
+
+namespace {
+
+// docs/verification/issue16_fragmenting_workload.py, through our allocator:
+// step i allocates 256 MiB + 6 MiB * i, frees the previous activation, and
+// keeps half of it plus 2 MiB, which pins every segment. Returns whether it
+// ran out of memory.
+bool fragmenting_workload(CachingAllocator& allocator) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  std::vector<void*> keepers;
+  void* previous = nullptr;
+  bool oom = false;
+  for (std::size_t step = 0; step < 40 && !oom; ++step) {
+    const std::size_t size = 256 * MiB + step * 6 * MiB;
+    try {
+      void* x = allocator.allocate(size);
+      if (previous) allocator.deallocate(previous);
+      previous = x;
+      keepers.push_back(allocator.allocate(size / 2 + 2 * MiB));
+    } catch (const OutOfMemoryError&) {
+      oom = true;
+    }
+  }
+  for (void* p : keepers) allocator.deallocate(p);
+  if (previous) allocator.deallocate(previous);
+  return oom;
+}
+
+}  // namespace
+
+TEST_CASE("given a fragmenting run as a PyTorch pickle, when replayed under expandable segments at a cap the recorded "
+          "settings cannot meet, then the replay predicts the real run's peak exactly and no OOM") {
+  constexpr std::uint64_t kCap = std::uint64_t{11} << 30;
+  // The recorded run: default settings, no cap, written as PyTorch writes it.
+  snapshot::Snapshot recorded;
+  {
+    CachingAllocator allocator(make_simulated_device(simulated_h200_options()));
+    HistoryOptions options;
+    options.stacks = StackCapture::none;
+    HistoryRecorder recorder(allocator, options);
+    REQUIRE_FALSE(fragmenting_workload(allocator));
+    recorded = snapshot::decode_pytorch_pickle(snapshot::encode_pytorch_pickle(recorder.take_snapshot()));
+  }
+  REQUIRE(recorded.header.source == "pytorch-pickle");
+  analyzer::SnapshotEvents source(recorded);
+  analyzer::AllocatorReplayOptions options;
+  options.capacity = kCap;
+  const analyzer::ReplayResult as_recorded = analyzer::replay_allocator(source, options);
+  options.set = {"expandable_segments=True"};
+  const analyzer::ReplayResult expandable = analyzer::replay_allocator(source, options);
+  // The recorded settings run out of memory at the cap; expandable segments do not, with a lower peak.
+  REQUIRE(as_recorded.replayed.first_oom.has_value());
+  CHECK(as_recorded.recorded.peak_reserved > kCap);
+  CHECK_FALSE(expandable.replayed.first_oom.has_value());
+  CHECK(expandable.replayed.peak_reserved < as_recorded.recorded.peak_reserved);
+  // The "real" runs, on the simulated device, under each setting and the cap.
+  auto real = [&](const char* config, MemoryStats& stats) {
+    CachingAllocator allocator(make_simulated_device(simulated_h200_options()), parse_config(config));
+    allocator.set_memory_fraction(static_cast<double>(kCap) / static_cast<double>(simulated_h200_options().capacity));
+    const bool oom = fragmenting_workload(allocator);
+    stats = allocator.stats();
+    return oom;
+  };
+  MemoryStats stats;
+  CHECK(real("", stats));  // the recorded settings: OOM, as the replay said
+  CHECK_FALSE(real("expandable_segments:True", stats));
+  CHECK(static_cast<std::uint64_t>(stats.reserved_bytes[stat_all].peak) == expandable.replayed.peak_reserved);
+  CHECK(static_cast<std::uint64_t>(stats.allocated_bytes[stat_all].peak) == expandable.replayed.peak_allocated);
+  CHECK(static_cast<std::uint64_t>(stats.num_device_alloc) == expandable.replayed.device_allocs);
 }
