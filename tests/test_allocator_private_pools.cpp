@@ -176,3 +176,43 @@ TEST_CASE("a private pool takes no expandable segments, the default pool still d
   allocator.deallocate(in_pool);
   allocator.deallocate(outside);
 }
+
+TEST_CASE("restore_pool puts a pool's blocks back as checkpoint_pool saw them") {
+  auto device = simulated();
+  CachingAllocator allocator(device);
+  allocator.begin_allocate_to_pool(kGraphPool, every_stream());
+  void* x = allocator.allocate(3 * MiB);
+  void* y = allocator.allocate(3 * MiB);
+  allocator.deallocate(x);
+  // Given the checkpoint [x: free 3 MiB][y: allocated 3 MiB][free 14 MiB]:
+  const PoolCheckpoint checkpoint = allocator.checkpoint_pool(kGraphPool);
+  REQUIRE(checkpoint.segments.size() == 1);
+  REQUIRE(checkpoint.segments[0].blocks.size() == 3);
+  // When the pool moves on (z takes x's place, y is freed) and is restored:
+  void* z = allocator.allocate(3 * MiB);
+  CHECK(z == x);
+  allocator.deallocate(y);
+  allocator.end_allocate_to_pool(kGraphPool);
+  const PoolRestore restored = allocator.restore_pool(checkpoint);
+  // Then z was freed and y allocated again, and the layout is the checkpoint's.
+  REQUIRE(restored.freed.size() == 1);
+  CHECK(restored.freed[0] == z);
+  REQUIRE(restored.allocated.size() == 1);
+  CHECK(restored.allocated[0] == y);
+  CHECK(allocator.checkpoint_pool(kGraphPool).segments[0].blocks.size() == 3);
+  const auto blocks = allocator.checkpoint_pool(kGraphPool).segments[0].blocks;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    CHECK(blocks[i].ptr == checkpoint.segments[0].blocks[i].ptr);
+    CHECK(blocks[i].size == checkpoint.segments[0].blocks[i].size);
+    CHECK(blocks[i].allocated == checkpoint.segments[0].blocks[i].allocated);
+  }
+  const MemoryStats stats = allocator.stats();
+  CHECK(stats.allocated_bytes[stat_all].current == static_cast<std::int64_t>(3 * MiB));
+  CHECK(stats.requested_bytes[stat_all].current == static_cast<std::int64_t>(3 * MiB));
+  CHECK(stats.allocation[stat_all].current == 1);
+  CHECK(stats.inactive_split[stat_all].current == 2);
+  // The block allocated by the restore is freed like any other.
+  CHECK(allocator.deallocate(y) == FreeStatus::ok);
+  CHECK(allocator.memory_allocated() == 0);
+  CHECK_THROWS_AS(allocator.checkpoint_pool(kOtherPool), InvalidArgument);
+}

@@ -28,6 +28,16 @@ echo "== training run, PyTorch's allocator then ours"
 python3 torch_train_compare.py --allocator pytorch --out $OUT/train_pytorch.json 2>&1 | tail -5
 python3 torch_train_compare.py --allocator cachealloc --out $OUT/train_cachealloc.json 2>&1 | tail -5
 python3 compare_torch_runs.py $OUT/train_pytorch.json $OUT/train_cachealloc.json 2>&1 | tail -40
+echo "== torch.compile(mode='reduce-overhead'), PyTorch's allocator then ours"
+python3 torch_compile_compare.py --allocator pytorch --out $OUT/compile_pytorch.json 2>&1 | tail -3
+python3 torch_compile_compare.py --allocator cachealloc --out $OUT/compile_cachealloc.json 2>&1 | tail -3
+python3 - $OUT/compile_pytorch.json $OUT/compile_cachealloc.json <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+same = a["error"] is None and b["error"] is None and len(a["losses"]) == len(b["losses"]) and all(
+    abs(x - y) <= 1e-3 * max(abs(x), 1e-9) for x, y in zip(a["losses"], b["losses"]))
+print("torch.compile losses:", "EQUAL" if same else "DIFFERENT", a["losses"][-3:], b["losses"][-3:], b["error"] or "")
+PY
 cd ../..
 echo "== speed: torch.empty/del from Python"
 python3 bench/torch_extension_speed.py --allocator pytorch 2>&1 | tail -4

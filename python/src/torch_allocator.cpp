@@ -12,8 +12,14 @@
 // _dump_snapshot() then carry them. Our own dump (cachealloc.dump) keeps the
 // native C++ frames of our recorder.
 //
-// Not supported yet, each refused with a RuntimeError that says so: private
-// pools (CUDA graph capture, torch.cuda.MemPool) and IPC handles.
+// Private pools (CUDA graph capture, torch.cuda.graphs, torch.cuda.MemPool
+// and use_mem_pool) are our allocator's (CachingAllocator::begin_allocate_to_pool).
+//
+// So are the pool checkpoints of CUDA graph trees (torch.compile's
+// mode="reduce-overhead"): CachingAllocator::checkpoint_pool/restore_pool.
+//
+// Not supported yet, each refused with a RuntimeError that says so:
+// MemPools with their own allocator or use_on_oom/no_split, and IPC handles.
 //
 // cachealloc.torch.install() (python/cachealloc/torch.py) loads this library
 // with ctypes and calls cachealloc_torch_install() before the first CUDA
@@ -35,6 +41,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <deque>
+#include <unordered_set>
 #include <unordered_map>
 #include <memory>
 #include <mutex>
@@ -56,9 +63,7 @@ using cachealloc::snapshot::BlockState;
 using cachealloc::snapshot::EventKind;
 
 constexpr int kMaxDevices = 64;
-constexpr const char* kUnsupportedPools =
-    "cachealloc does not support private memory pools yet (CUDA graph capture, torch.cuda.MemPool, "
-    "torch.compile(mode='reduce-overhead')); use PyTorch's allocator for those";
+cachealloc::PoolId pool_id(c10::MempoolId_t id) { return cachealloc::PoolId{id.first, id.second}; }
 
 std::uint64_t monotonic_ns() noexcept {
   timespec ts{};
@@ -107,6 +112,11 @@ struct Contexts {
   std::deque<ContextRecord> recent;
 };
 
+struct Checkpoint final : CA::AllocatorState {
+  c10::DeviceIndex device = 0;
+  cachealloc::PoolCheckpoint checkpoint;
+};
+
 struct DeviceState {
   Contexts contexts;
   std::unique_ptr<cachealloc::CachingAllocator> allocator;
@@ -136,9 +146,8 @@ class TorchAllocator final : public CA::CUDAAllocator {
   // --- c10::DeviceAllocator ---
   bool initialized() override { return initialized_.load(std::memory_order_acquire); }
   void emptyCache(c10::MempoolId_t mempool_id) override {
-    TORCH_CHECK(mempool_id.first == 0 && mempool_id.second == 0, kUnsupportedPools);
     for (int d = 0; d < device_count_; ++d) {
-      if (DeviceState* state = existing(d)) state->allocator->empty_cache();
+      if (DeviceState* state = existing(d)) state->allocator->empty_cache(pool_id(mempool_id));
     }
   }
   void recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) override {
@@ -243,11 +252,51 @@ class TorchAllocator final : public CA::CUDAAllocator {
   }
   using CA::CUDAAllocator::recordStream;
   CA::SnapshotInfo snapshot(c10::MempoolId_t mempool_id, bool include_traces) override;
-  void beginAllocateToPool(c10::DeviceIndex, c10::MempoolId_t, std::function<bool(cudaStream_t)>) override {
-    TORCH_CHECK(false, kUnsupportedPools);
+  void beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                           std::function<bool(cudaStream_t)> filter) override {
+    pool_call([&] {
+      state(device).allocator->begin_allocate_to_pool(
+          pool_id(mempool_id),
+          [filter = std::move(filter)](cachealloc::Stream s) { return filter(reinterpret_cast<cudaStream_t>(s.handle)); });
+    });
   }
-  void endAllocateToPool(c10::DeviceIndex, c10::MempoolId_t) override { TORCH_CHECK(false, kUnsupportedPools); }
-  void releasePool(c10::DeviceIndex, c10::MempoolId_t) override { TORCH_CHECK(false, kUnsupportedPools); }
+  void endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override {
+    pool_call([&] { state(device).allocator->end_allocate_to_pool(pool_id(mempool_id)); });
+  }
+  void releasePool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override {
+    pool_call([&] { state(device).allocator->release_pool(pool_id(mempool_id)); });
+  }
+  int getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override {
+    return state(device).allocator->pool_use_count(pool_id(mempool_id));
+  }
+  void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                          std::shared_ptr<CA::CUDAAllocator> allocator) override {
+    TORCH_CHECK(allocator == nullptr,
+                "cachealloc does not support a MemPool with an allocator of its own yet (torch.cuda.MemPool(allocator=...))");
+    pool_call([&] { state(device).allocator->create_or_incref_pool(pool_id(mempool_id)); });
+  }
+  void setUseOnOOM(c10::DeviceIndex, c10::MempoolId_t, bool use_on_oom) override {
+    TORCH_CHECK(!use_on_oom, "cachealloc does not support MemPool(use_on_oom=True) yet");
+  }
+  void setNoSplit(c10::DeviceIndex, c10::MempoolId_t) override {
+    TORCH_CHECK(false, "cachealloc does not support MemPool(no_split=True) yet");
+  }
+  bool checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                                const std::unordered_set<void*>& expected) override {
+    cachealloc::CachingAllocator& allocator = *state(device).allocator;
+    const std::map<std::uintptr_t, cachealloc::PoolId> owners = allocator.private_segments();
+    std::size_t live = 0;
+    for (const cachealloc::snapshot::Segment& segment : allocator.layout()) {
+      auto owner = owners.find(segment.address);
+      if (owner == owners.end() || owner->second != pool_id(mempool_id)) continue;
+      for (const auto& block : segment.blocks) {
+        if (block.state != BlockState::active_allocated) continue;
+        if (!expected.contains(reinterpret_cast<void*>(block.address))) return false;
+        ++live;
+      }
+    }
+    return live == expected.size();
+  }
   CA::ShareableHandle shareIpcHandle(void*) override {
     TORCH_CHECK(false, "cachealloc does not support CUDA IPC handles (sharing tensors between processes) yet");
   }
@@ -301,11 +350,33 @@ class TorchAllocator final : public CA::CUDAAllocator {
     if (p2p_enabled || dst_device == src_device) return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
     return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count, stream);
   }
-  std::shared_ptr<CA::AllocatorState> getCheckpointState(c10::DeviceIndex, c10::MempoolId_t) override {
-    TORCH_CHECK(false, kUnsupportedPools);
+  // CUDA graph trees (torch.compile's mode="reduce-overhead") checkpoint a
+  // private pool after each recording and put it back before recording
+  // from another point of the tree.
+  std::shared_ptr<CA::AllocatorState> getCheckpointState(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    auto state = std::make_shared<Checkpoint>();
+    state->device = device;
+    pool_call([&] { state->checkpoint = this->state(device).allocator->checkpoint_pool(pool_id(id)); });
+    return state;
   }
-  CA::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex, std::shared_ptr<CA::AllocatorState>) override {
-    TORCH_CHECK(false, kUnsupportedPools);
+  CA::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex device,
+                                             std::shared_ptr<CA::AllocatorState> opaque) override {
+    auto* saved = dynamic_cast<Checkpoint*>(opaque.get());
+    TORCH_CHECK(saved != nullptr, "cachealloc: setCheckpointPoolState with a state another allocator made");
+    TORCH_CHECK(saved->device == device, "cachealloc: a checkpoint of device ", static_cast<int>(saved->device),
+                " applied to device ", static_cast<int>(device));
+    DeviceState& s = state(device);
+    cachealloc::PoolRestore restored;
+    pool_call([&] { restored = s.allocator->restore_pool(saved->checkpoint); });
+    {
+      std::lock_guard lock(s.contexts.mutex);
+      for (void* ptr : restored.freed) s.contexts.live.erase(reinterpret_cast<std::uintptr_t>(ptr));
+    }
+    CA::CheckpointDelta delta;
+    delta.ptrs_freed = std::move(restored.freed);
+    for (void* ptr : restored.allocated)
+      delta.dataptrs_allocd.emplace_back(ptr, ptr, &raw_delete_function, c10::Device(c10::DeviceType::CUDA, device));
+    return delta;
   }
   std::string name() override { return "cachealloc"; }
 
@@ -327,6 +398,15 @@ class TorchAllocator final : public CA::CUDAAllocator {
 
  private:
   static void raw_delete_function(void* ptr) { instance().free_pointer(ptr); }
+
+  template <typename F>
+  static void pool_call(F&& f) {
+    try {
+      f();
+    } catch (const cachealloc::Error& error) {
+      TORCH_CHECK(false, "cachealloc: ", error.what());
+    }
+  }
 
   DeviceState* existing(int device) {
     if (device < 0 || device >= kMaxDevices) return nullptr;
@@ -481,7 +561,8 @@ void TorchAllocator::recordHistory(bool enabled, CA::CreateContextFn context_rec
 }
 
 CA::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, bool include_traces) {
-  TORCH_CHECK(mempool_id.first == 0 && mempool_id.second == 0, kUnsupportedPools);
+  // {0, 0}: every segment; a pool's id: that pool's segments only (MemPool.snapshot()).
+  const bool one_pool = mempool_id.first != 0 || mempool_id.second != 0;
   CA::SnapshotInfo info;
   info.device_traces.resize(static_cast<std::size_t>(std::max(device_count_, 1)));
   const cachealloc::AllocatorConfig* config = nullptr;
@@ -508,7 +589,11 @@ CA::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, bool incl
     } else {
       layout = s->allocator->layout();
     }
+    const std::map<std::uintptr_t, cachealloc::PoolId> owners = s->allocator->private_segments();
     for (const cachealloc::snapshot::Segment& segment : layout) {
+      const auto owner = owners.find(segment.address);
+      const cachealloc::PoolId pool = owner == owners.end() ? cachealloc::PoolId{} : owner->second;
+      if (one_pool && pool != pool_id(mempool_id)) continue;
       CDA::SegmentInfo* current = nullptr;
       for (const cachealloc::snapshot::Block& block : segment.blocks) {
         if (block.state == BlockState::unmapped) {
@@ -523,6 +608,7 @@ CA::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, bool incl
           current->stream = reinterpret_cast<void*>(segment.stream);
           current->is_large = segment.large_pool;
           current->is_expandable = segment.expandable;
+          current->owner_private_pool_id = c10::MempoolId_t{pool.first, pool.second};
         }
         CDA::BlockInfo out;
         out.size = block.size;

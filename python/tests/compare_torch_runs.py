@@ -17,7 +17,7 @@ if len(pt["steps"]) != len(ca["steps"]):
 
 
 def flat(step):
-    out = {k: v for k, v in step.items() if k not in ("label", "stats", "loss")}
+    out = {k: v for k, v in step.items() if k not in ("label", "stats", "loss", "graph_out")}
     out.update(step.get("stats", {}))
     return out
 
@@ -42,7 +42,8 @@ for i, (a, b) in enumerate(zip(pt["steps"], ca["steps"])):
         if fa.get(key) != fb.get(key):
             differences += 1
             print("step %d (%s) %s: pytorch %s, cachealloc %s" % (i, a.get("label", ""), key, fa.get(key), fb.get(key)))
-for key in ("oom_observer_calls", "oom_observer_device"):
+for key in ("oom_observer_calls", "oom_observer_device", "mempool_use_count_new", "mempool_use_count_inside",
+            "mempool_snapshot_segments"):
     if key in pt or key in ca:
         compared += 1
         if pt.get(key) != ca.get(key):

@@ -73,6 +73,29 @@ struct PoolId {
 // compares the thread).
 using StreamFilter = std::function<bool(Stream)>;
 
+// The layout of a private pool at one moment (PyTorch's PrivatePoolState),
+// to put the pool back to it later: CUDA graph trees (torch.compile's
+// mode="reduce-overhead") checkpoint a pool after each recording.
+struct PoolCheckpoint {
+  struct BlockState {
+    std::uintptr_t ptr = 0;
+    std::size_t size = 0;
+    bool allocated = false;
+  };
+  struct SegmentState {
+    std::vector<BlockState> blocks;  // in address order, from the segment's start
+  };
+  PoolId pool;
+  std::vector<SegmentState> segments;
+};
+// What restore_pool changed: blocks that were allocated and are now free
+// (their owners must not free them again), and blocks allocated again for
+// the checkpoint (their new owners free them with deallocate()).
+struct PoolRestore {
+  std::vector<void*> freed;
+  std::vector<void*> allocated;
+};
+
 enum class FreeStatus {
   ok,
   null_pointer,     // deallocate(nullptr): accepted, nothing done
@@ -134,6 +157,16 @@ class CachingAllocator {
   void release_pool(PoolId pool);
   // The pool's use count; 0 for a pool that does not exist (any more).
   int pool_use_count(PoolId pool) const;
+  // The pool's segments and blocks now. Throws InvalidArgument for a pool
+  // that does not exist or is no longer used.
+  PoolCheckpoint checkpoint_pool(PoolId pool);
+  // Puts the pool's blocks back as they were at `checkpoint`: frees every
+  // block allocated in the pool now, then allocates the checkpoint's blocks
+  // (requested = block size, as PyTorch does) and frees again those that were
+  // free. The checkpoint's segments must still be the pool's. Throws
+  // InvalidArgument when the pool cannot be put back (unknown pool, a
+  // segment gone, a block still waiting for stream events).
+  PoolRestore restore_pool(const PoolCheckpoint& checkpoint);
   // The private pool of each segment that belongs to one, by the segment's
   // address (layout()'s segments of the default pool are not listed).
   std::map<std::uintptr_t, PoolId> private_segments() const;

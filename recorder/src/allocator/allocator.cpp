@@ -184,12 +184,13 @@ bool CachingAllocator::Impl::should_split(const Block& block, std::size_t size) 
   return size < config.max_split_size && remaining > kSmallSize;
 }
 
-void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t size, std::size_t requested) {
+void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t size, std::size_t requested,
+                                       int split) {
   const bool already_split = block->is_split();
   const std::size_t type = block->small ? stat_small_pool : stat_large_pool;
   std::int64_t inactive_split_count = 0;
   std::int64_t inactive_split_bytes = 0;
-  if (should_split(*block, size)) {
+  if (split < 0 ? should_split(*block, size) : (split > 0 && block->size > size)) {
     // The block keeps the front; a new block takes the remainder, so a
     // segment's first block object never changes.
     Block* rest = new_block(shard);

@@ -196,7 +196,9 @@ struct CachingAllocator::Impl {
   void insert_deferred_events();
   Block* get_free_block(Shard& shard, bool small, std::size_t size, bool count_for_gc);
   bool should_split(const Block& block, std::size_t size) const noexcept;
-  void* hand_out(Shard& shard, Block* block, std::size_t size, std::size_t requested);
+  // split: -1 by the policy (should_split), 0 never, 1 whenever space is left
+  // (restore_pool recreates the checkpoint's splits whatever the policy says).
+  void* hand_out(Shard& shard, Block* block, std::size_t size, std::size_t requested, int split = -1);
   void process_events(Shard& shard);
   void insert_events(Block* block);
   // Returns a block whose last user is done to its pool, merging neighbours.

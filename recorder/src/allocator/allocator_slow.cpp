@@ -404,6 +404,105 @@ int CachingAllocator::pool_use_count(PoolId pool) const {
   return it == impl_->private_pools.end() ? 0 : it->second;
 }
 
+PoolCheckpoint CachingAllocator::checkpoint_pool(PoolId pool) {
+  std::vector<std::unique_lock<std::mutex>> locks;
+  impl_->lock_all(locks);
+  auto it = impl_->private_pools.find(pool);
+  if (it == impl_->private_pools.end() || it->second <= 0)
+    throw InvalidArgument("checkpoint_pool: no pool (" + std::to_string(pool.first) + ", " +
+                          std::to_string(pool.second) + ") in use");
+  if (!impl_->capturing()) impl_->insert_deferred_events();
+  PoolCheckpoint checkpoint;
+  checkpoint.pool = pool;
+  std::lock_guard guard(impl_->segments_mutex);
+  for (const auto& [address, head] : impl_->segments) {
+    if (head->shard->pool_id != pool) continue;
+    PoolCheckpoint::SegmentState segment;
+    for (const Block* b = head; b; b = b->next) segment.blocks.push_back({b->ptr, b->size, b->allocated});
+    checkpoint.segments.push_back(std::move(segment));
+  }
+  return checkpoint;
+}
+
+PoolRestore CachingAllocator::restore_pool(const PoolCheckpoint& checkpoint) {
+  Impl::begin_call();
+  Impl& impl = *impl_;
+  std::vector<std::unique_lock<std::mutex>> locks;
+  impl.lock_all(locks);
+  const PoolId pool = checkpoint.pool;
+  auto fail = [&](const std::string& why) {
+    throw InvalidArgument("restore_pool: pool (" + std::to_string(pool.first) + ", " + std::to_string(pool.second) +
+                          "): " + why);
+  };
+  auto known = impl.private_pools.find(pool);
+  if (known == impl.private_pools.end() || known->second <= 0) fail("no such pool in use");
+  // A free under the locks we hold (deallocate() would take them again).
+  auto free_live = [&](std::uintptr_t address) {
+    Block* block = impl.live.take(address);
+    if (!block) fail("block " + std::to_string(address) + " is not allocated");
+    Shard& shard = *block->shard;
+    block->allocated = false;
+    impl.emit(EventKind::free_requested, shard.stream, block->ptr, block->size, block->requested);
+    if (!block->stream_uses.empty()) {
+      impl.release_allocation_stats(*block);
+      impl.insert_events(block);
+    } else {
+      impl.free_block(block, /*also_release_allocation=*/true);
+    }
+  };
+  PoolRestore result;
+  // 1. Free every block allocated in the pool now.
+  std::vector<std::uintptr_t> allocated_now;
+  {
+    std::lock_guard guard(impl.segments_mutex);
+    for (const auto& [address, head] : impl.segments) {
+      if (head->shard->pool_id != pool) continue;
+      for (const Block* b = head; b; b = b->next) {
+        if (b->allocated) {
+          if (b->event_count > 0) fail("a block still waits for stream events");
+          allocated_now.push_back(b->ptr);
+        }
+      }
+    }
+  }
+  for (const std::uintptr_t address : allocated_now) {
+    free_live(address);
+    result.freed.push_back(reinterpret_cast<void*>(address));
+  }
+  // 2. Every segment is now one free block; carve each checkpointed one
+  // into its blocks, all allocated, then free those that were free.
+  for (const PoolCheckpoint::SegmentState& segment : checkpoint.segments) {
+    if (segment.blocks.empty()) continue;
+    Block* head = nullptr;
+    {
+      std::lock_guard guard(impl.segments_mutex);
+      auto it = impl.segments.find(segment.blocks.front().ptr);
+      if (it != impl.segments.end() && it->second->shard->pool_id == pool) head = it->second;
+    }
+    if (!head) fail("segment " + std::to_string(segment.blocks.front().ptr) + " is gone");
+    Block* current = head;
+    for (std::size_t i = 0; i < segment.blocks.size(); ++i) {
+      const PoolCheckpoint::BlockState& state = segment.blocks[i];
+      if (!current || current->allocated || current->pending() || current->ptr != state.ptr || current->size < state.size)
+        fail("segment " + std::to_string(segment.blocks.front().ptr) + " does not match the checkpoint");
+      current->shard->pool(current->small).erase(FreeSet::s_iterator_to(*current));
+      impl.hand_out(*current->shard, current, state.size, state.size, /*split=*/1);
+      current = current->next;
+      if ((current != nullptr) != (i + 1 < segment.blocks.size()))
+        fail("segment " + std::to_string(segment.blocks.front().ptr) + " does not match the checkpoint");
+    }
+    for (const PoolCheckpoint::BlockState& state : segment.blocks) {
+      if (state.allocated) {
+        result.allocated.push_back(reinterpret_cast<void*>(state.ptr));
+      } else {
+        free_live(state.ptr);
+      }
+    }
+  }
+  impl.publish_all_locked();
+  return result;
+}
+
 std::map<std::uintptr_t, PoolId> CachingAllocator::private_segments() const {
   std::vector<std::unique_lock<std::mutex>> locks;
   impl_->lock_all(locks);
