@@ -187,6 +187,8 @@ TEST_CASE("given each PyTorch snapshot beside its stats.json, when replayed, the
       analyzer::FileEvents source(kPytorch / (std::string(name) + ".pickle"));
       const analyzer::ReplayResult r = analyzer::replay_allocator(source);
       INFO(name);
+      CHECK(r.initial_blocks_not_rebuilt == 0);
+      CHECK(r.joined_fragments == (std::string(name) == "ring_overflow" ? 4u : 0u));
       CHECK(static_cast<std::int64_t>(r.replayed.peak_reserved) == number(stats, "reserved_bytes.all.peak"));
       if (std::string(name) == "ring_overflow") {
         // PyTorch's allocated peak came before the ring's start (1700 of the

@@ -33,6 +33,8 @@ Document replay_report(const ReplayResult& r) {
   run.add("recorded_cap", "recorded cap", r.recorded_cap ? Value(r.recorded_cap) : Value(std::monostate{}), Unit::bytes);
   run.add("starts_mid_run", "starts mid-run", r.starts_mid_run);
   run.add("initial_segments", "segments at the ring's start", r.initial_segments, Unit::count);
+  run.add("initial_segments_not_rebuilt", "ring-start segments not rebuilt as recorded", r.initial_blocks_not_rebuilt, Unit::count);
+  run.add("joined_fragments", "ring-start fragments joined to their block", r.joined_fragments, Unit::count);
   run.add("placed_as_recorded", "reservations placed as recorded", r.placed_as_recorded, Unit::count);
   run.add("inferred_empty_cache", "empty_cache calls inferred", r.inferred_empty_cache, Unit::count);
   run.add("deferred_frees", "frees that waited for streams", r.deferred_frees, Unit::count);
