@@ -19,6 +19,14 @@ time g++ -O2 -std=c++20 -shared -fPIC -fvisibility=hidden -D_GLIBCXX_USE_CXX11_A
   $PWD/build-h200/syslib/libboost_stacktrace_backtrace.so.1.74.0 $PWD/build-h200/syslib/libzstd.so.1 -l:libz.so.1 -ldl -lpthread \
   -Wl,-rpath,$T/lib -Wl,-rpath,$PWD/build-h200/syslib -o python/cachealloc/libcachealloc_torch.so 2>&1 | grep -v "^$" | tail -20
 ls -la python/cachealloc/libcachealloc_torch.so || exit 1
+echo "== pip install ./python (no network: no build isolation, no dependencies)"
+pip install --no-build-isolation --no-deps --target /tmp/cachealloc-pip ./python 2>&1 | tail -2
+PYTHONPATH=/tmp/cachealloc-pip python3 -c "
+import cachealloc, cachealloc.torch, torch
+cachealloc.torch.install()
+x = torch.empty(1 << 20, device='cuda')
+print('installed package: cachealloc from', cachealloc.__file__, '; memory_allocated', torch.cuda.memory_allocated())
+"
 cd python/tests
 echo "== every API, PyTorch's allocator then ours"
 python3 torch_api_probe.py --allocator pytorch --out $OUT/api_pytorch.json --analyzer $A 2>&1 | tail -30

@@ -39,6 +39,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <unordered_set>
@@ -392,6 +393,10 @@ class TorchAllocator final : public CA::CUDAAllocator {
     if (s == nullptr || !s->history) return false;
     return s->history->dump_snapshot(path);
   }
+  void set_native_stacks(cachealloc::StackCapture capture) {
+    std::lock_guard lock(mutex_);
+    native_stacks_ = capture;
+  }
   std::string summary(int device) { return state(static_cast<c10::DeviceIndex>(device)).allocator->memory_summary(); }
 
   static TorchAllocator& instance();
@@ -519,6 +524,16 @@ class TorchAllocator final : public CA::CUDAAllocator {
   std::atomic<CA::CreateContextFn> context_recorder_{nullptr};
   std::atomic<int> context_when_{0};
   std::atomic<std::size_t> context_capacity_{0};
+  std::size_t trace_max_entries_ = 0;
+  cachealloc::StackCapture native_stacks_ = [] {
+    const char* text = std::getenv("CACHEALLOC_TORCH_STACKS");
+    try {
+      return text != nullptr && *text != '\0' ? cachealloc::parse_stack_capture(text) : cachealloc::StackCapture::unwind;
+    } catch (const cachealloc::Error&) {
+      std::fprintf(stderr, "cachealloc: CACHEALLOC_TORCH_STACKS=%s is not none, native or unwind; using unwind\n", text);
+      return cachealloc::StackCapture::unwind;
+    }
+  }();  // PyTorch's max_entries: the trace keeps its last entries
 };
 
 TorchAllocator& TorchAllocator::instance() {
@@ -537,10 +552,13 @@ void TorchAllocator::recordHistory(bool enabled, CA::CreateContextFn context_rec
     // PyTorch counts trace entries; our ring also holds splits and merges
     // (about two more per allocation), so it gets room for them.
     history_options_.max_entries = std::max<std::size_t>(1, alloc_trace_max_entries) * 3;
-    history_options_.stacks =
-        when == CA::RecordContext::NEVER ? cachealloc::StackCapture::none : cachealloc::StackCapture::native;
+    // PyTorch's libraries are built without frame pointers, so by default our
+    // recorder unwinds (DWARF) to see through them; cachealloc.record(stacks=)
+    // or CACHEALLOC_TORCH_STACKS chooses native (frame pointers) or none.
+    history_options_.stacks = when == CA::RecordContext::NEVER ? cachealloc::StackCapture::none : native_stacks_;
     history_options_.stacks_on_free = when == CA::RecordContext::ALL;
     context_capacity_.store(std::max<std::size_t>(1, alloc_trace_max_entries), std::memory_order_relaxed);
+    trace_max_entries_ = std::max<std::size_t>(1, alloc_trace_max_entries);
   }
   const bool frames = enabled && context_recorder != nullptr && when != CA::RecordContext::NEVER;
   context_when_.store(frames ? static_cast<int>(when) : 0, std::memory_order_relaxed);
@@ -721,6 +739,10 @@ CA::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, bool incl
                          reinterpret_cast<void*>(event.stream), c10::MempoolId_t{0, 0}, approx(event.time_ns),
                          block_event ? context_for(event) : nullptr);
     }
+    // PyTorch's ring holds max_entries trace entries; ours counts splits and
+    // merges too, so the trace is cut to the same window here.
+    if (trace_max_entries_ > 0 && trace.size() > trace_max_entries_)
+      trace.erase(trace.begin(), trace.end() - static_cast<std::ptrdiff_t>(trace_max_entries_));
   }
   if (config != nullptr) {
     info.config_metadata.garbage_collection_threshold = config->garbage_collection_threshold;
@@ -755,6 +777,19 @@ __attribute__((visibility("default"))) int cachealloc_torch_install() {
 }
 
 __attribute__((visibility("default"))) const char* cachealloc_torch_error() { return t_error.c_str(); }
+
+// The C++ stacks our recorder keeps from the next _record_memory_history on:
+// "unwind" (the default: through PyTorch's libraries), "native" (frame
+// pointers only, ~20 ns) or "none". Returns 0, or -1 for another value.
+__attribute__((visibility("default"))) int cachealloc_torch_set_stacks(const char* capture) {
+  try {
+    TorchAllocator::instance().set_native_stacks(cachealloc::parse_stack_capture(capture == nullptr ? "" : capture));
+    return 0;
+  } catch (const std::exception& error) {
+    t_error = error.what();
+    return -1;
+  }
+}
 
 __attribute__((visibility("default"))) void cachealloc_torch_annotate(int begin, const char* name) {
   try {

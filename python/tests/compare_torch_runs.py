@@ -43,7 +43,8 @@ for i, (a, b) in enumerate(zip(pt["steps"], ca["steps"])):
             differences += 1
             print("step %d (%s) %s: pytorch %s, cachealloc %s" % (i, a.get("label", ""), key, fa.get(key), fb.get(key)))
 for key in ("oom_observer_calls", "oom_observer_device", "mempool_use_count_new", "mempool_use_count_inside",
-            "mempool_snapshot_segments"):
+            "mempool_snapshot_segments", "context_none_frames", "context_none_allocs",
+            "stacks_python_non_python_frames", "stacks_python_has_script", "max_entries_5_trace_length"):
     if key in pt or key in ca:
         compared += 1
         if pt.get(key) != ca.get(key):

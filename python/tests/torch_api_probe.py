@@ -203,6 +203,29 @@ results["snapshot"]["allocs_with_python_frames_of_this_script"] = with_me
 check("_snapshot's trace has this script's Python frames", with_me >= 39, (with_me, len(trace_allocs)))
 check("_snapshot's live blocks have this script's Python frames", any(x.endswith(me) for x in block_files),
       sorted(block_files)[:5])
+# _record_memory_history's options, each against PyTorch's behaviour:
+# context=None (no frames), stacks='python' (Python frames only), max_entries.
+torch.cuda.memory._record_memory_history(enabled=None)
+torch.cuda.memory._record_memory_history(context=None, max_entries=1000)
+kept = [torch.empty(1 << 20, device="cuda") for _ in range(3)]
+snap_none = torch.cuda.memory._snapshot()
+results["context_none_frames"] = sum(len(e.get("frames", [])) for t in snap_none["device_traces"] for e in t)
+results["context_none_allocs"] = sum(1 for t in snap_none["device_traces"] for e in t if e["action"] == "alloc")
+torch.cuda.memory._record_memory_history(enabled=None)
+torch.cuda.memory._record_memory_history(stacks="python", max_entries=1000)
+kept += [torch.empty(1 << 20, device="cuda") for _ in range(3)]
+snap_py = torch.cuda.memory._snapshot()
+py_frames = [f for t in snap_py["device_traces"] for e in t if e["action"] == "alloc" for f in e.get("frames", [])]
+results["stacks_python_non_python_frames"] = sum(1 for f in py_frames if not f["filename"].endswith(".py"))
+results["stacks_python_has_script"] = any(f["filename"].endswith(os.path.basename(__file__)) for f in py_frames)
+torch.cuda.memory._record_memory_history(enabled=None)
+torch.cuda.memory._record_memory_history(max_entries=5)
+kept += [torch.empty(1 << 20, device="cuda") for _ in range(20)]
+results["max_entries_5_trace_length"] = sum(len(t) for t in torch.cuda.memory._snapshot()["device_traces"])
+del kept
+torch.cuda.memory._record_memory_history(enabled=None)
+torch.cuda.memory._record_memory_history(max_entries=100000)
+
 tmp = tempfile.mkdtemp()
 pickle_path = os.path.join(tmp, "probe.pickle")
 torch.cuda.memory._dump_snapshot(pickle_path)

@@ -115,11 +115,17 @@ thread_local std::vector<OpenAnnotation> t_open_annotations;
 StackCapture parse_stack_capture(std::string_view text) {
   if (text == "none") return StackCapture::none;
   if (text == "native") return StackCapture::native;
-  throw InvalidArgument("unknown stack capture '" + std::string(text) + "' (expected none or native)");
+  if (text == "unwind") return StackCapture::unwind;
+  throw InvalidArgument("unknown stack capture '" + std::string(text) + "' (expected none, native or unwind)");
 }
 
 const char* to_string(StackCapture capture) noexcept {
-  return capture == StackCapture::native ? "native" : "none";
+  switch (capture) {
+    case StackCapture::native: return "native";
+    case StackCapture::unwind: return "unwind";
+    case StackCapture::none: break;
+  }
+  return "none";
 }
 
 namespace {
@@ -368,10 +374,12 @@ std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
   record.size = event.size;
   record.aux = event.aux;
   record.stack = snapshot::StackId{};
-  if (s.stacks.load(std::memory_order_relaxed) == StackCapture::native &&
-      wants_stack(event.kind, s.stacks_on_free.load(std::memory_order_relaxed))) {
+  if (const StackCapture capture = s.stacks.load(std::memory_order_relaxed);
+      capture != StackCapture::none && wants_stack(event.kind, s.stacks_on_free.load(std::memory_order_relaxed))) {
     std::uintptr_t frames[detail::kMaxStackFrames];
-    const std::uint32_t depth = detail::capture_native_stack(frames, s.max_frames.load(std::memory_order_relaxed));
+    const std::uint32_t max_frames = s.max_frames.load(std::memory_order_relaxed);
+    const std::uint32_t depth = capture == StackCapture::native ? detail::capture_native_stack(frames, max_frames)
+                                                                : detail::capture_unwound_stack(frames, max_frames);
     record.stack = snapshot::StackId{s.table.intern(frames, depth)};
   }
   const std::uint32_t stack = record.stack.value;

@@ -71,6 +71,20 @@ __attribute__((noinline)) std::uint32_t walk_frame_pointers(std::uintptr_t* out,
   return count;
 }
 
+namespace {
+// The DWARF unwinder, inlined into each capturing function so that the skip
+// of 2 drops that function and its caller (the recorder) in both.
+__attribute__((always_inline)) inline std::uint32_t unwind_into(std::uintptr_t* out, std::uint32_t max_frames) noexcept {
+  void* buffer[kMaxStackFrames + 1] = {};
+  const std::uint32_t room = std::min(max_frames, kMaxStackFrames) + 1;  // + the terminating null
+  const std::size_t got = boost::stacktrace::safe_dump_to(2, buffer, room * sizeof(void*));
+  std::uint32_t count = 0;
+  for (std::size_t i = 0; i < got && count < max_frames && buffer[i]; ++i)
+    out[count++] = reinterpret_cast<std::uintptr_t>(buffer[i]);
+  return count;
+}
+}  // namespace
+
 __attribute__((noinline)) std::uint32_t capture_native_stack(std::uintptr_t* out, std::uint32_t max_frames) noexcept {
   // Skip the returns into us and into our caller (the recorder), so stacks
   // start at the code that called the observer.
@@ -78,13 +92,11 @@ __attribute__((noinline)) std::uint32_t capture_native_stack(std::uintptr_t* out
   if (count >= 2 || max_frames < 2) return count;
   // No frame pointers above us: ask the DWARF unwinder. It reports raw
   // return addresses too, so both paths intern the same kind of values.
-  void* buffer[kMaxStackFrames + 1] = {};
-  const std::uint32_t room = std::min(max_frames, kMaxStackFrames) + 1;  // + the terminating null
-  const std::size_t got = boost::stacktrace::safe_dump_to(2, buffer, room * sizeof(void*));
-  count = 0;
-  for (std::size_t i = 0; i < got && count < max_frames && buffer[i]; ++i)
-    out[count++] = reinterpret_cast<std::uintptr_t>(buffer[i]);
-  return count;
+  return unwind_into(out, max_frames);
+}
+
+__attribute__((noinline)) std::uint32_t capture_unwound_stack(std::uintptr_t* out, std::uint32_t max_frames) noexcept {
+  return unwind_into(out, max_frames);
 }
 
 StackTable::StackTable() {
