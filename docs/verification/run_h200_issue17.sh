@@ -19,6 +19,11 @@ time g++ -O2 -std=c++20 -shared -fPIC -fvisibility=hidden -D_GLIBCXX_USE_CXX11_A
   $PWD/build-h200/syslib/libboost_stacktrace_backtrace.so.1.74.0 $PWD/build-h200/syslib/libzstd.so.1 -l:libz.so.1 -ldl -lpthread \
   -Wl,-rpath,$T/lib -Wl,-rpath,$PWD/build-h200/syslib -o python/cachealloc/libcachealloc_torch.so 2>&1 | grep -v "^$" | tail -20
 ls -la python/cachealloc/libcachealloc_torch.so || exit 1
+echo "== python/CMakeLists.txt with find_package(Torch) (docs/verification/issue17_cmake)"
+PATH=/opt/torch/.venv/bin:$PATH cmake -S docs/verification/issue17_cmake -B /tmp/issue17_cmake -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DPython3_EXECUTABLE=$(which python3) 2>&1 | grep -E "cachealloc|Error|error" | head
+PATH=/opt/torch/.venv/bin:$PATH cmake --build /tmp/issue17_cmake 2>&1 | tail -3
+ls -la /tmp/issue17_cmake/lib/libcachealloc_torch.so python/cachealloc/libcachealloc_torch.so
 echo "== pip install ./python (no network: no build isolation, no dependencies)"
 pip install --no-build-isolation --no-deps --target /tmp/cachealloc-pip ./python 2>&1 | tail -2
 PYTHONPATH=/tmp/cachealloc-pip python3 -c "

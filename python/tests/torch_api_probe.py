@@ -248,6 +248,8 @@ if args.analyzer:
         detail = r.stderr[-300:]
     check("our analyzer reads the pickle with memory_stats' figures", ok, detail)
 if args.allocator == "cachealloc":
+    torch.cuda.memory._record_memory_history(enabled=None)
+    cachealloc.record(max_entries=10000)  # our API: unwound C++ stacks and Python frames
     with cachealloc.annotate("probe phase"):
         ys = [torch.empty(1 << 20, device="cuda") for _ in range(4)]
     del ys
