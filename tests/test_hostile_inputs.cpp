@@ -17,10 +17,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "cachealloc/analyzer/reports.hpp"
 #include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/load.hpp"
 #include "cachealloc/snapshot/text.hpp"
@@ -33,6 +35,7 @@ constexpr bool kSanitized = false;
 
 namespace fs = std::filesystem;
 namespace snapshot = cachealloc::snapshot;
+namespace analyzer = cachealloc::analyzer;
 
 namespace {
 
@@ -242,4 +245,64 @@ TEST_CASE("given endless input, the analyzer ends within seconds with one line a
     CHECK(r.max_rss_kib < max_rss_kib);
     MESSAGE(c.what << ": " << r.seconds << " s, " << r.max_rss_kib / 1024 << " MiB");
   }
+}
+
+TEST_CASE("random corruptions of every format version and of PyTorch pickles: every report refuses or prints well-formed output") {
+  // Given the golden files of format versions 1-5, a recorder file and two PyTorch pickles
+  const fs::path data = fs::path(CACHEALLOC_SOURCE_DIR) / "testdata";
+  const std::vector<fs::path> inputs = {data / "format_versions" / "v1.bin", data / "format_versions" / "v2.bin",
+                                        data / "format_versions" / "v3.bin", data / "format_versions" / "v4.bin",
+                                        data / "format_versions" / "v5.bin", data / "synthetic_2k_nostacks.bin",
+                                        data / "pytorch" / "no_context.pickle", data / "pytorch" / "corpus" / "oom_retry.pickle"};
+  const int kCorruptions = kSanitized ? 60 : 300;
+  using Report = analyzer::Document (*)(const snapshot::Snapshot&, const analyzer::ReportOptions&);
+  const std::vector<Report> reports = {analyzer::summary_report, analyzer::segments_report, analyzer::fragmentation_report,
+                                       analyzer::timeline_report, analyzer::peak_report, analyzer::top_report,
+                                       analyzer::leaks_report, analyzer::oom_report, analyzer::events_report};
+  std::mt19937 random(18);
+  std::size_t refused = 0, read = 0, reports_refused = 0, reports_printed = 0;
+  for (const fs::path& input : inputs) {
+    const std::string original = slurp(input);
+    REQUIRE(!original.empty());
+    for (int round = 0; round < kCorruptions; ++round) {
+      // When 1 to 8 bytes are overwritten (or the file is cut short, one round in 8)
+      std::string bytes = original;
+      if (round % 8 == 7) {
+        bytes.resize(random() % bytes.size());
+      } else {
+        for (unsigned f = 0, n = 1 + random() % 8; f < n; ++f) bytes[random() % bytes.size()] = static_cast<char>(random());
+      }
+      const std::span<const std::byte> view(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
+      snapshot::Snapshot s;
+      try {
+        s = snapshot::load(view);
+      } catch (const snapshot::SnapshotError& error) {
+        // Then it is refused with one printable line
+        CHECK(snapshot::printable(error.what()).find('\n') == std::string::npos);
+        ++refused;
+        continue;
+      }
+      ++read;
+      // or every report refuses it (an impossible replay) or renders valid UTF-8
+      for (const Report report : reports) {
+        try {
+          const analyzer::Document document = report(s, analyzer::ReportOptions{});
+          for (const analyzer::Format format : {analyzer::Format::table, analyzer::Format::json}) {
+            std::ostringstream out;
+            analyzer::render(document, format, out);
+            CHECK(snapshot::invalid_utf8_bytes(out.str()) == 0);
+            if (format == analyzer::Format::table) CHECK(printable_table(out.str()));
+          }
+          ++reports_printed;
+        } catch (const snapshot::SnapshotError& error) {
+          CHECK(std::string(error.what()).find("impossible state") != std::string::npos);
+          ++reports_refused;
+        }
+      }
+    }
+  }
+  MESSAGE(inputs.size() << " inputs x " << kCorruptions << " corruptions: " << refused << " refused by the reader, "
+                        << read << " read; of their " << read * reports.size() << " reports " << reports_printed
+                        << " printed, " << reports_refused << " refused (impossible state)");
+  CHECK(refused + read == inputs.size() * kCorruptions);
 }
