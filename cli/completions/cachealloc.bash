@@ -27,11 +27,12 @@ _cachealloc() {
     --device) [[ $tool == *conformance ]] && COMPREPLY=($(compgen -W "simulated cuda" -- "$cur")); return ;;
     --what) COMPREPLY=($(compgen -W "timeline events segments sites perfetto" -- "$cur")); return ;;
     --metric) COMPREPLY=($(compgen -W "allocated requested reserved" -- "$cur")); return ;;
+    --addresses) COMPREPLY=($(compgen -W "recorded model" -- "$cur")); return ;;
     --by) COMPREPLY=($(compgen -W "bytes count peak" -- "$cur")); return ;;
   esac
   sub=""
   if [[ $tool == *cachealloc-analyze ]]; then
-    local subcommands="summary segments fragmentation timeline peak top leaks oom events export convert flamegraph"
+    local subcommands="summary segments fragmentation timeline peak top leaks oom events export convert flamegraph replay check"
     for word in "${COMP_WORDS[@]:1:COMP_CWORD-1}"; do
       [[ " $subcommands " == *" $word "* ]] && sub=$word
     done
