@@ -426,14 +426,14 @@ Analysis analyze(EventSource& source, const AnalysisOptions& options) {
   // file, decoding every block a second time. So first try a start that
   // costs nothing: the one the file stores (format version 4, when the ring
   // overflowed), else, for a ring that never overflowed, the empty allocator
-  // (which needs the window to reach the end, where the layout is checked).
-  // A guess counts only when the events confirm it (explains_the_trace).
-  const std::size_t n = source.event_count();
-  const bool to_the_end = std::min(options.window.end, n) == n;
+  // (a window that ends early replays the rest to check it at the end).
+  // A guess counts only when the events confirm it (explains_the_trace): a
+  // derived start could invent memory that was never there (20 MiB of
+  // reserved for a PyTorch trace of expandable segments cut at its peak).
   std::optional<InitialLayout> guess;
   if (const snapshot::RingStart* stored = snapshot::find_ring_start(head, device)) {
     guess = *stored;
-  } else if (head.dropped_events == 0 && to_the_end) {
+  } else if (head.dropped_events == 0) {
     guess = InitialLayout{device, {}, 0, 0};
   }
   if (!guess) return run_analysis(source, options, device, derive_initial_layout(source, device));
@@ -467,10 +467,19 @@ void replay_to(EventSource& source, std::int32_t device, std::size_t index,
   const std::size_t n = source.event_count();
   const std::size_t end = index == kNoEvent ? 0 : std::min(index + 1, n);
   InitialLayout derived;
+  // The start the file stores, else for a ring that never overflowed the
+  // empty allocator, as analyze() takes it: each holds when the events
+  // confirm it.
+  std::optional<InitialLayout> guess;
   if (const snapshot::RingStart* stored = snapshot::find_ring_start(head, device)) {
-    // The stored start holds when the events confirm it: replay on to the
-    // end, keeping a copy of the state after `index` (O(live blocks)).
-    Replay replay(stored->segments, device, head.stacks.size());
+    guess = *stored;
+  } else if (head.dropped_events == 0) {
+    guess = InitialLayout{device, {}, 0, 0};
+  }
+  if (guess) {
+    // Replay on to the end, keeping a copy of the state after `index`
+    // (O(live blocks)).
+    Replay replay(guess->segments, device, head.stacks.size());
     replay_range(source, replay, 0, end, progress);
     std::optional<Replay> at;
     if (end < n) {
@@ -479,7 +488,7 @@ void replay_to(EventSource& source, std::int32_t device, std::size_t index,
     }
     const bool explains = explains_the_trace(replay, head, device);
     if (!explains) derived = derive_initial_layout(source, device);
-    if (explains || derived == *stored) {
+    if (explains || derived == *guess) {
       if (progress) progress(n, n);
       inspect(at ? *at : replay);
       return;
@@ -491,6 +500,22 @@ void replay_to(EventSource& source, std::int32_t device, std::size_t index,
   replay_range(source, replay, 0, end, progress);
   if (progress) progress(n, n);
   inspect(replay);
+}
+
+InitialLayout confirmed_start(EventSource& source, std::int32_t device) {
+  const Snapshot& head = source.head();
+  std::optional<InitialLayout> guess;
+  if (const snapshot::RingStart* stored = snapshot::find_ring_start(head, device)) {
+    guess = *stored;
+  } else if (head.dropped_events == 0) {
+    guess = InitialLayout{device, {}, 0, 0};
+  }
+  if (guess) {
+    Replay replay(guess->segments, device, head.stacks.size());
+    replay_range(source, replay, 0, source.event_count(), {});
+    if (explains_the_trace(replay, head, device)) return *guess;
+  }
+  return derive_initial_layout(source, device);
 }
 
 void replay_to(const Snapshot& snapshot, std::int32_t device, std::size_t index,

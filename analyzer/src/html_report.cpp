@@ -199,12 +199,7 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   const std::string oom = render_json(oom_report(source, whole));
 
   // The state before events[0], as segments --at and replay_to() take it.
-  InitialLayout initial;
-  if (const snapshot::RingStart* stored = snapshot::find_ring_start(head, device)) {
-    initial = *stored;
-  } else {
-    initial = derive_initial_layout(source, device);
-  }
+  const InitialLayout initial = confirmed_start(source, device);
   Replay replay(initial.segments, device, head.stacks.size());
 
   const std::size_t n = source.event_count();

@@ -202,8 +202,9 @@ Analysis analyze(EventSource& source, const AnalysisOptions& options);
 // Replays to just after event `index` (kNoEvent: the state before events[0]) and
 // hands the Replay to `inspect`. For reports that need the full state at one
 // moment (segments --at, leaks, peak listings). O(index) time, from a derived
-// start; from a start the file stores, O(events) instead, since the stored
-// start holds only once the events to the end confirm it, as for analyze()
+// start; from a start the file stores or the empty start of a ring that never
+// overflowed, O(events) instead, since such a start holds only once the
+// events to the end confirm it, as for analyze()
 // (the state at `index` is copied, O(live blocks), while the replay goes on).
 void replay_to(const snapshot::Snapshot& snapshot, std::int32_t device, std::size_t index,
                const std::function<void(const Replay&)>& inspect,
@@ -211,6 +212,13 @@ void replay_to(const snapshot::Snapshot& snapshot, std::int32_t device, std::siz
 void replay_to(EventSource& source, std::int32_t device, std::size_t index,
                const std::function<void(const Replay&)>& inspect,
                const std::function<void(std::size_t, std::size_t)>& progress = {});
+
+// The state before events[0] that replay_to() and analyze() start from: the
+// ring start the file stores, else for a ring that never overflowed the
+// empty allocator, each only when the events replayed from it explain the
+// trace; otherwise the derived one (derive_initial_layout). One replay of
+// every event, plus a backward pass when the guess fails.
+InitialLayout confirmed_start(EventSource& source, std::int32_t device);
 
 // Compares two layouts; stacks of inactive blocks and segment stacks are
 // ignored because the recorder need not keep them. Returns one line per
