@@ -93,8 +93,6 @@ int main(int argc, char** argv) {
       kProgram);
   Runner runner;
   add_summary_command(app, runner);
-  add_replay_command(app, runner);
-  add_check_command(app, runner);
   add_segments_command(app, runner);
   add_fragmentation_command(app, runner);
   add_timeline_command(app, runner);
@@ -107,6 +105,8 @@ int main(int argc, char** argv) {
   add_convert_command(app, runner);
   add_flamegraph_command(app, runner);
   add_html_command(app, runner);
+  add_replay_command(app, runner);
+  add_check_command(app, runner);
   add_version_flags(app, std::string(kProgram) + " " CACHEALLOC_VERSION);
   app.require_subcommand(0, 1);
   set_usage(app, "cachealloc-analyze [SUBCOMMAND] FILE [OPTIONS]");
