@@ -235,6 +235,7 @@ for verb in ("stats", "trace"):
     r = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", verb, pickle_path],
                        capture_output=True, text=True)
     check("_memory_viz %s accepts the pickle" % verb, r.returncode == 0, (r.stdout + r.stderr)[-300:])
+stats = torch.cuda.memory_stats()  # at the dump
 if args.analyzer:
     r = subprocess.run([args.analyzer, "summary", pickle_path, "--format", "json"], capture_output=True, text=True)
     ok = r.returncode == 0
