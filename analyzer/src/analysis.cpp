@@ -417,6 +417,15 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   return a;
 }
 
+// The start that costs nothing to try: the one the file stores (format
+// version 4, when the ring overflowed), else, for a ring that never
+// overflowed, the empty allocator. It holds only once the events confirm it.
+std::optional<InitialLayout> start_guess(const Snapshot& head, std::int32_t device) {
+  if (const snapshot::RingStart* stored = snapshot::find_ring_start(head, device)) return *stored;
+  if (head.dropped_events == 0) return InitialLayout{device, {}, 0, 0};
+  return std::nullopt;
+}
+
 }  // namespace
 
 Analysis analyze(EventSource& source, const AnalysisOptions& options) {
@@ -430,12 +439,7 @@ Analysis analyze(EventSource& source, const AnalysisOptions& options) {
   // A guess counts only when the events confirm it (explains_the_trace): a
   // derived start could invent memory that was never there (20 MiB of
   // reserved for a PyTorch trace of expandable segments cut at its peak).
-  std::optional<InitialLayout> guess;
-  if (const snapshot::RingStart* stored = snapshot::find_ring_start(head, device)) {
-    guess = *stored;
-  } else if (head.dropped_events == 0) {
-    guess = InitialLayout{device, {}, 0, 0};
-  }
+  const std::optional<InitialLayout> guess = start_guess(head, device);
   if (!guess) return run_analysis(source, options, device, derive_initial_layout(source, device));
 
   // at_end sees the state only once the guess holds: keep a copy until then.
@@ -470,12 +474,7 @@ void replay_to(EventSource& source, std::int32_t device, std::size_t index,
   // The start the file stores, else for a ring that never overflowed the
   // empty allocator, as analyze() takes it: each holds when the events
   // confirm it.
-  std::optional<InitialLayout> guess;
-  if (const snapshot::RingStart* stored = snapshot::find_ring_start(head, device)) {
-    guess = *stored;
-  } else if (head.dropped_events == 0) {
-    guess = InitialLayout{device, {}, 0, 0};
-  }
+  const std::optional<InitialLayout> guess = start_guess(head, device);
   if (guess) {
     // Replay on to the end, keeping a copy of the state after `index`
     // (O(live blocks)).
@@ -504,12 +503,7 @@ void replay_to(EventSource& source, std::int32_t device, std::size_t index,
 
 InitialLayout confirmed_start(EventSource& source, std::int32_t device) {
   const Snapshot& head = source.head();
-  std::optional<InitialLayout> guess;
-  if (const snapshot::RingStart* stored = snapshot::find_ring_start(head, device)) {
-    guess = *stored;
-  } else if (head.dropped_events == 0) {
-    guess = InitialLayout{device, {}, 0, 0};
-  }
+  const std::optional<InitialLayout> guess = start_guess(head, device);
   if (guess) {
     Replay replay(guess->segments, device, head.stacks.size());
     replay_range(source, replay, 0, source.event_count(), {});
