@@ -30,15 +30,11 @@ constexpr std::uintptr_t kModelOffset = std::uintptr_t{1} << 48;
 // Forwards to the simulated device; under Placement::recorded, answers each
 // reservation with the recording's address while the replay reserves what the
 // recording did, in the same order, and the address is not in use.
-class PlacementDevice final : public Device {
+class PlacementDevice final : public ForwardingDevice {
  public:
   PlacementDevice(std::shared_ptr<Device> inner, Placement placement,
                   std::vector<std::pair<std::uint64_t, std::uint64_t>> script)
-      : inner_(std::move(inner)), recorded_(placement == Placement::recorded), script_(std::move(script)) {}
-  const char* backend() const noexcept override { return inner_->backend(); }
-  std::string name() const override { return inner_->name(); }
-  int index() const noexcept override { return inner_->index(); }
-  MemoryInfo memory_info() override { return inner_->memory_info(); }
+      : ForwardingDevice(std::move(inner)), recorded_(placement == Placement::recorded), script_(std::move(script)) {}
   void* reserve(std::size_t bytes) override {
     void* inner = inner_->reserve(bytes);
     if (inner == nullptr) return nullptr;
@@ -65,20 +61,6 @@ class PlacementDevice final : public Device {
     translate_.erase(it);
     live_.erase(address);
   }
-  bool supports_virtual_memory() noexcept override { return inner_->supports_virtual_memory(); }
-  void* reserve_address_range(std::size_t bytes) override { return inner_->reserve_address_range(bytes); }
-  void release_address_range(void* ptr, std::size_t bytes) override { inner_->release_address_range(ptr, bytes); }
-  bool map(void* ptr, std::size_t bytes, std::size_t chunk) override { return inner_->map(ptr, bytes, chunk); }
-  void unmap(void* ptr, std::size_t bytes, std::size_t chunk) override { inner_->unmap(ptr, bytes, chunk); }
-  Stream create_stream() override { return inner_->create_stream(); }
-  void destroy_stream(Stream stream) noexcept override { inner_->destroy_stream(stream); }
-  void synchronize_stream(Stream stream) override { inner_->synchronize_stream(stream); }
-  void synchronize() override { inner_->synchronize(); }
-  DeviceEvent create_event() override { return inner_->create_event(); }
-  void destroy_event(DeviceEvent event) noexcept override { inner_->destroy_event(event); }
-  void record_event(DeviceEvent event, Stream stream) override { inner_->record_event(event, stream); }
-  bool query_event(DeviceEvent event) override { return inner_->query_event(event); }
-  void synchronize_event(DeviceEvent event) override { inner_->synchronize_event(event); }
 
   std::uint64_t placed() const noexcept { return placed_; }
   bool diverged() const noexcept { return diverged_; }
@@ -94,7 +76,6 @@ class PlacementDevice final : public Device {
     return true;
   }
 
-  std::shared_ptr<Device> inner_;
   bool recorded_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> script_;
   std::size_t next_ = 0;

@@ -145,6 +145,38 @@ struct SimulatedDeviceOptions {
   std::vector<std::uintptr_t> address_script;
 };
 
+// A device that forwards every call to another one: derive and override
+// what you change (the conformance tool's address recorder, the analyzer's
+// replay placement).
+class ForwardingDevice : public Device {
+ public:
+  explicit ForwardingDevice(std::shared_ptr<Device> inner) : inner_(std::move(inner)) {}
+  const char* backend() const noexcept override { return inner_->backend(); }
+  std::string name() const override { return inner_->name(); }
+  int index() const noexcept override { return inner_->index(); }
+  MemoryInfo memory_info() override { return inner_->memory_info(); }
+  DeviceUsage usage() noexcept override { return inner_->usage(); }
+  void* reserve(std::size_t bytes) override { return inner_->reserve(bytes); }
+  void release(void* ptr, std::size_t bytes) override { inner_->release(ptr, bytes); }
+  bool supports_virtual_memory() noexcept override { return inner_->supports_virtual_memory(); }
+  void* reserve_address_range(std::size_t bytes) override { return inner_->reserve_address_range(bytes); }
+  void release_address_range(void* ptr, std::size_t bytes) override { inner_->release_address_range(ptr, bytes); }
+  bool map(void* ptr, std::size_t bytes, std::size_t chunk) override { return inner_->map(ptr, bytes, chunk); }
+  void unmap(void* ptr, std::size_t bytes, std::size_t chunk) override { inner_->unmap(ptr, bytes, chunk); }
+  Stream create_stream() override { return inner_->create_stream(); }
+  void destroy_stream(Stream stream) noexcept override { inner_->destroy_stream(stream); }
+  void synchronize_stream(Stream stream) override { inner_->synchronize_stream(stream); }
+  void synchronize() override { inner_->synchronize(); }
+  DeviceEvent create_event() override { return inner_->create_event(); }
+  void destroy_event(DeviceEvent event) noexcept override { inner_->destroy_event(event); }
+  void record_event(DeviceEvent event, Stream stream) override { inner_->record_event(event, stream); }
+  bool query_event(DeviceEvent event) override { return inner_->query_event(event); }
+  void synchronize_event(DeviceEvent event) override { inner_->synchronize_event(event); }
+
+ protected:
+  std::shared_ptr<Device> inner_;
+};
+
 std::shared_ptr<Device> make_simulated_device(const SimulatedDeviceOptions& options = {});
 // An H200 as measured (driver 580.159.04, CUDA 13.0; docs/VERIFICATION.md,
 // issue 12): cudaMemGetInfo's total, the CUDA context of a process that
