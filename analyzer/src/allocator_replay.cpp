@@ -352,6 +352,10 @@ RecordedPass recorded_pass(EventSource& source, std::int32_t device, const Initi
         ++device_allocs;
         break;
       case EventKind::segment_release: ++device_frees; break;
+      // Expandable segments: PyTorch counts each map and unmap as a device
+      // call (num_device_alloc/free), as Analysis::device_allocs() does.
+      case EventKind::segment_map: ++device_allocs; break;
+      case EventKind::segment_unmap: ++device_frees; break;
       case EventKind::oom:
         ++pass.figures.ooms;
         if (!pass.figures.first_oom) pass.figures.first_oom = OomPoint{i, e.size, annotation_path(head, open)};
