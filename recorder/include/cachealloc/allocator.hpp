@@ -43,9 +43,13 @@ struct AllocatorEvent {
   std::uintptr_t address = 0;
   std::size_t size = 0;
   std::size_t aux = 0;  // see snapshot::EventKind for the meaning per kind
-  // True for the second and later events of one allocate/deallocate/
-  // empty_cache call on this thread (a split before its alloc, merges after
-  // a free): an observer may reuse the first event's timestamp.
+  // True when an observer may reuse the timestamp of the previous event on
+  // this thread (a split before its alloc, merges after a free): both were
+  // emitted inside one holding of the same pool locks, so no other thread's
+  // event on that state can lie between them. False for the first event
+  // after any lock is taken, and for segment_alloc and segment_map, which
+  // follow a device call that may hand out an address another thread has
+  // just given back.
   bool continues_call = false;
 };
 

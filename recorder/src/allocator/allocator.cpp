@@ -260,6 +260,7 @@ void* CachingAllocator::Impl::allocate(std::size_t requested, Stream stream) {
   }
   Shard& shard = shard_for(stream, capture ? capture_pool(stream) : PoolId{});
   std::unique_lock lock(shard.mutex);
+  begin_call();  // after the deferred path's locks: read the clock afresh under this one
   // No event is queried while a capture is under way (it would break it).
   if (!capture && !shard.pending.empty()) process_events(shard);
   if (Block* block = get_free_block(shard, small, size, /*count_for_gc=*/true))

@@ -213,15 +213,26 @@ struct CachingAllocator::Impl {
   bool gc_active() const noexcept {
     return fraction_set_.load(std::memory_order_relaxed) && config.garbage_collection_threshold > 0.0;
   }
-  // Events emitted so far by the current public call on this thread.
-  // initial-exec: a plain %fs-relative access, not a __tls_get_addr call.
+  // Events emitted on this thread since it last took a pool lock (or
+  // entered a public call). initial-exec: a plain %fs-relative access, not
+  // a __tls_get_addr call. begin_call() runs at every public entry and
+  // after every acquisition of pool locks, so that the first event of each
+  // critical section reads the clock afresh: a timestamp read under one lock
+  // and reused under another could precede another thread's event on the
+  // second lock's state, and the dump, which sorts by time, would then put
+  // the events in an order the allocator never went through.
   static inline thread_local std::uint32_t t_call_events __attribute__((tls_model("initial-exec"))) = 0;
   static void begin_call() noexcept { t_call_events = 0; }
   std::uint32_t emit(snapshot::EventKind kind, Stream stream, std::uintptr_t address, std::size_t size,
                      std::size_t aux) noexcept {
     AllocatorObserver* o = observer.load(std::memory_order_acquire);
     if (!o) return 0;
-    return o->on_event(AllocatorEvent{kind, stream, address, size, aux, t_call_events++ > 0});
+    // A new segment or mapping follows a device call that may return an
+    // address another thread released after this section's first event.
+    const bool after_device_call =
+        kind == snapshot::EventKind::segment_alloc || kind == snapshot::EventKind::segment_map;
+    const bool continues = t_call_events++ > 0 && !after_device_call;
+    return o->on_event(AllocatorEvent{kind, stream, address, size, aux, continues});
   }
 
   // --- slow path (allocator_slow.cpp) ---

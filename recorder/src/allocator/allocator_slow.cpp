@@ -16,6 +16,7 @@ std::vector<Shard*> CachingAllocator::Impl::lock_all(std::vector<std::unique_loc
   locks.emplace_back(registry_mutex);
   locks.reserve(shards.size() + 1);
   for (Shard* shard : shards) locks.emplace_back(shard->mutex);  // ascending (stream, pool) order
+  begin_call();  // the next event reads the clock under these locks
   return shards;
 }
 

@@ -62,15 +62,16 @@ bool tsc_is_invariant() noexcept {
     std::FILE* cpuinfo = std::fopen("/proc/cpuinfo", "r");
     if (!cpuinfo) return false;
     char line[4096];
-    bool constant = false, nonstop = false;
+    bool constant = false, nonstop = false, rdtscp = false;  // now_ticks() reads it with RDTSCP
     while (std::fgets(line, sizeof(line), cpuinfo)) {
       if (std::strncmp(line, "flags", 5) != 0) continue;
       constant = std::strstr(line, " constant_tsc") != nullptr;
       nonstop = std::strstr(line, " nonstop_tsc") != nullptr;
+      rdtscp = std::strstr(line, " rdtscp") != nullptr;
       break;
     }
     std::fclose(cpuinfo);
-    return constant && nonstop;
+    return constant && nonstop && rdtscp;
 #else
     return false;
 #endif

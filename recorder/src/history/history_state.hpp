@@ -35,10 +35,17 @@ std::uint64_t monotonic_ns() noexcept;
 // dump time, by the line through two (ticks, ns) points: one from start(),
 // one from the dump. The transform is increasing, so order is kept.
 bool tsc_is_invariant() noexcept;
+//
+// RDTSCP, not RDTSC: it waits until every earlier instruction has executed,
+// the lock acquisition before it included. A plain RDTSC may execute while
+// the acquiring compare-and-swap still waits for the lock's cache line, and
+// so read a time before the previous holder's last event.
 inline std::uint64_t now_ticks(bool use_tsc) noexcept {
 #if defined(__x86_64__)
-  if (use_tsc) [[likely]]
-    return __builtin_ia32_rdtsc();
+  if (use_tsc) [[likely]] {
+    unsigned int core;
+    return __builtin_ia32_rdtscp(&core);
+  }
 #endif
   return monotonic_ns();
 }
