@@ -48,6 +48,9 @@ void add_export_command(CLI::App& app, Runner& runner) {
     if (command->get_option("--format")->count() == 0) runner.common.format = "csv";
     runner.select("export", [what, buckets](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       options.buckets = *buckets;
+      // One row per event: rows are made while the table is written, so
+      // memory stays one row whatever the trace's length.
+      options.stream_rows = *buckets == 0;
       return analyzer::export_report(source, *analyzer::parse_export_table(*what), options);
     });
   });
