@@ -6,6 +6,9 @@
 // With CACHEALLOC_TORCH_LIBRARY=path/to/libcachealloc_torch.so it first makes
 // our allocator PyTorch's (the extension of python/), so the same loop
 // measures ours through PyTorch's own raw_alloc/raw_delete.
+//   torch_peer --mixed [steps=1000000] [passes=5]
+// runs issue 19's mixed workload (bench/mixed_workload.hpp, the requests
+// bench_mixed gives ours) on one thread and the default stream.
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
@@ -16,9 +19,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <cstring>
 #include <vector>
 
+#include "mixed_workload.hpp"
+
 int main(int argc, char** argv) {
+  const bool mixed = argc > 1 && std::strcmp(argv[1], "--mixed") == 0;
+  if (mixed) ++argv, --argc;
   const int threads = argc > 1 ? std::atoi(argv[1]) : 16;
   const long pairs = argc > 2 ? std::atol(argv[2]) : 200000;
   namespace alloc = c10::cuda::CUDACachingAllocator;
@@ -33,6 +41,20 @@ int main(int argc, char** argv) {
     which = "cachealloc (extension)";
   }
   alloc::init(c10::cuda::device_count());
+  if (mixed) {
+    const long count = argc > 1 ? std::atol(argv[1]) : 1000000;
+    const int passes = argc > 2 ? std::atoi(argv[2]) : 5;
+    cudaSetDevice(0);
+    const auto plan = mixed_workload::steps(static_cast<std::size_t>(count));
+    const double ns = mixed_workload::best_ns_per_step(
+        plan, passes, [](std::size_t bytes) { return alloc::raw_alloc(bytes); }, [](void* p) { alloc::raw_delete(p); });
+    const auto stats = alloc::getDeviceStats(0);
+    std::printf("%s: mixed workload, %zu slots, 512 B-8 MiB, %ld steps, best of %d passes: %.1f ns per free+alloc; "
+                "peak reserved %lld B, device allocs %lld\n",
+                which, mixed_workload::kSlots, count, passes, ns,
+                static_cast<long long>(stats.reserved_bytes[0].peak), static_cast<long long>(stats.num_device_alloc));
+    return 0;
+  }
   std::vector<cudaStream_t> streams(threads);
   for (auto& s : streams) cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   std::atomic<int> ready{0};
