@@ -1,3 +1,4 @@
+#include <limits>
 #include <memory>
 
 #include "command.hpp"
@@ -11,7 +12,7 @@ void add_top_command(CLI::App& app, Runner& runner) {
   auto by = std::make_shared<std::string>("bytes");
   auto limit = std::make_shared<std::size_t>(20);
   command->add_option("--by", *by, "order")->check(one_of({"bytes", "count", "peak"}))->capture_default_str();
-  command->add_option("--limit", *limit, "list at most N sites")
+  command->add_option("--limit", *limit, "list at most N sites (0: all)")
       ->check(whole_number(0, 1'000'000'000'000))
       ->capture_default_str();
   command->footer(
@@ -23,7 +24,7 @@ void add_top_command(CLI::App& app, Runner& runner) {
       options.order = *by == "count"  ? analyzer::ReportOptions::SiteOrder::count
                       : *by == "peak" ? analyzer::ReportOptions::SiteOrder::peak
                                       : analyzer::ReportOptions::SiteOrder::bytes;
-      options.limit = *limit;
+      options.limit = *limit == 0 ? std::numeric_limits<std::size_t>::max() : *limit;
       return analyzer::top_report(source, options);
     });
   });
