@@ -43,7 +43,12 @@ std::string human(const Value& value, Unit unit) {
               default: return std::to_string(n);
             }
           },
-          [](std::int64_t n) -> std::string { return std::to_string(n); },
+          [&](std::int64_t n) -> std::string {
+            // A change (diff): signed, in the unit's human form.
+            if (unit != Unit::bytes) return (n > 0 && unit == Unit::count ? "+" : "") + std::to_string(n);
+            const std::uint64_t size = n < 0 ? 0 - static_cast<std::uint64_t>(n) : static_cast<std::uint64_t>(n);
+            return (n < 0 ? "-" : n > 0 ? "+" : "") + format_bytes(size);
+          },
           [&](double d) -> std::string {
             if (!std::isfinite(d)) return "-";
             return unit == Unit::ratio ? format_double(d * 100.0, 1) + "%" : format_double(d, 3);

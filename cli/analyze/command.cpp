@@ -8,6 +8,7 @@
 #include <cstring>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/load.hpp"
@@ -62,6 +63,37 @@ std::string events_range(std::size_t count) {
 }
 
 }  // namespace
+
+void add_files_options(CLI::App& command, CommonOptions& options, const std::string& files_help, bool jsonl) {
+  command.add_option("FILES", options.files, files_help)->required();
+  std::vector<std::string> formats{"table", "csv", "json"};
+  if (jsonl) formats.emplace_back("jsonl");
+  command.add_option("--format", options.format, jsonl ? "output format: table, csv, json or jsonl (one line per rank)"
+                                                        : "output format: table, csv or json")
+      ->check(one_of(formats))
+      ->capture_default_str();
+  command.add_option("-o,--output", options.output,
+                     "write to this file (- : stdout); with --format csv, DIR/ writes one file per table");
+  command.add_flag("-f,--force", options.force, "overwrite the -o file if it exists");
+  command.add_option("--table", options.table, "--format csv: write only this table (see the error for the names)");
+  command.add_option("--device", options.device, "device index in every file (default: the first in each)")
+      ->check(whole_number(0, 65535));
+  command.add_option("--decode-threads", options.decode_threads,
+                     "threads decoding each file's blocks ahead of its analysis (0: none)")
+      ->check(whole_number(0, 64))
+      ->capture_default_str();
+  command.add_option("--frames", options.sites.frames,
+                     "user frames that name a site (and match it between files), from the site outwards (0: all)")
+      ->check(whole_number(0, 1000))
+      ->capture_default_str();
+  command.add_flag("--all-frames", options.sites.all_frames,
+                   "every frame: no filter of allocator, framework and interpreter frames");
+  command.add_option("--filter", options.sites.drop,
+                     "also leave out frames matching this regular expression (repeatable)")
+      ->expected(1)
+      ->take_all();
+  add_version_flags(command, std::string(kProgram) + " " CACHEALLOC_VERSION);
+}
 
 void add_common_options(CLI::App& command, CommonOptions& options) {
   command.add_option("FILE", options.file,
@@ -122,7 +154,8 @@ std::uint64_t byte_count(const std::string& text, const char* option) {
 }
 
 void Runner::run() const {
-  const std::optional<analyzer::Format> format = analyzer::parse_format(common.format);
+  const bool jsonl = files_ && common.format == "jsonl";  // ranks: its --format check allows it
+  const std::optional<analyzer::Format> format = jsonl ? analyzer::Format::json : analyzer::parse_format(common.format);
   if (!format) throw UsageError("--format: expected table, csv or json");
   if (!common.table.empty() && *format != analyzer::Format::csv)
     throw UsageError("--table " + common.table + ": only with --format csv");
@@ -132,6 +165,24 @@ void Runner::run() const {
     throw UsageError("-o " + common.output + ": a folder takes only --format csv (one file per table)");
   std::optional<Output> output;
   if (!to_folder) output.emplace(common.output, common.force);
+
+  if (files_) {
+    analyzer::ReportOptions options;
+    options.device = common.device;
+    options.sites = common.sites;
+    try {
+      const snapshot::Snapshot empty;
+      const analyzer::SiteNamer check(empty, common.sites);
+    } catch (const std::regex_error& error) {
+      throw UsageError("--filter: not a regular expression: " + std::string(error.what()));
+    }
+    std::ostringstream discard;
+    const std::optional<analyzer::Document> document =
+        files_(common.files, options, jsonl, output ? output->stream() : static_cast<std::ostream&>(discard));
+    if (document) return write(*document, *format, to_folder, output);
+    output->commit();
+    return;
+  }
 
   if (action_) {
     action_(analyzer::load(common.file), *output);
@@ -170,8 +221,12 @@ void Runner::run() const {
     output->commit();
     return;
   }
-  const analyzer::Document document = build_(source, options);
+  write(build_(source, options), *format, to_folder, output);
+}
 
+void Runner::write(const analyzer::Document& document, analyzer::Format format_value, bool to_folder,
+                   std::optional<Output>& output) const {
+  const std::optional<analyzer::Format> format = format_value;
   if (*format != analyzer::Format::csv) {
     analyzer::render(document, *format, output->stream());
     output->commit();

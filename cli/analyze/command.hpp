@@ -11,6 +11,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "../common/conventions.hpp"
 #include "../common/output.hpp"
@@ -35,6 +36,7 @@ struct CommonOptions {
   int device = -1;
   unsigned decode_threads = analyzer::FileEvents::default_decode_threads();
   analyzer::SiteFilter sites;
+  std::vector<std::string> files;  // diff A B, ranks FILE... | DIR
 };
 
 using BuildReport = std::function<analyzer::Document(analyzer::EventSource&, analyzer::ReportOptions&)>;
@@ -64,8 +66,19 @@ class Runner {
     build_ = {};
     writer_ = std::move(write);
   }
+  // For subcommands over several files (diff, ranks): common.files, the
+  // options and -o's stream; returns the document to render, or nothing when
+  // it wrote its own lines (ranks --format jsonl, the one format outside
+  // table/csv/json).
+  using FilesReport = std::function<std::optional<analyzer::Document>(
+      const std::vector<std::string>& files, analyzer::ReportOptions& options, bool jsonl, std::ostream& out)>;
+  void select_files(std::string name, FilesReport build) {
+    name_ = std::move(name);
+    files_ = std::move(build);
+  }
   bool selected() const {
-    return static_cast<bool>(build_) || static_cast<bool>(action_) || static_cast<bool>(writer_);
+    return static_cast<bool>(build_) || static_cast<bool>(action_) || static_cast<bool>(writer_) ||
+           static_cast<bool>(files_);
   }
   // Checks -o, opens the file, checks the options against it, builds,
   // renders and writes. Throws UsageError or SnapshotError.
@@ -76,7 +89,15 @@ class Runner {
   BuildReport build_;
   std::function<void(const snapshot::Snapshot&, Output&)> action_;
   Writer writer_;
+  FilesReport files_;
+  void write(const analyzer::Document& document, analyzer::Format format, bool to_folder,
+             std::optional<Output>& output) const;
 };
+
+// Adds the options of a subcommand over several files: FILES (the
+// positionals, `files_help`), --format (with jsonl when `jsonl`), -o, -f,
+// --table, --device, --decode-threads and the site options.
+void add_files_options(CLI::App& command, CommonOptions& options, const std::string& files_help, bool jsonl);
 
 // Adds FILE, --format, -o, -f, --table, --from, --to, --device, the site
 // options, --help and --version to `command`.
@@ -103,5 +124,8 @@ void add_export_command(CLI::App& app, Runner& runner);
 void add_convert_command(CLI::App& app, Runner& runner);
 void add_flamegraph_command(CLI::App& app, Runner& runner);
 void add_html_command(CLI::App& app, Runner& runner);
+// Issue 16: recordings compared.
+void add_diff_command(CLI::App& app, Runner& runner);
+void add_ranks_command(CLI::App& app, Runner& runner);
 
 }  // namespace cachealloc::cli

@@ -105,6 +105,8 @@ int main(int argc, char** argv) {
   add_convert_command(app, runner);
   add_flamegraph_command(app, runner);
   add_html_command(app, runner);
+  add_diff_command(app, runner);
+  add_ranks_command(app, runner);
   add_replay_command(app, runner);
   add_check_command(app, runner);
   add_version_flags(app, std::string(kProgram) + " " CACHEALLOC_VERSION);

@@ -1,0 +1,75 @@
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+
+#include "cachealloc/analyzer/compare.hpp"
+#include "command.hpp"
+
+namespace cachealloc::cli {
+
+namespace {
+
+struct RanksArguments {
+  unsigned threads = 0;
+  std::size_t limit = 10;
+};
+
+}  // namespace
+
+void add_ranks_command(CLI::App& app, Runner& runner) {
+  CLI::App* command = app.add_subcommand(
+      "ranks", "One table over N snapshots, one per rank or device: peaks, headroom, imbalance, the rank closest to "
+               "OOM, the sites that differ most");
+  add_files_options(*command, runner.common, "FILE... | DIR: the snapshots, or folders of them", true);
+  auto args = std::make_shared<RanksArguments>();
+  command->add_option("--threads", args->threads, "files analyzed at once (0: one per core)")
+      ->check(whole_number(0, 4096))
+      ->capture_default_str();
+  command->add_option("--limit", args->limit, "list at most N sites that differ between ranks (0: all)")
+      ->check(whole_number(0, 1'000'000'000'000))
+      ->capture_default_str();
+  command->footer(
+      "Ranks are ordered by file name, naturally (rank_2 before rank_10); the rank is the number after\n"
+      "rank, gpu, device or cuda in the name, else its only number.\n"
+      "Examples:\n"
+      "  cachealloc-analyze ranks snapshots/\n"
+      "  cachealloc-analyze ranks rank_*.pickle --threads 8\n"
+      "  cachealloc-analyze ranks snapshots/ --format jsonl -o ranks.jsonl   # one JSON line per rank");
+  command->callback([&runner, args, command] {
+    // Each file's own decoders are off by default: the files themselves keep the cores busy.
+    if (command->get_option("--decode-threads")->count() == 0) runner.common.decode_threads = 0;
+    runner.select_files("ranks", [args, &runner](const std::vector<std::string>& arguments,
+                                                  analyzer::ReportOptions& options, bool jsonl,
+                                                  std::ostream& out) -> std::optional<analyzer::Document> {
+      analyzer::RanksOptions ranks;
+      ranks.summary = {options.sites, options.device, false};
+      ranks.threads = args->threads;
+      ranks.decode_threads = runner.common.decode_threads;
+      ranks.site_limit = args->limit;
+      if (isatty(STDERR_FILENO)) {
+        ranks.progress = [](std::size_t done, std::size_t total) {
+          std::fprintf(stderr, "\rranks: %zu/%zu files", done, total);
+          if (done == total) std::fprintf(stderr, "\r\033[K");
+          std::fflush(stderr);
+        };
+      }
+      std::vector<analyzer::RankSummary> summaries;
+      try {
+        for (const std::string& a : arguments)
+          if (a == "-") throw std::invalid_argument("ranks: standard input is not one of the files (name them)");
+        summaries = analyzer::summarize_ranks(analyzer::rank_files(arguments), ranks);
+      } catch (const std::invalid_argument& error) {
+        throw UsageError(error.what());
+      }
+      if (jsonl) {
+        analyzer::write_ranks_jsonl(summaries, ranks, out);
+        return std::nullopt;
+      }
+      return analyzer::ranks_report(summaries, ranks);
+    });
+  });
+}
+
+}  // namespace cachealloc::cli
