@@ -416,6 +416,8 @@ class LivePointers {
 
 }  // namespace
 
+AllocatorConfig recorded_settings(const snapshot::Snapshot& head, bool& known) { return recorded_config(head, known); }
+
 ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions& options) {
   const snapshot::Snapshot& head = source.head();
   ReplayResult result;
@@ -433,7 +435,7 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
     if (equals != std::string::npos) pair[equals] = ':';
     text += (text.empty() ? "" : ",") + pair;
   }
-  const AllocatorConfig config = parse_config(text);
+  const AllocatorConfig config = options.config ? *options.config : parse_config(text);
   result.replayed_config = to_string(config);
 
   SimulatedDeviceOptions device_options = simulated_h200_options();

@@ -111,6 +111,7 @@ std::uint64_t byte_count(const std::string& text, const char* option);
 // Issue 16: what-if replay and the CI gate.
 void add_replay_command(CLI::App& app, Runner& runner);
 void add_check_command(CLI::App& app, Runner& runner);
+void add_recommend_command(CLI::App& app, Runner& runner);
 void add_summary_command(CLI::App& app, Runner& runner);
 void add_segments_command(CLI::App& app, Runner& runner);
 void add_fragmentation_command(CLI::App& app, Runner& runner);

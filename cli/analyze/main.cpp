@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
   add_ranks_command(app, runner);
   add_replay_command(app, runner);
   add_check_command(app, runner);
+  add_recommend_command(app, runner);
   add_version_flags(app, std::string(kProgram) + " " CACHEALLOC_VERSION);
   app.require_subcommand(0, 1);
   set_usage(app, "cachealloc-analyze [SUBCOMMAND] FILE [OPTIONS]");

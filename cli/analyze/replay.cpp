@@ -1,6 +1,7 @@
 #include <memory>
 
 #include "cachealloc/analyzer/allocator_replay.hpp"
+#include "cachealloc/analyzer/sweep.hpp"
 #include "cachealloc/errors.hpp"
 #include "command.hpp"
 
@@ -14,6 +15,9 @@ struct ReplayArguments {
   std::string capacity;
   double recorded_fraction = 0;
   std::string addresses = "recorded";
+  bool sweep = false;
+  std::vector<std::string> axes;
+  unsigned threads = 0;
 };
 
 }  // namespace
@@ -35,11 +39,22 @@ void add_replay_command(CLI::App& app, Runner& runner) {
                       "where reservations land: recorded (as in the recording, while the replay reserves the same) "
                       "or model (the driver address model)")
       ->check(one_of({"recorded", "model"}));
+  command->add_flag("--sweep", args->sweep,
+                    "replay under a grid of settings (expandable_segments, max_split_size_mb, "
+                    "roundup_power2_divisions, garbage_collection_threshold under a cap) and rank them");
+  command->add_option("--sweep-axis", args->axes,
+                      "--sweep: the values of one key instead of the default ones, KEY=V1,V2,... (repeatable)")
+      ->needs("--sweep");
+  command->add_option("--threads", args->threads, "--sweep: replays at a time (default: every core)")
+      ->check(whole_number(1, 1024))
+      ->needs("--sweep");
   command->footer(
       "Examples:\n"
       "  cachealloc-analyze replay run.bin                               # the recorded settings: reproduces the run\n"
       "  cachealloc-analyze replay run.pickle --set expandable_segments=True --capacity 20GiB\n"
-      "  cachealloc-analyze replay run.bin --set max_split_size_mb=256 --format json");
+      "  cachealloc-analyze replay run.bin --set max_split_size_mb=256 --format json\n"
+      "  cachealloc-analyze replay run.pickle --sweep --capacity 20GiB   # rank a grid of settings at that cap\n"
+      "  cachealloc-analyze replay run.pickle --sweep --sweep-axis max_split_size_mb=unlimited,128,512 --threads 8");
   command->callback([&runner, args] {
     runner.select("replay", [args](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       analyzer::AllocatorReplayOptions replay;
@@ -50,6 +65,18 @@ void add_replay_command(CLI::App& app, Runner& runner) {
       if (args->recorded_fraction > 0) replay.recorded_fraction = args->recorded_fraction;
       replay.placement = args->addresses == "model" ? analyzer::Placement::model : analyzer::Placement::recorded;
       try {
+        if (args->sweep) {
+          analyzer::SweepOptions sweep;
+          sweep.device = replay.device;
+          sweep.set = replay.set;
+          sweep.fraction = replay.fraction;
+          sweep.capacity = replay.capacity;
+          sweep.recorded_fraction = replay.recorded_fraction;
+          sweep.placement = replay.placement;
+          sweep.threads = args->threads;
+          for (const std::string& axis : args->axes) sweep.axes.push_back(analyzer::sweep_axis(axis));
+          return analyzer::sweep_report(analyzer::sweep(source, sweep));
+        }
         return analyzer::replay_report(source, replay);
       } catch (const cachealloc::Error& error) {
         throw UsageError(error.what());

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/config.hpp"
 #include "cachealloc/stats.hpp"
 #include "cachealloc/snapshot/model.hpp"
 
@@ -88,6 +89,10 @@ struct AllocatorReplayOptions {
   // CACHEALLOC_CONF pairs over the recorded settings, "key=value" or
   // "key:value", applied in order (the last of a key wins).
   std::vector<std::string> set;
+  // The settings to replay under, whole: when present, replaces the recorded
+  // settings and `set` (the sweep builds each grid point's this way, since
+  // some values, e.g. max_split_size unlimited, have no key:value text).
+  std::optional<AllocatorConfig> config;
   // The replay's memory cap: a fraction of the device total, or bytes (one of
   // the two). Neither: no cap.
   std::optional<double> fraction;
@@ -127,6 +132,12 @@ struct ReplayResult {
   RunFigures replayed;
   std::vector<std::string> notes;
 };
+
+// The settings the recording ran under: ours keep the CACHEALLOC_CONF text,
+// PyTorch's pickles each value of allocator_settings. `known` is false when
+// the file holds none (PyTorch's defaults are returned). Throws ConfigError
+// for a recorded text that does not parse.
+AllocatorConfig recorded_settings(const snapshot::Snapshot& head, bool& known);
 
 // Replays `source`. Throws snapshot::SnapshotError for an unreadable block,
 // ConfigError for a bad --set pair, InvalidArgument for a bad fraction or

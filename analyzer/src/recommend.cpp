@@ -1,0 +1,230 @@
+// The sweep's report, the recommendation drawn from it, and the oom report's
+// recommendation section.
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "cachealloc/analyzer/reports.hpp"
+#include "cachealloc/analyzer/sweep.hpp"
+
+namespace cachealloc::analyzer {
+namespace {
+
+// 1204511 -> "1,204,511".
+std::string grouped(std::uint64_t value) {
+  std::string digits = std::to_string(value), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i != 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string where(const OomPoint& oom) {
+  std::string text = "at event " + grouped(oom.event);
+  if (!oom.annotation.empty()) text += " (" + oom.annotation + ")";
+  return text;
+}
+
+std::string oom_text(const RunFigures& figures) { return figures.first_oom ? where(*figures.first_oom) : "no"; }
+
+std::string label(const SweepPoint& point) { return point.changes.empty() ? std::string("(recorded)") : point.changes; }
+
+Value optional_event(const RunFigures& figures) {
+  if (!figures.first_oom) return std::monostate{};
+  return figures.first_oom->event;
+}
+
+void add_ranking(Document& doc, const std::string& key, const std::string& title, const SweepResult& r,
+                 std::size_t limit) {
+  std::vector<Column> columns{{"rank", "#", Unit::count}, {"changes", "changes from the recorded settings"}};
+  for (const SweepAxis& axis : r.axes) columns.push_back({axis.key, axis.key});
+  for (Column c : std::vector<Column>{{"peak_reserved", "peak reserved", Unit::bytes},
+                                      {"peak_allocated", "peak allocated", Unit::bytes},
+                                      {"fragmentation_at_peak", "fragmentation at peak", Unit::ratio},
+                                      {"device_allocs", "device allocs", Unit::count},
+                                      {"alloc_retries", "retries", Unit::count},
+                                      {"fits", "fits"},
+                                      {"headroom", "headroom", Unit::bytes},
+                                      {"oom_event", "OOM event", Unit::count},
+                                      {"oom_annotation", "OOM annotation"},
+                                      {"config", "settings replayed"}})
+    columns.push_back(std::move(c));
+  Table& table = doc.table(key, title, std::move(columns));
+  for (std::size_t i = 0; i < r.ranked.size() && i < limit; ++i) {
+    const SweepPoint& p = r.ranked[i];
+    std::vector<Value> row{static_cast<std::uint64_t>(i + 1), label(p)};
+    for (const auto& setting : p.settings) row.emplace_back(setting.second);
+    row.emplace_back(p.figures.peak_reserved);
+    row.emplace_back(p.figures.peak_allocated);
+    row.emplace_back(p.figures.fragmentation_at_peak);
+    row.emplace_back(p.figures.device_allocs);
+    row.emplace_back(p.figures.retries ? Value(*p.figures.retries) : Value(std::monostate{}));
+    row.emplace_back(p.fits);
+    row.emplace_back(p.headroom ? Value(static_cast<std::uint64_t>(std::max<std::int64_t>(0, *p.headroom)))
+                                : Value(std::monostate{}));
+    row.emplace_back(optional_event(p.figures));
+    row.emplace_back(p.figures.first_oom && !p.figures.first_oom->annotation.empty()
+                         ? Value(p.figures.first_oom->annotation)
+                         : Value(std::monostate{}));
+    row.emplace_back(p.config.empty() ? std::string("(defaults)") : p.config);
+    table.rows.push_back(std::move(row));
+  }
+}
+
+void add_baseline(Document& doc, const SweepResult& r) {
+  FieldGroup& base = doc.group("baseline", "The recorded settings");
+  base.add("recorded_peak_reserved", "recorded peak reserved", r.baseline.recorded.peak_reserved, Unit::bytes);
+  base.add("recorded_oom", "recorded run out of memory", oom_text(r.baseline.recorded));
+  base.add("recorded_oom_event", "recorded OOM event", optional_event(r.baseline.recorded), Unit::count).json_only_if(true);
+  base.add("replayed_peak_reserved", "replayed peak reserved (at the cap)", r.baseline.replayed.peak_reserved, Unit::bytes);
+  base.add("replayed_oom", "replayed run out of memory (at the cap)", oom_text(r.baseline.replayed));
+  base.add("replayed_oom_event", "replayed OOM event", optional_event(r.baseline.replayed), Unit::count).json_only_if(true);
+}
+
+std::string cap_text(const SweepResult& r) { return format_bytes(r.cap) + " (" + grouped(r.cap) + " B)"; }
+
+}  // namespace
+
+Document sweep_report(const SweepResult& r) {
+  Document doc;
+  doc.report = "sweep";
+  doc.title = "Replay under a grid of allocator settings on the simulated device";
+  FieldGroup& run = doc.group("", "Sweep");
+  run.add("events", "events", r.events, Unit::count);
+  run.add("recorded_config", "recorded settings", r.recorded_config.empty() ? std::string("(defaults)") : r.recorded_config);
+  run.add("cap", "cap", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes);
+  run.add("device_total", "device total", r.device_total, Unit::bytes);
+  run.add("points", "settings tried", static_cast<std::uint64_t>(r.ranked.size()), Unit::count);
+  run.add("ranked_by", "ranked by",
+          std::string(r.cap ? "fits under the cap, then peak reserved (most headroom first); OOMs: latest first"
+                            : "peak reserved, lowest first"));
+  add_baseline(doc, r);
+  add_ranking(doc, "sweep", "Ranking", r, r.ranked.size());
+  doc.csv_table = "sweep";
+  doc.notes = r.baseline.notes;
+  return doc;
+}
+
+Recommendation recommend(const SweepResult& r) {
+  Recommendation out;
+  const RunFigures& base = r.baseline.replayed;
+  const std::string tried = std::to_string(r.ranked.size()) + " settings tried";
+  const auto top = std::find_if(r.ranked.begin(), r.ranked.end(), [](const SweepPoint& p) { return p.changed != 0; });
+  if (top != r.ranked.end()) out.best = *top;
+  const bool top_is_recorded = !r.ranked.empty() && r.ranked.front().changed == 0;
+  if (base.first_oom) {
+    if (out.best && out.best->fits) {
+      out.helps = true;
+      out.verdict = "with " + out.best->changes + " peak reserved falls from " +
+                    format_bytes(r.baseline.recorded.peak_reserved) + " to " +
+                    format_bytes(out.best->figures.peak_reserved) + "; at " + cap_text(r) +
+                    " capacity the recorded settings run out of memory " + where(*base.first_oom) +
+                    " and this one does not";
+      return out;
+    }
+    out.verdict = "nothing helps: no setting of the " + tried + " fits in " + cap_text(r) +
+                  "; the recorded settings run out of memory " + where(*base.first_oom) + ", a " +
+                  format_bytes(base.first_oom->requested) + " request";
+    if (out.best && out.best->figures.first_oom && out.best->figures.first_oom->event > base.first_oom->event)
+      out.verdict += ", the furthest (" + out.best->changes + ") " + where(*out.best->figures.first_oom);
+    if (r.baseline.recorded.peak_allocated > r.cap)
+      out.verdict += "; the live allocations alone peak at " + format_bytes(r.baseline.recorded.peak_allocated) +
+                     ", above the capacity";
+    return out;
+  }
+  if (out.best && !top_is_recorded && out.best->fits && out.best->figures.peak_reserved < base.peak_reserved) {
+    out.helps = true;
+    const double saved = 1.0 - static_cast<double>(out.best->figures.peak_reserved) / static_cast<double>(base.peak_reserved);
+    char percent[32];
+    std::snprintf(percent, sizeof percent, "%.1f%%", saved * 100);
+    out.verdict = "with " + out.best->changes + " peak reserved falls from " + format_bytes(base.peak_reserved) +
+                  " to " + format_bytes(out.best->figures.peak_reserved) + " (-" + percent + ")";
+    if (r.cap)
+      out.verdict += "; at " + cap_text(r) + " capacity the headroom grows from " +
+                     format_bytes(r.cap - base.peak_reserved) + " to " +
+                     format_bytes(r.cap - out.best->figures.peak_reserved);
+    return out;
+  }
+  out.verdict = "nothing helps: the recorded settings' peak reserved (" + format_bytes(base.peak_reserved) +
+                ") is already the lowest of the " + tried;
+  if (r.cap) out.verdict += " at " + cap_text(r);
+  return out;
+}
+
+Document recommend_report(EventSource& source, const RecommendOptions& options) {
+  const SweepResult r = sweep(source, options.sweep);
+  const Recommendation rec = recommend(r);
+  Document doc;
+  doc.report = "recommend";
+  doc.title = "Recommended allocator setting (replayed on the simulated device)";
+  Text& verdict = doc.text("verdict", "Verdict");
+  verdict.lines.push_back(rec.verdict);
+  FieldGroup& top = doc.group("", "Recommendation");
+  top.add("verdict", "verdict", rec.verdict).json_only_if(true);
+  top.add("helps", "a setting helps", rec.helps);
+  top.add("setting", "setting", rec.helps ? Value(rec.best->changes) : Value(std::monostate{}));
+  top.add("cap", "capacity", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes);
+  top.add("cap_source", "capacity from",
+          std::string(options.sweep.capacity   ? "--capacity"
+                      : options.sweep.fraction ? "--fraction"
+                      : r.cap                  ? "the recorded cap (its OOM), or the device total"
+                                               : "none: no cap"));
+  top.add("points", "settings tried", static_cast<std::uint64_t>(r.ranked.size()), Unit::count);
+  add_baseline(doc, r);
+  if (rec.best) {
+    FieldGroup& best = doc.group("best", "The best other setting");
+    best.add("changes", "changes", rec.best->changes);
+    best.add("config", "settings replayed", rec.best->config);
+    best.add("peak_reserved", "peak reserved", rec.best->figures.peak_reserved, Unit::bytes);
+    best.add("peak_allocated", "peak allocated", rec.best->figures.peak_allocated, Unit::bytes);
+    best.add("oom", "runs out of memory", oom_text(rec.best->figures));
+    best.add("oom_event", "OOM event", optional_event(rec.best->figures), Unit::count).json_only_if(true);
+  }
+  add_ranking(doc, "ranking", "The top of the ranking (replay --sweep shows all)", r, 5);
+  doc.csv_table = "ranking";
+  doc.notes = r.baseline.notes;
+  return doc;
+}
+
+Document oom_report_with_recommendation(EventSource& source, const ReportOptions& options, unsigned threads,
+                                        std::uint64_t max_events) {
+  Document doc = oom_report(source, options);
+  const auto ooms = std::find_if(doc.sections.begin(), doc.sections.end(), [](const Section& s) {
+    return std::holds_alternative<Table>(s) && std::get<Table>(s).key == "ooms";
+  });
+  if (ooms == doc.sections.end() || std::get<Table>(*ooms).rows.empty()) return doc;
+  FieldGroup& section = doc.group("recommendation", "Recommendation (replay under other settings: recommend FILE)");
+  if (source.event_count() > max_events) {
+    section.add("verdict", "verdict",
+                "not computed: " + grouped(source.event_count()) + " events is more than the oom report replays (" +
+                    grouped(max_events) + "); run cachealloc-analyze recommend FILE");
+    return doc;
+  }
+  try {
+    SweepOptions sweep_options;
+    sweep_options.device = options.device;
+    sweep_options.threads = threads;
+    // A small grid, 16 replays: the sweep's axes, two values of each.
+    for (SweepAxis axis : default_sweep_axes(source, options.device, true)) {
+      if (axis.key == "max_split_size_mb" && axis.values.size() > 2)
+        axis.values = {axis.values.front(), axis.values[(axis.values.size()) / 2]};
+      if (axis.values.size() > 2) axis.values.resize(2);
+      sweep_options.axes.push_back(std::move(axis));
+    }
+    const SweepResult r = sweep(source, sweep_options);
+    const Recommendation rec = recommend(r);
+    section.add("verdict", "verdict", rec.verdict);
+    section.add("setting", "setting", rec.helps ? Value(rec.best->changes) : Value(std::monostate{}));
+    section.add("cap", "capacity used", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes);
+    section.add("cap_source", "capacity from",
+                std::string(r.cap == r.device_total ? "the device total (the OOM recorded no cap)"
+                                                    : "the recorded cap (from its OOM)"));
+    section.add("points", "settings tried", static_cast<std::uint64_t>(r.ranked.size()), Unit::count);
+  } catch (const std::exception& error) {
+    section.add("verdict", "verdict", "not computed: the replay cannot run this trace: " + std::string(error.what()));
+  }
+  return doc;
+}
+
+}  // namespace cachealloc::analyzer

@@ -1,0 +1,347 @@
+// The setting sweep and the recommendation (issue 16, items 2 and 3). The
+// ground truth is the real allocator: the recommended setting is run for real
+// (CachingAllocator on the simulated device, under that setting and the cap)
+// and its peaks must equal the replayed ones, as test_what_if_replay's last
+// case does for one hand-picked setting.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cachealloc/allocator.hpp"
+#include "cachealloc/analyzer/load.hpp"
+#include "cachealloc/analyzer/sweep.hpp"
+#include "cachealloc/errors.hpp"
+#include "cachealloc/history.hpp"
+#include "cachealloc/snapshot/pickle.hpp"
+
+using namespace cachealloc;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kSource = CACHEALLOC_SOURCE_DIR;
+const fs::path kCorpus = kSource / "testdata" / "pytorch" / "corpus";
+constexpr std::uint64_t kCap = std::uint64_t{11} << 30;
+
+// docs/verification/issue16_fragmenting_workload.py through our allocator
+// (as in test_what_if_replay.cpp): step i allocates 256 MiB + 6 MiB * i,
+// frees the previous activation and keeps half of it plus 2 MiB. Returns
+// whether it ran out of memory.
+bool fragmenting_workload(CachingAllocator& allocator) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  std::vector<void*> keepers;
+  void* previous = nullptr;
+  bool oom = false;
+  for (std::size_t step = 0; step < 40 && !oom; ++step) {
+    const std::size_t size = 256 * MiB + step * 6 * MiB;
+    try {
+      void* x = allocator.allocate(size);
+      if (previous) allocator.deallocate(previous);
+      previous = x;
+      keepers.push_back(allocator.allocate(size / 2 + 2 * MiB));
+    } catch (const OutOfMemoryError&) {
+      oom = true;
+    }
+  }
+  for (void* p : keepers) allocator.deallocate(p);
+  if (previous) allocator.deallocate(previous);
+  return oom;
+}
+
+// The workload recorded through the real allocator, default settings, no
+// cap, written and read back as a PyTorch pickle.
+const snapshot::Snapshot& fragmenting_pickle() {
+  static const snapshot::Snapshot recorded = [] {
+    CachingAllocator allocator(make_simulated_device(simulated_h200_options()));
+    HistoryOptions options;
+    options.stacks = StackCapture::none;
+    HistoryRecorder recorder(allocator, options);
+    REQUIRE_FALSE(fragmenting_workload(allocator));
+    return snapshot::decode_pytorch_pickle(snapshot::encode_pytorch_pickle(recorder.take_snapshot()));
+  }();
+  return recorded;
+}
+
+std::string json_of(const analyzer::Document& doc) {
+  std::ostringstream out;
+  analyzer::render(doc, analyzer::Format::json, out);
+  return out.str();
+}
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+  std::size_t err_lines() const { return static_cast<std::size_t>(std::count(err.begin(), err.end(), '\n')); }
+  std::string first_err_line() const { return err.substr(0, err.find('\n')); }
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// bin/cachealloc-analyze with `args`, no shell.
+Run analyze(const std::vector<std::string>& args) {
+  const fs::path dir = fs::temp_directory_path() / ("cachealloc-sweep-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path out = dir / "stdout", err = dir / "stderr";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (!std::freopen("/dev/null", "r", stdin) || !std::freopen(out.c_str(), "w", stdout) ||
+        !std::freopen(err.c_str(), "w", stderr))
+      ::_exit(126);
+    const std::string path = (fs::path(CACHEALLOC_BINARY_DIR) / "bin" / "cachealloc-analyze").string();
+    std::vector<char*> argv{const_cast<char*>(path.c_str())};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(path.c_str(), argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  Run r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  fs::remove_all(dir);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("given the fragmenting workload and a cap where the recorded settings run out of memory, when recommend "
+          "runs, then its setting does not, and the real allocator under it and the cap peaks exactly as replayed") {
+  // Given the recorded run and a cap below its peak
+  analyzer::SnapshotEvents source(fragmenting_pickle());
+  analyzer::SweepOptions options;
+  options.capacity = kCap;
+  // When the sweep runs and the recommendation is drawn
+  const analyzer::SweepResult sweep = analyzer::sweep(source, options);
+  const analyzer::Recommendation rec = analyzer::recommend(sweep);
+  // Then the recorded settings run out of memory at the cap, and the recommended one does not
+  REQUIRE(sweep.baseline.replayed.first_oom.has_value());
+  CHECK(sweep.baseline.recorded.peak_reserved > kCap);
+  REQUIRE(rec.helps);
+  REQUIRE(rec.best.has_value());
+  CHECK(rec.best->fits);
+  CHECK(rec.best->changed >= 1);
+  CHECK(rec.best->figures.peak_reserved <= kCap);
+  CHECK(rec.verdict.find("with " + rec.best->changes + " peak reserved falls from") == 0);
+  CHECK(rec.verdict.find("at event " + std::to_string(sweep.baseline.replayed.first_oom->event)) != std::string::npos);
+  MESSAGE("verdict: " << rec.verdict);
+  // And the real allocator, under the recorded settings and the cap, runs out of memory as the replay said
+  const double fraction = static_cast<double>(kCap) / static_cast<double>(simulated_h200_options().capacity);
+  {
+    CachingAllocator allocator(make_simulated_device(simulated_h200_options()));
+    allocator.set_memory_fraction(fraction);
+    CHECK(fragmenting_workload(allocator));
+  }
+  // and under the recommended setting it does not, with the replayed peaks exactly
+  CachingAllocator allocator(make_simulated_device(simulated_h200_options()), parse_config(rec.best->config));
+  allocator.set_memory_fraction(fraction);
+  CHECK_FALSE(fragmenting_workload(allocator));
+  const MemoryStats stats = allocator.stats();
+  CHECK(static_cast<std::uint64_t>(stats.reserved_bytes[stat_all].peak) == rec.best->figures.peak_reserved);
+  CHECK(static_cast<std::uint64_t>(stats.allocated_bytes[stat_all].peak) == rec.best->figures.peak_allocated);
+  CHECK(static_cast<std::uint64_t>(stats.num_device_alloc) == rec.best->figures.device_allocs);
+  CHECK(static_cast<std::uint64_t>(stats.num_alloc_retries) == rec.best->figures.retries.value_or(~0ull));
+}
+
+TEST_CASE("given a sweep under a cap, then the ranking follows the figures: fitting points by peak reserved, then "
+          "the OOMs, latest first, and each point's figures are those of a replay under its settings") {
+  analyzer::SnapshotEvents source(fragmenting_pickle());
+  analyzer::SweepOptions options;
+  options.capacity = kCap;
+  options.threads = 2;
+  const analyzer::SweepResult r = analyzer::sweep(source, options);
+  // The default grid: 2 x (unlimited + sizes from the trace) x 3 x 2 under a cap
+  REQUIRE(r.axes.size() == 4);
+  CHECK(r.axes[1].values.size() >= 2);
+  CHECK(r.ranked.size() == 2 * r.axes[1].values.size() * 3 * 2);
+  bool some_fit = false, some_oom = false;
+  for (std::size_t i = 0; i < r.ranked.size(); ++i) {
+    const auto& p = r.ranked[i];
+    CAPTURE(p.config);
+    some_fit |= p.fits;
+    some_oom |= !p.fits;
+    CHECK(p.fits == !p.figures.first_oom.has_value());
+    REQUIRE(p.headroom.has_value());
+    CHECK(*p.headroom == static_cast<std::int64_t>(r.cap) - static_cast<std::int64_t>(p.figures.peak_reserved));
+    if (i == 0) continue;
+    const auto& q = r.ranked[i - 1];
+    CHECK((q.fits || !p.fits));  // no fit after an OOM
+    if (q.fits && p.fits) CHECK(q.figures.peak_reserved <= p.figures.peak_reserved);
+    if (!q.fits && !p.fits) CHECK(q.figures.first_oom->event >= p.figures.first_oom->event);
+  }
+  CHECK(some_fit);
+  CHECK(some_oom);
+  // Each point's figures are a replay's under its settings (the first, a middle and the last)
+  for (const std::size_t i : {std::size_t{0}, r.ranked.size() / 2, r.ranked.size() - 1}) {
+    analyzer::AllocatorReplayOptions replay;
+    replay.capacity = kCap;
+    replay.config = parse_config(r.ranked[i].config);
+    const analyzer::ReplayResult one = analyzer::replay_allocator(source, replay);
+    CHECK(one.replayed.peak_reserved == r.ranked[i].figures.peak_reserved);
+    CHECK(one.replayed.first_oom.has_value() == !r.ranked[i].fits);
+  }
+}
+
+TEST_CASE("given a sweep without a cap, then it ranks by peak reserved and tries no garbage collection") {
+  const snapshot::Snapshot snap = analyzer::load(kCorpus / "varlen_transformer.pickle");
+  analyzer::SnapshotEvents source(snap);
+  const analyzer::SweepResult r = analyzer::sweep(source, {});
+  CHECK(r.cap == 0);
+  REQUIRE(r.axes.size() == 4);
+  CHECK(r.axes[3].values == std::vector<std::string>{"off"});
+  for (std::size_t i = 1; i < r.ranked.size(); ++i)
+    CHECK(r.ranked[i - 1].figures.peak_reserved <= r.ranked[i].figures.peak_reserved);
+  // The recorded settings are in the grid, and replay as recorded
+  const auto recorded = std::find_if(r.ranked.begin(), r.ranked.end(), [](const auto& p) { return p.changed == 0; });
+  REQUIRE(recorded != r.ranked.end());
+  CHECK(recorded->figures.peak_reserved == r.baseline.recorded.peak_reserved);
+  CHECK(recorded->figures.peak_reserved == r.baseline.replayed.peak_reserved);
+}
+
+TEST_CASE("given the same sweep on 1 and on 4 threads, then the results are identical") {
+  analyzer::SnapshotEvents source(fragmenting_pickle());
+  analyzer::SweepOptions options;
+  options.capacity = kCap;
+  options.threads = 1;
+  const analyzer::SweepResult one = analyzer::sweep(source, options);
+  options.threads = 4;
+  const analyzer::SweepResult four = analyzer::sweep(source, options);
+  CHECK(one.threads == 1);
+  CHECK(four.threads == 4);
+  REQUIRE(one.ranked.size() == four.ranked.size());
+  for (std::size_t i = 0; i < one.ranked.size(); ++i) {
+    CHECK(one.ranked[i].index == four.ranked[i].index);
+    CHECK(one.ranked[i].figures.peak_reserved == four.ranked[i].figures.peak_reserved);
+    CHECK(one.ranked[i].figures.device_allocs == four.ranked[i].figures.device_allocs);
+  }
+  CHECK(json_of(analyzer::sweep_report(one)) == json_of(analyzer::sweep_report(four)));
+  CHECK(analyzer::recommend(one).verdict == analyzer::recommend(four).verdict);
+}
+
+TEST_CASE("given a sweep axis, then only its values are tried; nonsense values and keys are refused with one line") {
+  analyzer::SnapshotEvents source(fragmenting_pickle());
+  analyzer::SweepOptions options;
+  options.axes = {analyzer::sweep_axis("max_split_size_mb=unlimited,300"), analyzer::sweep_axis("expandable_segments=True")};
+  const analyzer::SweepResult r = analyzer::sweep(source, options);
+  CHECK(r.ranked.size() == 1 * 2 * 3 * 1);
+  for (const auto& p : r.ranked) CHECK(p.settings[0].second == "True");
+  for (const char* bad : {"max_split_size_mb=banana", "max_split_size_mb=20", "roundup_power2_divisions=3",
+                          "expandable_segments=maybe", "garbage_collection_threshold=1.5", "no_such_key=1",
+                          "expandable_segments=True,True", "max_split_size_mb=", "max_split_size_mb"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(analyzer::sweep_axis(bad), InvalidArgument);
+  }
+  // Conflicts: a swept key in --set, garbage collection without a cap, an axis twice
+  analyzer::SweepOptions conflict;
+  conflict.set = {"expandable_segments=True"};
+  CHECK_THROWS_AS(analyzer::sweep(source, conflict), InvalidArgument);
+  conflict = {};
+  conflict.axes = {analyzer::sweep_axis("garbage_collection_threshold=0.6")};
+  CHECK_THROWS_AS(analyzer::sweep(source, conflict), InvalidArgument);
+  conflict.axes = {analyzer::sweep_axis("roundup_power2_divisions=4"), analyzer::sweep_axis("roundup_power2_divisions=8")};
+  CHECK_THROWS_AS(analyzer::sweep(source, conflict), InvalidArgument);
+}
+
+TEST_CASE("given a setting that cannot matter, when nothing beats the recorded settings, then recommend says so") {
+  // Given one point only: the recorded settings themselves
+  analyzer::SnapshotEvents source(fragmenting_pickle());
+  analyzer::SweepOptions options;
+  options.axes = {analyzer::sweep_axis("expandable_segments=False"), analyzer::sweep_axis("max_split_size_mb=unlimited"),
+                  analyzer::sweep_axis("roundup_power2_divisions=0")};
+  const analyzer::Recommendation rec = analyzer::recommend(analyzer::sweep(source, options));
+  CHECK_FALSE(rec.helps);
+  CHECK(rec.verdict.starts_with("nothing helps"));
+  // And at a cap below the live allocations' peak, nothing fits
+  options = {};
+  options.capacity = std::uint64_t{6} << 30;
+  const analyzer::Recommendation none = analyzer::recommend(analyzer::sweep(source, options));
+  CHECK_FALSE(none.helps);
+  CHECK(none.verdict.starts_with("nothing helps: no setting of the"));
+  CHECK(none.verdict.find("the live allocations alone peak at") != std::string::npos);
+}
+
+TEST_CASE("given a trace with an OOM, the oom report adds the recommendation at the recorded cap, or at the device "
+          "total when the OOM recorded none; without an OOM, nothing") {
+  // Given our snapshot, whose OOM records its cap
+  const snapshot::Snapshot snap = analyzer::load(kSource / "testdata" / "synthetic_2k_native.bin");
+  std::uint64_t recorded_cap = 0;
+  for (const auto& e : snap.events)
+    if (e.kind == snapshot::EventKind::oom && recorded_cap == 0) recorded_cap = e.aux;
+  REQUIRE(recorded_cap != 0);
+  analyzer::SnapshotEvents source(snap);
+  const std::string json = json_of(analyzer::oom_report_with_recommendation(source, {}, 2));
+  CHECK(json.find("\"recommendation\":{") != std::string::npos);
+  CHECK(json.find("\"cap\":" + std::to_string(recorded_cap)) != std::string::npos);
+  CHECK(json.find("the recorded cap (from its OOM)") != std::string::npos);
+  // Bounded: above max_events it only points at recommend
+  const std::string skipped = json_of(analyzer::oom_report_with_recommendation(source, {}, 2, 10));
+  CHECK(skipped.find("run cachealloc-analyze recommend FILE") != std::string::npos);
+  // A PyTorch pickle's OOM does not store the cap: the device total is used, and said
+  const snapshot::Snapshot pickle = analyzer::load(kCorpus / "oom_retry.pickle");
+  analyzer::SnapshotEvents pickle_source(pickle);
+  const std::string device_total = json_of(analyzer::oom_report_with_recommendation(pickle_source, {}, 2));
+  CHECK(device_total.find("the device total (the OOM recorded no cap)") != std::string::npos);
+  // No OOM: the oom report as it was
+  const snapshot::Snapshot clean = analyzer::load(kCorpus / "stacks_python.pickle");
+  analyzer::SnapshotEvents clean_source(clean);
+  CHECK(json_of(analyzer::oom_report_with_recommendation(clean_source, {})) == json_of(analyzer::oom_report(clean_source, {})));
+}
+
+TEST_CASE("given bad sweep or recommend options on the command line, then one line on stderr and exit 2") {
+  const std::string file = (kCorpus / "stacks_python.pickle").string();
+  const std::string E = "cachealloc-analyze: error: ";
+  struct Case {
+    std::vector<std::string> args;
+    std::string line;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"replay", file, "--sweep", "--sweep-axis", "max_split_size_mb=banana"},
+            E + "--sweep-axis max_split_size_mb: 'banana' is not 'unlimited' or a whole number of MiB above 20"},
+           {{"replay", file, "--sweep", "--sweep-axis", "roundup_power2_divisions=3"},
+            E + "--sweep-axis roundup_power2_divisions: '3' is not 0 or a power of two"},
+           {{"replay", file, "--sweep", "--sweep-axis", "colour=red"},
+            E + "--sweep-axis: 'colour' is not a key the sweep can vary (keys: expandable_segments, max_split_size_mb, "
+                "roundup_power2_divisions, garbage_collection_threshold)"},
+           {{"replay", file, "--sweep", "--set", "expandable_segments=True"},
+            E + "--set expandable_segments=True: the sweep varies expandable_segments (fix it with --sweep-axis "
+                "expandable_segments=VALUE instead)"},
+           {{"replay", file, "--sweep", "--sweep-axis", "garbage_collection_threshold=0.6"},
+            E + "--sweep-axis garbage_collection_threshold: garbage collection acts only under a cap; add --capacity "
+                "or --fraction"},
+           {{"replay", file, "--sweep", "--threads", "0"}, ""},
+           {{"replay", file, "--sweep-axis", "expandable_segments=True"}, ""},
+           {{"recommend", file, "--capacity", "20GiB", "--fraction", "0.5"}, ""},
+           {{"recommend", file, "--capacity", "lots"},
+            E + "--capacity: 'lots' is not a byte count (a number, with K, M, G or T)"},
+       }) {
+    std::string line;
+    for (const std::string& a : c.args) line += a + " ";
+    CAPTURE(line);
+    const Run r = analyze(c.args);
+    CHECK(r.code == 2);
+    CHECK(r.err_lines() == 1);
+    CHECK(r.out.empty());
+    if (!c.line.empty()) CHECK(r.first_err_line() == c.line);
+    else CHECK(r.first_err_line().starts_with(E));
+  }
+  // And a good one: exit 0, the verdict on stdout
+  const Run ok = analyze({"recommend", (kCorpus / "oom_retry.pickle").string(), "--threads", "2"});
+  CHECK(ok.code == 0);
+  CHECK(ok.err.empty());
+  CHECK(ok.out.find("Verdict") != std::string::npos);
+}
