@@ -4,8 +4,10 @@
 //   bench_sweep_scaling FILE [CAPACITY_BYTES] [THREADS...]
 // Without THREADS: 1, 2, 4, ... up to the hardware concurrency. Prints one
 // line per thread count: seconds, replays/s, the speed-up over 1 thread and
-// the top point, which must be the same on every line.
+// the top point, which must be the same on every line. The process's CPU
+// time beside the wall time shows what a loaded machine withheld.
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -35,13 +37,15 @@ int main(int argc, char** argv) {
     options.threads = threads;
     cachealloc::analyzer::SnapshotEvents source(snapshot);
     const auto start = std::chrono::steady_clock::now();
+    const std::clock_t cpu_start = std::clock();
     const auto result = cachealloc::analyzer::sweep(source, options);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double cpu = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
     if (first == 0) first = seconds;
     const std::size_t replays = result.ranked.size() + 1;
-    std::printf("%s: %zu events, %zu replays, %u threads: %.3f s, %.2f replays/s, %.2fx over the first line; "
+    std::printf("%s: %zu events, %zu replays, %u threads: %.3f s (process CPU %.3f s), %.2f replays/s, %.2fx over the first line; "
                 "top: %s (peak reserved %llu)\n",
-                argv[1], snapshot.events.size(), replays, result.threads, seconds,
+                argv[1], snapshot.events.size(), replays, result.threads, seconds, cpu,
                 static_cast<double>(replays) / seconds, first / seconds,
                 result.ranked.front().changes.empty() ? "(recorded)" : result.ranked.front().changes.c_str(),
                 static_cast<unsigned long long>(result.ranked.front().figures.peak_reserved));

@@ -32,7 +32,7 @@ _cachealloc() {
   esac
   sub=""
   if [[ $tool == *cachealloc-analyze ]]; then
-    local subcommands="summary segments fragmentation timeline peak top leaks oom events export convert flamegraph replay check"
+    local subcommands="summary segments fragmentation timeline peak top leaks oom events export convert flamegraph replay check recommend"
     for word in "${COMP_WORDS[@]:1:COMP_CWORD-1}"; do
       [[ " $subcommands " == *" $word "* ]] && sub=$word
     done

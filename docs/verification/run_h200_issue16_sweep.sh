@@ -27,7 +27,9 @@ $B replay "$O/fragmenting.pickle" --sweep --capacity $CAP --format csv -o "$O/sw
 head -6 "$O/sweep.csv"
 
 echo "== 3. the recommended setting, for real at the cap"
-CONF=$(python3 -c "import json; d=json.load(open('$O/recommend.json')); print(d['best']['config'] if d['helps'] else '')")
+# The setting as changes from the recorded (default) settings, in PyTorch's syntax
+# (roundup_power2_divisions:4, not our canonical per-interval list).
+CONF=$(python3 -c "import json; d=json.load(open('$O/recommend.json')); print(d['setting'] if d['helps'] else '')")
 echo "PYTORCH_CUDA_ALLOC_CONF=$CONF"
 PYTORCH_CUDA_ALLOC_CONF=$CONF python3 $W run $CAP | tee "$O/real_recommended.json"
 python3 - "$O" <<'PY'
