@@ -441,3 +441,54 @@ TEST_CASE("given a large trace, events and timeline --all-events stream: peak RS
   }
   fs::remove(trace), fs::remove(listing);
 }
+
+TEST_CASE("given diff or ranks with the wrong files or options, one line names the problem, exit 2") {
+  const std::string E = "cachealloc-analyze: error: ";
+  const fs::path empty = scratch() / "no-snapshots";
+  fs::create_directories(empty);
+  std::ofstream(empty / "README.md") << "notes, not a snapshot\n";
+  const std::string missing = (scratch() / "rank_7.bin").string();
+  for (const Case& c : std::vector<Case>{
+           {kAnalyze, {"diff", kSample}, 2, E + "diff takes two snapshots, A and B (got 1)"},
+           {kAnalyze, {"diff", kSample, kSample, kSample}, 2, E + "diff takes two snapshots, A and B (got 3)"},
+           {kAnalyze, {"diff"}, 2, E + "missing FILES (see --help)"},
+           {kAnalyze, {"diff", kSample, missing}, 2, E + "cannot open snapshot " + missing + ": No such file or directory"},
+           {kAnalyze, {"diff", kSample, kSample, "--by", "peaks"}, 2,
+            E + "--by: 'peaks' is not one of peak, allocated, end (did you mean 'peak'?)"},
+           {kAnalyze, {"diff", kSample, kSample, "--format", "jsonl"}, 2,
+            E + "--format: 'jsonl' is not one of table, csv, json (did you mean 'json'?)"},
+           {kAnalyze, {"diff", kSample, kSample, "--device", "3"}, 2, E + "--device 3: device 3 is not in " + kSample},
+           {kAnalyze, {"diff", kSample, kSample, "--format", "csv", "--table", "site"}, 2,
+            E + "--table: 'site' is not a table of the diff report (tables: peaks, counts, fragmentation, sites, phases) "
+                "(did you mean 'sites'?)"},
+           {kAnalyze, {"ranks", empty.string()}, 2,
+            E + empty.string() +
+                ": the folder holds no snapshot (a .pickle, .bin or any file that is not .json, .txt, .log, .csv, .md or .html)"},
+           {kAnalyze, {"ranks", missing}, 2, E + missing + ": no such file or folder"},
+           {kAnalyze, {"ranks", kSample, "--threads", "-1"}, 2, E + "--threads: '-1' is not a whole number from 0 to 4096"},
+           {kAnalyze, {"ranks", kSample, "--format", "xml"}, 2, E + "--format: 'xml' is not one of table, csv, json, jsonl"},
+           {kAnalyze, {"ranks", "-"}, 2, E + "ranks: standard input is not one of the files (name them)"},
+           {kAnalyze, {"ranks", kSample, "--format", "jsonl", "-o", (scratch() / "dir").string() + "/"}, 2,
+            E + "-o " + (scratch() / "dir").string() + "/: a folder takes only --format csv (one file per table)"},
+       })
+    check(c);
+}
+
+TEST_CASE("given diff and ranks, every format is written: table, json, csv per table, and jsonl one object a line") {
+  const Run table = run(kAnalyze, {"diff", kSample, kSample});
+  CHECK(table.code == 0);
+  CHECK(table.out.starts_with("diff: A " + kSample + " -> B " + kSample));
+  const Run json = run(kAnalyze, {"diff", kSample, kSample, "--format", "json"});
+  CHECK(json.code == 0);
+  CHECK(json.out.find("\"report\":\"diff\"") != std::string::npos);
+  const Run csv = run(kAnalyze, {"diff", kSample, kSample, "--format", "csv", "--table", "peaks"});
+  CHECK(csv.code == 0);
+  CHECK(csv.out.starts_with("metric,a,b,change,change_ratio\r\n"));
+  const Run ranks = run(kAnalyze, {"ranks", kSample, kSample, "--format", "jsonl"});
+  CHECK(ranks.code == 0);
+  CHECK(std::count(ranks.out.begin(), ranks.out.end(), '\n') == 2);
+  CHECK(ranks.out.starts_with("{\"rank\":"));
+  const Run ranks_table = run(kAnalyze, {"ranks", kSample, "--threads", "1"});
+  CHECK(ranks_table.code == 0);
+  CHECK(ranks_table.out.starts_with("ranks: 1 snapshot(s)"));
+}

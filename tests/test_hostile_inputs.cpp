@@ -306,3 +306,27 @@ TEST_CASE("random corruptions of every format version and of PyTorch pickles: ev
                         << " printed, " << reports_refused << " refused (impossible state)");
   CHECK(refused + read == inputs.size() * kCorruptions);
 }
+
+TEST_CASE("given a hostile file as diff's A or B, or among ranks' files, it is refused with the same one line, or shown safely") {
+  const std::string good = (fs::path(CACHEALLOC_SOURCE_DIR) / "analyzer" / "testdata" / "small_step.bin").string();
+  for (const auto& [name, expected] : expectations()) {
+    const std::string path = (kHostile / name).string();
+    CAPTURE(name);
+    for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+             {"diff", path, good}, {"diff", good, path, "--format", "json"}, {"ranks", path}, {"ranks", good, path, "--format", "jsonl"}}) {
+      std::string line;
+      for (const std::string& a : args) line += a + " ";
+      CAPTURE(line);
+      const Run r = analyze(args);
+      CHECK(r.code == expected.code);
+      if (expected.code == 2) {
+        CHECK(r.err == "cachealloc-analyze: error: cannot read " + path + ": " + expected.message + "\n");
+        CHECK(r.out.empty());
+      } else {
+        CHECK(r.err.empty());
+        CHECK(snapshot::invalid_utf8_bytes(r.out) == 0);
+        CHECK(printable_table(r.out));
+      }
+    }
+  }
+}
