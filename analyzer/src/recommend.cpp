@@ -166,10 +166,11 @@ Document recommend_report(EventSource& source, const RecommendOptions& options) 
   top.add("setting", "setting", rec.helps ? Value(rec.best->changes) : Value(std::monostate{}));
   top.add("cap", "capacity", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes);
   top.add("cap_source", "capacity from",
-          std::string(options.sweep.capacity   ? "--capacity"
-                      : options.sweep.fraction ? "--fraction"
-                      : r.cap                  ? "the recorded cap (its OOM), or the device total"
-                                               : "none: no cap"));
+          std::string(options.sweep.capacity     ? "--capacity"
+                      : options.sweep.fraction   ? "--fraction"
+                      : r.cap == 0               ? "none: no cap"
+                      : r.cap == r.device_total  ? "the device total (the OOM recorded no cap)"
+                                                 : "the recorded cap (from its OOM)"));
   top.add("points", "settings tried", static_cast<std::uint64_t>(r.ranked.size()), Unit::count);
   add_baseline(doc, r);
   if (rec.best) {
