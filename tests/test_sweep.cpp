@@ -296,6 +296,7 @@ TEST_CASE("given a trace with an OOM, the oom report adds the recommendation at 
   analyzer::SnapshotEvents pickle_source(pickle);
   const std::string device_total = json_of(analyzer::oom_report_with_recommendation(pickle_source, {}, 2));
   CHECK(device_total.find("the device total (the OOM recorded no cap)") != std::string::npos);
+  CHECK(device_total.find("its cap is not in the file") != std::string::npos);
   // No OOM: the oom report as it was
   const snapshot::Snapshot clean = analyzer::load(kCorpus / "stacks_python.pickle");
   analyzer::SnapshotEvents clean_source(clean);

@@ -82,6 +82,14 @@ void add_baseline(Document& doc, const SweepResult& r) {
   base.add("replayed_oom_event", "replayed OOM event", optional_event(r.baseline.replayed), Unit::count).json_only_if(true);
 }
 
+// The recorded run ran out of memory, the recorded settings replayed at the
+// sweep's cap did not: the recorded cap is not in the file.
+std::string unreproduced_oom(const SweepResult& r) {
+  return "the recorded run ran out of memory " + where(*r.baseline.recorded.first_oom) +
+         " but the recorded settings do not at " + format_bytes(r.cap) +
+         ": its cap is not in the file (a PyTorch pickle does not store it); give it with --capacity or --fraction";
+}
+
 std::string cap_text(const SweepResult& r) { return format_bytes(r.cap) + " (" + grouped(r.cap) + " B)"; }
 
 }  // namespace
@@ -185,6 +193,8 @@ Document recommend_report(EventSource& source, const RecommendOptions& options) 
   add_ranking(doc, "ranking", "The top of the ranking (replay --sweep shows all)", r, 5);
   doc.csv_table = "ranking";
   doc.notes = r.baseline.notes;
+  if (r.baseline.recorded.first_oom && !r.baseline.replayed.first_oom)
+    doc.notes.push_back(unreproduced_oom(r));
   return doc;
 }
 
@@ -222,6 +232,8 @@ Document oom_report_with_recommendation(EventSource& source, const ReportOptions
                 std::string(r.cap == r.device_total ? "the device total (the OOM recorded no cap)"
                                                     : "the recorded cap (from its OOM)"));
     section.add("points", "settings tried", static_cast<std::uint64_t>(r.ranked.size()), Unit::count);
+    if (r.baseline.recorded.first_oom && !r.baseline.replayed.first_oom)
+      section.add("caveat", "caveat", unreproduced_oom(r));
   } catch (const std::exception& error) {
     section.add("verdict", "verdict", "not computed: the replay cannot run this trace: " + std::string(error.what()));
   }
