@@ -7,9 +7,10 @@
 // training loop (cli/synthetic, seed = rank + 1, native stacks) unless DIR
 // already holds them, then, for each thread count, runs summarize_ranks()
 // over all of them three times in a fresh process (fork) and prints the best
-// wall time, files/s, events/s, the speed-up over one thread and the child's
+// wall time, files/s, events/s, the speed-up over one thread, the child's
 // peak RSS (ru_maxrss), which should grow with the threads (one file open
-// per thread), not with the number of files.
+// per thread), not with the number of files, and its CPU time per run (on a
+// shared machine, CPU / wall says how many cores it actually got).
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,6 +37,7 @@ struct ChildResult {
   double seconds = 0;
   std::uint64_t events = 0;
   long max_rss_kib = 0;
+  double cpu_seconds = 0;  // the child's user + system time over its three runs
   bool ok = false;
 };
 
@@ -75,6 +77,8 @@ ChildResult run_child(const std::vector<fs::path>& files, unsigned threads) {
               std::sscanf(buffer, "%lf %llu", &result.seconds, &events) == 2;
   result.events = events;
   result.max_rss_kib = usage.ru_maxrss;
+  result.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                       static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
   return result;
 }
 
@@ -121,7 +125,8 @@ int main(int argc, char** argv) {
   std::printf("ranks over %zu files in %s (%.1f MB in all; made or found in %.1f s), %u cores\n", files.size(),
               dir.c_str(), static_cast<double>(bytes) / 1e6,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - made).count(), cores);
-  std::printf("%8s %10s %10s %14s %9s %12s\n", "threads", "best s", "files/s", "events/s", "speed-up", "peak RSS MB");
+  std::printf("%8s %10s %10s %14s %9s %12s %14s\n", "threads", "best s", "files/s", "events/s", "speed-up",
+              "peak RSS MB", "CPU s per run");
   double one = 0;
   for (const unsigned t : threads) {
     const ChildResult r = run_child(files, t);
@@ -131,8 +136,9 @@ int main(int argc, char** argv) {
     }
     if (one == 0) one = r.seconds;
     const double speedup = threads.front() == 1 ? one / r.seconds : 0;
-    std::printf("%8u %10.3f %10.1f %14.0f %9.2f %12.1f\n", t, r.seconds, static_cast<double>(files.size()) / r.seconds,
-                static_cast<double>(r.events) / r.seconds, speedup, static_cast<double>(r.max_rss_kib) / 1024.0);
+    std::printf("%8u %10.3f %10.1f %14.0f %9.2f %12.1f %14.3f\n", t, r.seconds,
+                static_cast<double>(files.size()) / r.seconds, static_cast<double>(r.events) / r.seconds, speedup,
+                static_cast<double>(r.max_rss_kib) / 1024.0, r.cpu_seconds / 3.0);
   }
   return 0;
 }
