@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cachealloc/allocator.hpp"
+#include "cachealloc/analyzer/allocator_replay.hpp"
 #include "cachealloc/analyzer/compare.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/analyzer/load.hpp"
@@ -304,4 +305,20 @@ TEST_CASE("given a PyTorch run diffed with itself, then every step is matched to
     }
   }
   CHECK(checked == stats["steps"].array().size());
+}
+
+TEST_CASE("given any recording, diff's fragmentation at the reserved peak is the replay report's, read at the same moment") {
+  // One name per quantity: `replay` prints "fragmentation at the peak" of the recorded run.
+  for (const std::filesystem::path& file :
+       {std::filesystem::path(CACHEALLOC_SOURCE_DIR) / "analyzer" / "testdata" / "small_step.bin",
+        std::filesystem::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "synthetic_2k_native.bin", kCorpus / "streams.pickle",
+        kCorpus / "expandable_maxsplit.pickle"}) {
+    CAPTURE(file);
+    const snapshot::Snapshot snap = analyzer::load(file);
+    analyzer::SnapshotEvents source(snap);
+    const analyzer::RunSummary s = analyzer::summarize(source, analyzer::SummaryOptions{});
+    REQUIRE(s.fragmentation_at_peak.has_value());
+    CHECK(*s.fragmentation_at_peak == doctest::Approx(analyzer::replay_allocator(source).recorded.fragmentation_at_peak));
+    CHECK(*s.fragmentation_at_peak > 0);
+  }
 }

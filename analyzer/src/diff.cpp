@@ -30,8 +30,13 @@ void phases_pass(EventSource& source, const Analysis& analysis, RunSummary& run)
   start.segments.clear();
   std::vector<std::size_t> open;  // indices into run.phases, outermost first
   std::map<std::string, std::uint32_t> seen;
+  // The fragmentation at the reserved peak, read where the replay report
+  // reads it (allocator_replay.cpp): the call that reached the peak ends with
+  // its request (the reservation comes first), so the figures are read when
+  // the next request starts.
   std::uint64_t peak_reserved = replay.totals().reserved;
   bool peak_pending = true;  // the start is the peak until something exceeds it
+  bool peak_call_done = false;
   CacheFigures at_peak = replay.cache_figures(true);
   // A closed (or, at the end, still open) phase hands its figures to the one around it.
   auto close = [&](std::size_t k, std::size_t event) {
@@ -53,9 +58,13 @@ void phases_pass(EventSource& source, const Analysis& analysis, RunSummary& run)
     return id < head.strings.size() ? head.strings[id] : std::string("<unnamed>");
   };
   for_each_event(source, 0, source.event_count(), [&](std::size_t i, const Event& e) {
-    if (peak_pending && is_request(e.kind) && e.device == analysis.device) {
-      at_peak = replay.cache_figures(true);
-      peak_pending = false;
+    if (is_request(e.kind) && e.device == analysis.device) {
+      if (peak_call_done) {
+        at_peak = replay.cache_figures(true);
+        peak_pending = peak_call_done = false;
+      } else if (peak_pending) {
+        peak_call_done = true;
+      }
     }
     replay.apply_inline(e);
     const Totals& t = replay.totals();
@@ -86,6 +95,7 @@ void phases_pass(EventSource& source, const Analysis& analysis, RunSummary& run)
     if (t.reserved > peak_reserved) {
       peak_reserved = t.reserved;
       peak_pending = true;
+      peak_call_done = false;
     }
     if (open.empty()) return true;
     PhaseSummary& inner = run.phases[open.back()];
