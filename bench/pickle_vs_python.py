@@ -12,6 +12,15 @@ opcodes, every dict and list memoized, frame dicts {filename, line, name}
 shared through BINGET, a fresh frames list and a fresh 'compile_context'
 string per entry. --frames MIN MAX sets the stack depth (default 2 to 6, which
 gives about the 62 bytes per trace entry of make_snapshots.py big).
+
+--convert N [N ...] times pickles our own writer makes, one row per size:
+for each N, `cachealloc-synthetic --events N --seed 1 --stacks native` (found
+beside the analyzer) then `cachealloc-analyze convert` write PICKLE.N.bin and
+PICKLE.N.pickle (kept and reused when present; --fresh makes them again), and
+each is timed as above. --timeout S gives up on a summary run after S seconds
+and says so (a row of '>S').
+
+  python3 bench/pickle_vs_python.py /tmp/ours build/bin/cachealloc-analyze --convert 1000000 3000000 5000000 10000000
 """
 import argparse
 import os
@@ -90,8 +99,9 @@ def time_pickle_load(path):
     return time.perf_counter() - start
 
 
-def time_analyzer(analyzer, path):
-    """Wall time and peak RSS (bytes) of one `summary` run in a child process."""
+def time_analyzer(analyzer, path, timeout=None):
+    """Wall time, peak RSS (bytes) and CPU seconds (user + system) of one
+    `summary` run in a child process; None past `timeout` seconds."""
     start = time.perf_counter()
     pid = os.fork()
     if pid == 0:
@@ -101,11 +111,47 @@ def time_analyzer(analyzer, path):
             os.execv(analyzer, [analyzer, 'summary', path])
         finally:
             os._exit(127)
-    _, status, usage = os.wait4(pid, 0)
+    while True:
+        waited, status, usage = os.wait4(pid, os.WNOHANG)
+        if waited == pid:
+            break
+        if timeout is not None and time.perf_counter() - start > timeout:
+            os.kill(pid, 9)
+            os.wait4(pid, 0)
+            return None
+        time.sleep(0.01)
     elapsed = time.perf_counter() - start
     if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
         sys.exit('%s summary %s failed (status %d)' % (analyzer, path, status))
-    return elapsed, usage.ru_maxrss * 1024  # Linux reports KiB
+    return elapsed, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime  # Linux reports KiB
+
+
+def convert_synthetic(analyzer, prefix, events, fresh):
+    """PREFIX.N.pickle written by our own convert from a synthetic recording."""
+    binary = '%s.%d.bin' % (prefix, events)
+    pickled = '%s.%d.pickle' % (prefix, events)
+    synthetic = os.path.join(os.path.dirname(analyzer), 'cachealloc-synthetic')
+    if fresh or not os.path.exists(binary):
+        subprocess.run([synthetic, '--events', str(events), '--seed', '1', '--stacks', 'native', '-o', binary],
+                       check=True, stdout=subprocess.DEVNULL)
+    if fresh or not os.path.exists(pickled):
+        subprocess.run([analyzer, 'convert', binary, '-o', pickled], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    return pickled
+
+
+def compare_one(path, analyzer, runs, timeout=None):
+    """(size, best pickle.load, best summary or None, peak RSS, CPU of the best summary)."""
+    size = os.path.getsize(path)
+    python = min(time_pickle_load(path) for _ in range(runs))
+    results = []
+    for _ in range(runs):
+        result = time_analyzer(analyzer, path, timeout)
+        if result is None:
+            return size, python, None, None, None
+        results.append(result)
+    best = min(results)
+    return size, python, best[0], max(r[1] for r in results), best[2]
 
 
 def main():
@@ -115,14 +161,29 @@ def main():
     parser.add_argument('--runs', type=int, default=3)
     parser.add_argument('--make', type=int, metavar='N', help='first write a PyTorch-shaped pickle of N allocations')
     parser.add_argument('--frames', type=int, nargs=2, default=(2, 6), metavar=('MIN', 'MAX'))
+    parser.add_argument('--convert', type=int, nargs='+', metavar='N',
+                        help='time pickles of our own convert, N events each; PICKLE is their path prefix')
+    parser.add_argument('--fresh', action='store_true', help='with --convert: make the files again')
+    parser.add_argument('--timeout', type=float, help='give up on a summary run after this many seconds')
     args = parser.parse_args()
+    if args.convert:
+        print('| events | pickle | Python pickle.load | cachealloc summary | ratio | summary CPU (user+sys) '
+              '| peak RSS of summary |')
+        print('|---:|---:|---:|---:|---:|---:|---:|')
+        for events in args.convert:
+            path = convert_synthetic(args.analyzer, args.pickle, events, args.fresh)
+            size, python, ours, rss, cpu = compare_one(path, args.analyzer, args.runs, args.timeout)
+            if ours is None:
+                print('| %d | %.1f MB | %.3f s | >%.0f s (stopped) | >%.2f | | |' %
+                      (events, size / 1e6, python, args.timeout, args.timeout / python), flush=True)
+                continue
+            print('| %d | %.1f MB | %.3f s | %.3f s | %.3f | %.2f s | %.1f MB (%.2fx the file) |' %
+                  (events, size / 1e6, python, ours, ours / python, cpu, rss / 1e6, rss / size), flush=True)
+        print('best of %d each' % args.runs)
+        return
     if args.make:
         make_pytorch_like(args.pickle, args.make, *args.frames)
-    size = os.path.getsize(args.pickle)
-    python = min(time_pickle_load(args.pickle) for _ in range(args.runs))
-    runs = [time_analyzer(args.analyzer, args.pickle) for _ in range(args.runs)]
-    ours = min(r[0] for r in runs)
-    rss = max(r[1] for r in runs)
+    size, python, ours, rss, _ = compare_one(args.pickle, args.analyzer, args.runs)
     print('pickle:              %s (%.1f MB)' % (args.pickle, size / 1e6))
     print('python pickle.load:  %.3f s (best of %d)' % (python, args.runs))
     print('cachealloc summary:  %.3f s (best of %d)' % (ours, args.runs))

@@ -46,7 +46,10 @@ Snapshot reference(std::span<const std::byte> bytes) { return read(bytes, false,
 // from a handful of call sites, each freed a few allocations later, all in
 // one large segment; our writer batches, memoizes and shares frame lists
 // the way Python's pickler does.
-std::vector<std::byte> long_trace(std::size_t allocations) {
+// `free_stream`: the stream of every free; one past 2^63 is written as a
+// negative integer, which the whole-entry scanner leaves to the one-by-one
+// path.
+std::vector<std::byte> long_trace(std::size_t allocations, std::uint64_t free_stream = 0) {
   Snapshot s;
   s.header.source = "cachealloc";
   s.devices = {DeviceInfo{0, "", 0, 0, 0}};
@@ -69,6 +72,7 @@ std::vector<std::byte> long_trace(std::size_t allocations) {
     e.size = size;
     e.aux = requested;
     e.stack = StackId{stack};
+    if (kind == EventKind::free_requested || kind == EventKind::free_completed) e.stream = free_stream;
     s.events.push_back(e);
   };
   event(EventKind::segment_alloc, base, segment, segment_flag_large_pool, 1);
@@ -151,6 +155,36 @@ TEST_CASE("a long trace read on threads equals the one-thread read, and the thre
     CHECK(stats.parallel_restarts == 0);
     CHECK(stats.chunks >= 2);
     CHECK(stats.entries_read_in_parallel > expected.events.size() / 2);
+  }
+}
+
+// Regression: a parallel read was tried again at every batch of 1000
+// entries however little the last try read, and each try sized the tree's
+// arrays to the rest of the file and counted ahead in every chunk, so a
+// trace the threads kept stopping in (our own writer's stackless frees, a
+// bare [] each) took quadratic time: 3M events 75 s on 2 cores.
+TEST_CASE("a trace the threads keep stopping in is tried on threads a bounded number of times") {
+  // given a long trace where two entries in three are of a shape the threads
+  // leave to one thread (a negative stream)
+  const std::vector<std::byte> bytes = long_trace(60000, ~std::uint64_t{0});
+  const Snapshot expected = reference(bytes);
+  REQUIRE(expected.events.size() > 150000);
+  REQUIRE(std::count_if(expected.events.begin(), expected.events.end(),
+                        [](const Event& e) { return e.stream == ~std::uint64_t{0}; }) > 100000);
+  const std::size_t batches = expected.events.size() / 1000;
+  for (const unsigned threads : {2u, 7u}) {
+    CAPTURE(threads);
+    // when it is read on threads with chunks of at least 256 KiB
+    detail::PickleReadStats stats;
+    const std::size_t min_chunk = 256 * 1024;
+    const Snapshot got = read(bytes, true, threads, min_chunk, &stats);
+    // then it reads as one thread reads it, and a parallel read was tried
+    // about once per chunk's worth of bytes, not once per batch
+    CHECK(got == expected);
+    CHECK(stats.parallel_restarts == 0);
+    CHECK(stats.parallel_tries >= 1);
+    CHECK(stats.parallel_tries <= bytes.size() / min_chunk + 1);
+    CHECK(stats.parallel_tries < batches / 4);
   }
 }
 

@@ -196,7 +196,12 @@ class SnapshotPickler {
 
   void write_stack(StackId id) {
     if (!id) {
-      w_.op(0x5d);  // a fresh [] per record, as PyTorch writes for no frames
+      // A fresh [] per record, as PyTorch writes for no frames, memoized as
+      // Python's pickler memoizes every list: the reader takes whole entries
+      // of that shape in one step and on several threads, and a bare []
+      // sent two thirds of a trace (the frees) through the one-by-one path.
+      w_.op(0x5d);
+      w_.memoize();
       return;
     }
     const auto found = stack_memo_.find(id.value);

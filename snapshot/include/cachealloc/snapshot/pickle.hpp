@@ -103,6 +103,7 @@ struct PickleReadStats {
   std::uint64_t entries_read_in_parallel = 0;
   std::uint64_t chunks = 0;            // chunks read side by side and kept, over all parallel runs
   std::uint64_t parallel_restarts = 0;  // parallel reads abandoned for a one-thread read
+  std::uint64_t parallel_tries = 0;     // parallel reads started, kept or not
 };
 struct PickleReadOptions {
   // Read each of PyTorch's trace entries whole, in one step, rather than one
