@@ -21,18 +21,18 @@ _cachealloc() {
   tool=${COMP_WORDS[0]}
   case $prev in
     -o|--output|--snapshot|--record-addresses) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-    --format) COMPREPLY=($(compgen -W "table csv json" -- "$cur")); return ;;
+    --format) COMPREPLY=($(compgen -W "table csv json jsonl" -- "$cur")); return ;;
     --to-format) COMPREPLY=($(compgen -W "ours pickle" -- "$cur")); return ;;
     --stacks) COMPREPLY=($(compgen -W "none native" -- "$cur")); return ;;
     --device) [[ $tool == *conformance ]] && COMPREPLY=($(compgen -W "simulated cuda" -- "$cur")); return ;;
     --what) COMPREPLY=($(compgen -W "timeline events segments sites perfetto" -- "$cur")); return ;;
     --metric) COMPREPLY=($(compgen -W "allocated requested reserved" -- "$cur")); return ;;
     --addresses) COMPREPLY=($(compgen -W "recorded model" -- "$cur")); return ;;
-    --by) COMPREPLY=($(compgen -W "bytes count peak" -- "$cur")); return ;;
+    --by) COMPREPLY=($(compgen -W "bytes count peak allocated end" -- "$cur")); return ;;
   esac
   sub=""
   if [[ $tool == *cachealloc-analyze ]]; then
-    local subcommands="summary segments fragmentation timeline peak top leaks oom events export convert flamegraph replay check recommend"
+    local subcommands="summary segments fragmentation timeline peak top leaks oom events export convert flamegraph html diff ranks replay check recommend"
     for word in "${COMP_WORDS[@]:1:COMP_CWORD-1}"; do
       [[ " $subcommands " == *" $word "* ]] && sub=$word
     done
