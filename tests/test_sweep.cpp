@@ -197,6 +197,37 @@ TEST_CASE("given a sweep under a cap, then the ranking follows the figures: fitt
   }
 }
 
+TEST_CASE("given --largest-batch under a cap, then each point's request scale fits and 1/64 more does not, and "
+          "the ranking follows the scale") {
+  analyzer::SnapshotEvents source(fragmenting_pickle());
+  analyzer::SweepOptions options;
+  options.capacity = kCap;
+  options.largest_scale = true;
+  options.axes = {analyzer::sweep_axis("max_split_size_mb=unlimited"), analyzer::sweep_axis("roundup_power2_divisions=0"),
+                  analyzer::sweep_axis("garbage_collection_threshold=off")};
+  const analyzer::SweepResult r = analyzer::sweep(source, options);
+  REQUIRE(r.ranked.size() == 2);
+  for (std::size_t i = 0; i < r.ranked.size(); ++i) {
+    const auto& p = r.ranked[i];
+    CAPTURE(p.config);
+    REQUIRE(p.largest_scale.has_value());
+    if (i > 0) CHECK(*r.ranked[i - 1].largest_scale >= *p.largest_scale);
+    analyzer::AllocatorReplayOptions replay;
+    replay.capacity = kCap;
+    replay.config = parse_config(p.config);
+    replay.scale = *p.largest_scale + 1.0 / 64;
+    CHECK(analyzer::replay_allocator(source, replay).replayed.first_oom.has_value());
+    if (*p.largest_scale > 0) {
+      replay.scale = *p.largest_scale;
+      CHECK_FALSE(analyzer::replay_allocator(source, replay).replayed.first_oom.has_value());
+    }
+  }
+  // Expandable segments fit the workload at the cap, the recorded settings do not: a larger scale
+  CHECK(r.ranked.front().settings[0].second == "True");
+  CHECK(*r.ranked.front().largest_scale >= 1.0);
+  CHECK(*r.ranked.back().largest_scale < 1.0);
+}
+
 TEST_CASE("given a sweep without a cap, then it ranks by peak reserved and tries no garbage collection") {
   const snapshot::Snapshot snap = analyzer::load(kCorpus / "varlen_transformer.pickle");
   analyzer::SnapshotEvents source(snap);
@@ -325,6 +356,8 @@ TEST_CASE("given bad sweep or recommend options on the command line, then one li
             E + "--sweep-axis garbage_collection_threshold: garbage collection acts only under a cap; add --capacity "
                 "or --fraction"},
            {{"replay", file, "--sweep", "--threads", "0"}, ""},
+           {{"replay", file, "--sweep", "--largest-batch"},
+            E + "--largest-batch needs a capacity to fit in: add --capacity or --fraction"},
            {{"replay", file, "--sweep-axis", "expandable_segments=True"}, ""},
            {{"recommend", file, "--capacity", "20GiB", "--fraction", "0.5"}, ""},
            {{"recommend", file, "--capacity", "lots"},

@@ -453,6 +453,7 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
                             std::to_string(result.device_total) + " bytes");
   }
   if (options.capacity) fraction = fraction_for_cap(*options.capacity, result.device_total);
+  if (!(options.scale > 0 && options.scale <= 1024)) throw InvalidArgument("the request scale must be within (0, 1024]");
 
   InitialLayout initial = initial_layout(source, device);
   result.joined_fragments = join_impossible_fragments(initial.segments);
@@ -602,7 +603,9 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
         case EventKind::oom: {
           peaks.boundary(engine);
           ++result.requests;
-          const std::uint64_t bytes = e.kind == EventKind::oom ? e.size : (e.aux != 0 ? e.aux : e.size);
+          std::uint64_t bytes = e.kind == EventKind::oom ? e.size : (e.aux != 0 ? e.aux : e.size);
+          if (options.scale != 1.0)
+            bytes = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(static_cast<double>(bytes) * options.scale)));
           try {
             void* ptr = allocator.allocate(bytes, stream_of(e.stream));
             if (e.kind == EventKind::alloc) live.put(e.address, ptr);

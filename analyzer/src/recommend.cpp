@@ -46,6 +46,7 @@ void add_ranking(Document& doc, const std::string& key, const std::string& title
                                       {"alloc_retries", "retries", Unit::count},
                                       {"fits", "fits"},
                                       {"headroom", "headroom", Unit::bytes},
+                                      {"largest_scale", "largest request scale that fits", Unit::none},
                                       {"oom_event", "OOM event", Unit::count},
                                       {"oom_annotation", "OOM annotation"},
                                       {"config", "settings replayed"}})
@@ -63,6 +64,7 @@ void add_ranking(Document& doc, const std::string& key, const std::string& title
     row.emplace_back(p.fits);
     row.emplace_back(p.headroom ? Value(static_cast<std::uint64_t>(std::max<std::int64_t>(0, *p.headroom)))
                                 : Value(std::monostate{}));
+    row.emplace_back(p.largest_scale ? Value(*p.largest_scale) : Value(std::monostate{}));
     row.emplace_back(optional_event(p.figures));
     row.emplace_back(p.figures.first_oom && !p.figures.first_oom->annotation.empty()
                          ? Value(p.figures.first_oom->annotation)
@@ -104,8 +106,10 @@ Document sweep_report(const SweepResult& r) {
   run.add("cap", "cap", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes);
   run.add("device_total", "device total", r.device_total, Unit::bytes);
   run.add("points", "settings tried", static_cast<std::uint64_t>(r.ranked.size()), Unit::count);
+  const bool scaled = !r.ranked.empty() && r.ranked.front().largest_scale;
   run.add("ranked_by", "ranked by",
-          std::string(r.cap ? "fits under the cap, then peak reserved (most headroom first); OOMs: latest first"
+          std::string(scaled ? "the largest request scale that fits under the cap, then as without it"
+                      : r.cap ? "fits under the cap, then peak reserved (most headroom first); OOMs: latest first"
                             : "peak reserved, lowest first"));
   add_baseline(doc, r);
   add_ranking(doc, "sweep", "Ranking", r, r.ranked.size());

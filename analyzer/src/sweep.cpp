@@ -144,6 +144,26 @@ std::string key_of(std::string pair) {
   return at == std::string::npos ? pair : pair.substr(0, at);
 }
 
+// The largest request scale, to 1/64, at which `replay`'s settings fit:
+// doubling from 1 while it fits (up to 64), then bisection.
+double largest_fitting_scale(EventSource& source, AllocatorReplayOptions replay, const ReplayResult& at_one) {
+  auto fits = [&](double scale) {
+    replay.scale = scale;
+    return !replay_allocator(source, replay).replayed.first_oom.has_value();
+  };
+  double lo = 0, hi = 1;
+  if (!at_one.replayed.first_oom) {
+    lo = 1;
+    for (hi = 2; hi <= 64 && fits(hi); hi *= 2) lo = hi;
+    if (hi > 64) return lo;
+  }
+  while (hi - lo > 1.0 / 64) {
+    const double mid = (lo + hi) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 }  // namespace
 
 const std::vector<std::string>& sweep_keys() {
@@ -221,6 +241,8 @@ SweepResult sweep(EventSource& source, const SweepOptions& options) {
     if (info.index == device && info.total_bytes != 0) device_total = info.total_bytes;
   if (!common.fraction && !common.capacity && facts.has_oom && facts.oom_cap == 0) common.capacity = device_total;
   const bool capped = common.fraction || common.capacity || facts.oom_cap != 0;
+  if (options.largest_scale && !capped)
+    throw InvalidArgument("--largest-batch needs a capacity to fit in: add --capacity or --fraction");
 
   std::vector<SweepAxis> axes = axes_from(facts, capped);
   for (const SweepAxis& given : options.axes) {
@@ -274,6 +296,7 @@ SweepResult sweep(EventSource& source, const SweepOptions& options) {
       static_cast<unsigned>(std::min<std::size_t>(options.threads == 0 ? hardware : options.threads, count + 1));
   std::vector<ReplayResult> results(count + 1);
   std::vector<std::exception_ptr> errors(count + 1);
+  std::vector<std::optional<double>> scales(count);
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
   auto work = [&] {
@@ -283,6 +306,7 @@ SweepResult sweep(EventSource& source, const SweepOptions& options) {
       if (job != 0) replay.config = configs[job - 1];
       try {
         results[job] = replay_allocator(view, replay);
+        if (job != 0 && options.largest_scale) scales[job - 1] = largest_fitting_scale(view, replay, results[job]);
       } catch (...) {
         errors[job] = std::current_exception();
         failed = true;
@@ -311,10 +335,12 @@ SweepResult sweep(EventSource& source, const SweepOptions& options) {
     SweepPoint& point = points[i];
     point.figures = results[i + 1].replayed;
     point.fits = !point.figures.first_oom.has_value();
+    point.largest_scale = scales[i];
     if (out.cap != 0)
       point.headroom = static_cast<std::int64_t>(out.cap) - static_cast<std::int64_t>(point.figures.peak_reserved);
   }
   std::sort(points.begin(), points.end(), [](const SweepPoint& a, const SweepPoint& b) {
+    if (a.largest_scale != b.largest_scale) return a.largest_scale > b.largest_scale;
     if (a.fits != b.fits) return a.fits;
     if (!a.fits && a.figures.first_oom->event != b.figures.first_oom->event)
       return a.figures.first_oom->event > b.figures.first_oom->event;  // got further

@@ -18,6 +18,7 @@ struct ReplayArguments {
   bool sweep = false;
   std::vector<std::string> axes;
   unsigned threads = 0;
+  bool largest_batch = false;
 };
 
 }  // namespace
@@ -48,6 +49,10 @@ void add_replay_command(CLI::App& app, Runner& runner) {
   command->add_option("--threads", args->threads, "--sweep: replays at a time (default: every core)")
       ->check(whole_number(1, 1024))
       ->needs("--sweep");
+  command->add_flag("--largest-batch", args->largest_batch,
+                    "--sweep under a cap: also find each setting's largest factor by which every request can grow "
+                    "and still fit (a batch that much larger, if every tensor scales with it), and rank by it")
+      ->needs("--sweep");
   command->footer(
       "Examples:\n"
       "  cachealloc-analyze replay run.bin                               # the recorded settings: reproduces the run\n"
@@ -74,6 +79,7 @@ void add_replay_command(CLI::App& app, Runner& runner) {
           sweep.recorded_fraction = replay.recorded_fraction;
           sweep.placement = replay.placement;
           sweep.threads = args->threads;
+          sweep.largest_scale = args->largest_batch;
           for (const std::string& axis : args->axes) sweep.axes.push_back(analyzer::sweep_axis(axis));
           return analyzer::sweep_report(analyzer::sweep(source, sweep));
         }

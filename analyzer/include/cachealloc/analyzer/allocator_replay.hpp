@@ -102,6 +102,10 @@ struct AllocatorReplayOptions {
   // absent: an oom event's cap, else the replay's fraction.
   std::optional<double> recorded_fraction;
   Placement placement = Placement::recorded;
+  // Every request's bytes times this (rounded, at least 1): the same program
+  // with every tensor `scale` times as large, e.g. a batch that much larger
+  // when every tensor scales with it. The ring-start layout is not scaled.
+  double scale = 1.0;
   // Called after each annotation event (name from the string table), with
   // the replaying allocator, e.g. to reset its peaks where the recorded
   // program did. Optional.

@@ -66,6 +66,13 @@ struct SweepOptions {
   // Replace the default values of these axes (each key at most once).
   std::vector<SweepAxis> axes;
   unsigned threads = 0;  // 0: std::thread::hardware_concurrency()
+  // Under a cap: also find, for each point, the largest factor by which
+  // every request can grow and still fit (AllocatorReplayOptions::scale),
+  // to 1/64 by bisection (about 8-12 more replays a point), and rank by it
+  // first. A stand-in for "the largest batch that fits": exact only when
+  // every tensor scales with the batch (weights do not, so the real batch
+  // may be larger).
+  bool largest_scale = false;
 };
 
 struct SweepPoint {
@@ -79,6 +86,7 @@ struct SweepPoint {
   RunFigures figures;  // the replayed run's
   bool fits = true;    // it did not run out of memory
   std::optional<std::int64_t> headroom;  // cap - peak reserved; nullopt without a cap
+  std::optional<double> largest_scale;   // SweepOptions::largest_scale: 0 when not even 1/64 fits
 };
 
 struct SweepResult {
