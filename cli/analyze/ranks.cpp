@@ -22,7 +22,12 @@ void add_ranks_command(CLI::App& app, Runner& runner) {
   CLI::App* command = app.add_subcommand(
       "ranks", "One table over N snapshots, one per rank or device: peaks, headroom, imbalance, the rank closest to "
                "OOM, the sites that differ most");
+  // Each file's own decoders are off by default (the files keep the cores
+  // busy): the help shows 0, the other subcommands keep theirs.
+  const unsigned decode_default = runner.common.decode_threads;
+  runner.common.decode_threads = 0;
   add_files_options(*command, runner.common, "FILE... | DIR: the snapshots, or folders of them", true);
+  runner.common.decode_threads = decode_default;
   auto args = std::make_shared<RanksArguments>();
   command->add_option("--threads", args->threads, "files analyzed at once (0: one per core)")
       ->check(whole_number(0, 4096))
@@ -38,7 +43,6 @@ void add_ranks_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze ranks rank_*.pickle --threads 8\n"
       "  cachealloc-analyze ranks snapshots/ --format jsonl -o ranks.jsonl   # one JSON line per rank");
   command->callback([&runner, args, command] {
-    // Each file's own decoders are off by default: the files themselves keep the cores busy.
     if (command->get_option("--decode-threads")->count() == 0) runner.common.decode_threads = 0;
     runner.select_files("ranks", [args, &runner](const std::vector<std::string>& arguments,
                                                   analyzer::ReportOptions& options, bool jsonl,
