@@ -259,6 +259,7 @@ void* CachingAllocator::Impl::allocate(std::size_t requested, Stream stream) {
     insert_deferred_events();
   }
   Shard& shard = shard_for(stream, capture ? capture_pool(stream) : PoolId{});
+  flush_deferred(shard);
   std::unique_lock lock(shard.mutex);
   begin_call();  // after the deferred path's locks: read the clock afresh under this one
   // No event is queried while a capture is under way (it would break it).
@@ -289,6 +290,7 @@ FreeStatus CachingAllocator::Impl::deallocate(void* ptr) noexcept {
     return twice ? FreeStatus::double_free : FreeStatus::unknown_pointer;
   }
   Shard& shard = *block->shard;
+  flush_deferred(shard);
   try {
     std::lock_guard lock(shard.mutex);
     block->allocated = false;
@@ -453,22 +455,56 @@ namespace {
 thread_local char t_thread_token __attribute__((tls_model("initial-exec")));
 }  // namespace
 
+std::uintptr_t CachingAllocator::Impl::thread_token() noexcept { return reinterpret_cast<std::uintptr_t>(&t_thread_token); }
+
 void CachingAllocator::Impl::publish(Shard& shard) noexcept {
-  std::lock_guard lock(stats_lock);
-  shard.unpublished.fold_into(stats);
+  {
+    std::lock_guard lock(stats_lock);
+    shard.unpublished.fold_into(stats);
+  }
+  Shard* expected = &shard;
+  if (deferred.load(std::memory_order_relaxed) == &shard &&
+      deferred.compare_exchange_strong(expected, nullptr, std::memory_order_relaxed))
+    deferred_owner.store(0, std::memory_order_relaxed);
 }
 
 void CachingAllocator::Impl::maybe_publish(Shard& shard) noexcept {
-  const auto me = reinterpret_cast<std::uintptr_t>(&t_thread_token);
+  const std::uintptr_t me = thread_token();
   const std::uintptr_t last = last_publisher.load(std::memory_order_relaxed);
-  if (last != me && last != 0 && ++shard.unpublished.operations < kPublishBatch) return;
-  publish(shard);
+  if (last != me && last != 0) {
+    // Several threads at work: every kPublishBatch operations.
+    if (++shard.unpublished.operations < kPublishBatch) return;
+    publish(shard);
+    last_publisher.store(me, std::memory_order_relaxed);
+    return;
+  }
   if (last != me) last_publisher.store(me, std::memory_order_relaxed);
+  // One thread at work: defer while it keeps to this pool.
+  Shard* waiting = deferred.load(std::memory_order_relaxed);
+  if (waiting == &shard) return;
+  if (waiting == nullptr) {
+    deferred_owner.store(me, std::memory_order_relaxed);
+    Shard* none = nullptr;
+    if (deferred.compare_exchange_strong(none, &shard, std::memory_order_relaxed)) return;
+    deferred_owner.store(0, std::memory_order_relaxed);
+  }
+  publish(shard);  // another pool waits (another thread's): publish this one now
+}
+
+void CachingAllocator::Impl::flush_deferred_slow(const Shard& next) noexcept {
+  Shard* waiting = deferred.load(std::memory_order_relaxed);
+  if (waiting == nullptr || waiting == &next) return;
+  std::lock_guard lock(waiting->mutex);
+  if (deferred.load(std::memory_order_relaxed) == waiting) publish(*waiting);
 }
 
 void CachingAllocator::Impl::publish_all_locked() noexcept {
-  std::lock_guard lock(stats_lock);
-  for (Shard* shard : shards) shard->unpublished.fold_into(stats);
+  {
+    std::lock_guard lock(stats_lock);
+    for (Shard* shard : shards) shard->unpublished.fold_into(stats);
+  }
+  deferred.store(nullptr, std::memory_order_relaxed);
+  deferred_owner.store(0, std::memory_order_relaxed);
 }
 
 void CachingAllocator::Impl::publish_all() {

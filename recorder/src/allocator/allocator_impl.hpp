@@ -300,22 +300,40 @@ struct CachingAllocator::Impl {
   std::atomic<std::size_t> free_block_calls[2] = {0, 0};
 
   // Publishing. Every stats change goes to the pending stats of the pool
-  // concerned, under its lock, in order. A pool publishes (folds them into
-  // `stats`) after each operation while the calling thread is the last one
-  // that published (one thread at work: every figure exact after every
-  // call), else every kPublishBatch operations, so that threads on different
-  // streams seldom meet on `stats`. Peaks stay exact for every stream's own
-  // sequence; concurrent streams' operations count as if each batch ran at
-  // once, one of the orders the program could have run in. Readers publish
-  // every pool first, so what they read is current.
+  // concerned, under its lock, in order. While one thread is at work (the
+  // calling thread is the last one that published) its pool's changes stay
+  // pending, `deferred`, for as long as it keeps to that pool: a StatDelta
+  // folds any run of changes exactly (its `high` is the peak of the run), so
+  // nothing is published per call. The first call of that thread on another
+  // pool publishes the deferred one first (flush_deferred, before it takes
+  // its own lock, so no lock is held while taking that one), and readers
+  // publish every pool: every figure a reader sees is exact, as if each call
+  // had published. When several threads are at work, a pool publishes every
+  // kPublishBatch operations instead, so that threads on different streams
+  // seldom meet on `stats`; peaks then stay exact for every stream's own
+  // sequence, and concurrent streams' operations count as if each batch ran
+  // at once, one of the orders the program could have run in.
   static constexpr std::uint32_t kPublishBatch = 64;
   void maybe_publish(Shard& shard) noexcept;
-  void publish(Shard& shard) noexcept;
+  void publish(Shard& shard) noexcept;  // needs the shard's lock
   void publish_all_locked() noexcept;  // every pool lock is held
   void publish_all();                  // takes each pool lock in turn
+  // Publishes the pool this thread deferred when it is not `next`. Takes
+  // that pool's lock: call with no pool lock held.
+  void flush_deferred(const Shard& next) noexcept {
+    if (deferred_owner.load(std::memory_order_relaxed) != thread_token()) [[likely]]
+      return;
+    flush_deferred_slow(next);
+  }
+  void flush_deferred_slow(const Shard& next) noexcept;
+  static std::uintptr_t thread_token() noexcept;
   MemoryStats read_stats() const;
   static inline thread_local bool t_holds_all_locks __attribute__((tls_model("initial-exec"))) = false;
-  std::atomic<std::uintptr_t> last_publisher{0};
+  // The publishing state, read on every call: one cache line of its own.
+  alignas(64) std::atomic<std::uintptr_t> last_publisher{0};
+  std::atomic<Shard*> deferred{nullptr};            // the pool whose changes wait, or none
+  std::atomic<std::uintptr_t> deferred_owner{0};    // the thread that deferred them
+  char publishing_padding_[64 - 2 * sizeof(std::uintptr_t) - sizeof(Shard*)];
 
   mutable detail::Spinlock stats_lock;
   MemoryStats stats;  // published figures, under stats_lock
