@@ -102,3 +102,36 @@ TEST_CASE("simulated: a pending block does not merge until its event completes")
   CHECK(layout.size() == 2);  // the large segment (whole again) and a small one
   for (const auto& segment : layout) CHECK(segment.blocks.size() == 1);
 }
+
+TEST_CASE("one thread on two streams: the peaks are those of the calls in the order they were made, read or not") {
+  // Stats are published lazily (allocator_impl.hpp, "Publishing"): folding
+  // the default stream's pool before the other one's would lose the peak
+  // below (the default stream sorts first). The figures are PyTorch's
+  // definition: one counter over every call, in program order.
+  auto device = test_device();
+  CachingAllocator allocator(device);
+  const Stream side = device->create_stream();
+  for (const bool read_between : {false, true}) {
+    allocator.reset_peak_stats();
+    // Given 40 MiB kept on the side stream
+    void* kept = allocator.allocate(40 * MiB, side);
+    if (read_between) CHECK(allocator.memory_allocated() == 40 * MiB);
+    // When 60 MiB come and go on the default stream, then 20 MiB more on the side stream
+    void* passing = allocator.allocate(60 * MiB, Stream{});
+    if (read_between) CHECK(allocator.max_memory_allocated() == 100 * MiB);
+    allocator.deallocate(passing);
+    void* more = allocator.allocate(20 * MiB, side);
+    // Then the allocated peak is 100 MiB (40 + 60), reached before the 20 MiB came
+    const MemoryStats stats = allocator.stats();
+    CHECK(stats.allocated_bytes[stat_all].peak == 100 * MiB);
+    CHECK(stats.allocated_bytes[stat_all].current == 60 * MiB);
+    CHECK(stats.allocation[stat_all].peak == 2);
+    CHECK(stats.allocation[stat_all].allocated == (read_between ? 6 : 3));
+    allocator.deallocate(kept);
+    allocator.deallocate(more);
+    CHECK(allocator.memory_allocated() == 0);
+    CHECK(allocator.max_memory_allocated() == 100 * MiB);
+  }
+  allocator.empty_cache();
+  device->destroy_stream(side);
+}
