@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 
+#include "cachealloc/analyzer/allocator_replay.hpp"
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/doctest_budget.hpp"
 
@@ -123,4 +124,20 @@ TEST_CASE("given the Python helper, when a budget is met, exceeded or malformed,
   CHECK(raised.status == 1);
   CHECK(raised.out.find("AssertionError") != std::string::npos);
   CHECK(raised.out.find("peak allocated") != std::string::npos);
+}
+
+TEST_CASE("check's fragmentation at the reserved peak is the one replay reports, with the largest free block counted") {
+  // It once read the cache at the peak without its largest free block, so
+  // 1 - 0 / cached_free: 100% whenever anything was cached.
+  for (const std::filesystem::path& file :
+       {kFile, kSource / "analyzer" / "testdata" / "small_step.bin", kSource / "testdata" / "synthetic_2k_native.bin"}) {
+    INFO(file.string());
+    analyzer::FileEvents checked(file);
+    const double fragmentation = analyzer::check_budgets(checked, {}).figures.fragmentation;
+    analyzer::FileEvents replayed(file);
+    const analyzer::ReplayResult replay = analyzer::replay_allocator(replayed);
+    CHECK(fragmentation == doctest::Approx(replay.recorded.fragmentation_at_peak));
+    CHECK(fragmentation < 1.0);
+    if (replay.recorded.cached_free_at_peak > replay.recorded.largest_free_at_peak) CHECK(fragmentation > 0.0);
+  }
 }

@@ -255,7 +255,7 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   auto start_window = [&](std::uint64_t start_time) {
     a.totals_at_start = replay.totals();
     a.cache_at_start = replay.cache_figures();
-    a.cache_at_peak_reserved = replay.cache_figures(false);
+    a.cache_at_peak_reserved = replay.cache_figures(true);
     record_peak(a.peak_allocated, a.totals_at_start.allocated, kNoEvent, start_time, replay);
     record_peak(a.peak_reserved, a.totals_at_start.reserved, kNoEvent, start_time, replay);
     record_peak(a.peak_active, a.totals_at_start.active, kNoEvent, start_time, replay);
@@ -291,8 +291,26 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
     a.ooms.push_back(std::move(oom));
   };
 
+  // The largest free block at the reserved peak, as replay and diff take it:
+  // after the call that reached the peak (its segment, split and alloc), at
+  // the next request. Searching the segments costs O(segments), once per
+  // new peak of reserved bytes.
+  bool peak_cache_pending = false, peak_call_done = false;
+  auto is_request = [](EventKind kind) {
+    return kind == EventKind::alloc || kind == EventKind::oom || kind == EventKind::free_requested ||
+           kind == EventKind::empty_cache;
+  };
+
   // One event inside the window: the per-event cost of the whole tool.
   auto step = [&](std::size_t i, const Event& e) {
+    if (peak_cache_pending && e.device == a.device && is_request(e.kind)) [[unlikely]] {
+      if (peak_call_done) {
+        a.cache_at_peak_reserved = replay.cache_figures(true);
+        peak_cache_pending = false;
+      } else {
+        peak_call_done = true;
+      }
+    }
     replay.apply_inline(e);
     if (counts_for(e, a.device)) {
       const auto kind = static_cast<std::size_t>(e.kind);
@@ -323,6 +341,8 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
         record_peak(a.peak_reserved, t.reserved, i, e.time_ns, replay);
         at_peak_reserved.new_peak(replay);
         a.cache_at_peak_reserved = replay.cache_figures(false);
+        peak_cache_pending = true;
+        peak_call_done = false;
       }
       if (t.active > a.peak_active.bytes) record_peak(a.peak_active, t.active, i, e.time_ns, replay);
       if (t.requested > a.peak_requested.bytes) record_peak(a.peak_requested, t.requested, i, e.time_ns, replay);
@@ -377,6 +397,7 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
     if (options.progress) options.progress(base + length, n);
   }
   if (!started) start_window(a.time_origin_ns);
+  if (peak_cache_pending) a.cache_at_peak_reserved = replay.cache_figures(true);
   if (options.progress) options.progress(n, n);
 
   a.totals_at_end = replay.totals();

@@ -138,6 +138,7 @@ struct Analysis {
   Totals totals_at_end;
   CacheFigures cache_at_start;
   CacheFigures cache_at_end;
+  // At the peak of reserved bytes, after the call that reached it; largest_free included.
   CacheFigures cache_at_peak_reserved;
   std::size_t segments_at_end = 0;
   Peak peak_allocated, peak_reserved, peak_active, peak_requested, peak_inactive_split;
