@@ -7,8 +7,10 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cachealloc/allocator.hpp"
+#include "cachealloc/errors.hpp"
 
 namespace test_support {
 
@@ -40,6 +42,31 @@ inline std::vector<std::size_t> segment_sizes(const cachealloc::CachingAllocator
   std::vector<std::size_t> sizes;
   for (const auto& segment : allocator.layout()) sizes.push_back(segment.total_size);
   return sizes;
+}
+
+// docs/verification/issue16_fragmenting_workload.py through our allocator:
+// step i allocates 256 MiB + 6 MiB * i, frees the previous activation and
+// keeps half of it plus 2 MiB, which pins every segment. Frees everything at
+// the end. Returns whether it ran out of memory. (test_what_if_replay and
+// test_sweep replay it; the H200 run is the same workload in PyTorch.)
+inline bool fragmenting_workload(cachealloc::CachingAllocator& allocator) {
+  std::vector<void*> keepers;
+  void* previous = nullptr;
+  bool oom = false;
+  for (std::size_t step = 0; step < 40 && !oom; ++step) {
+    const std::size_t size = 256 * MiB + step * 6 * MiB;
+    try {
+      void* x = allocator.allocate(size);
+      if (previous) allocator.deallocate(previous);
+      previous = x;
+      keepers.push_back(allocator.allocate(size / 2 + 2 * MiB));
+    } catch (const cachealloc::OutOfMemoryError&) {
+      oom = true;
+    }
+  }
+  for (void* p : keepers) allocator.deallocate(p);
+  if (previous) allocator.deallocate(previous);
+  return oom;
 }
 
 }  // namespace test_support

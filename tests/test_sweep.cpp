@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "allocator_support.hpp"
 #include "cachealloc/allocator.hpp"
 #include "cachealloc/analyzer/load.hpp"
 #include "cachealloc/analyzer/sweep.hpp"
@@ -32,30 +33,7 @@ const fs::path kSource = CACHEALLOC_SOURCE_DIR;
 const fs::path kCorpus = kSource / "testdata" / "pytorch" / "corpus";
 constexpr std::uint64_t kCap = std::uint64_t{11} << 30;
 
-// docs/verification/issue16_fragmenting_workload.py through our allocator
-// (as in test_what_if_replay.cpp): step i allocates 256 MiB + 6 MiB * i,
-// frees the previous activation and keeps half of it plus 2 MiB. Returns
-// whether it ran out of memory.
-bool fragmenting_workload(CachingAllocator& allocator) {
-  constexpr std::size_t MiB = std::size_t{1} << 20;
-  std::vector<void*> keepers;
-  void* previous = nullptr;
-  bool oom = false;
-  for (std::size_t step = 0; step < 40 && !oom; ++step) {
-    const std::size_t size = 256 * MiB + step * 6 * MiB;
-    try {
-      void* x = allocator.allocate(size);
-      if (previous) allocator.deallocate(previous);
-      previous = x;
-      keepers.push_back(allocator.allocate(size / 2 + 2 * MiB));
-    } catch (const OutOfMemoryError&) {
-      oom = true;
-    }
-  }
-  for (void* p : keepers) allocator.deallocate(p);
-  if (previous) allocator.deallocate(previous);
-  return oom;
-}
+using test_support::fragmenting_workload;
 
 // The workload recorded through the real allocator, default settings, no
 // cap, written and read back as a PyTorch pickle.

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "allocator_support.hpp"
 #include "cachealloc/analyzer/allocator_replay.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/analyzer/load.hpp"
@@ -304,30 +305,7 @@ TEST_CASE("given a segments-only pickle, when replayed, then it is refused: ther
 
 namespace {
 
-// docs/verification/issue16_fragmenting_workload.py, through our allocator:
-// step i allocates 256 MiB + 6 MiB * i, frees the previous activation, and
-// keeps half of it plus 2 MiB, which pins every segment. Returns whether it
-// ran out of memory.
-bool fragmenting_workload(CachingAllocator& allocator) {
-  constexpr std::size_t MiB = std::size_t{1} << 20;
-  std::vector<void*> keepers;
-  void* previous = nullptr;
-  bool oom = false;
-  for (std::size_t step = 0; step < 40 && !oom; ++step) {
-    const std::size_t size = 256 * MiB + step * 6 * MiB;
-    try {
-      void* x = allocator.allocate(size);
-      if (previous) allocator.deallocate(previous);
-      previous = x;
-      keepers.push_back(allocator.allocate(size / 2 + 2 * MiB));
-    } catch (const OutOfMemoryError&) {
-      oom = true;
-    }
-  }
-  for (void* p : keepers) allocator.deallocate(p);
-  if (previous) allocator.deallocate(previous);
-  return oom;
-}
+using test_support::fragmenting_workload;
 
 }  // namespace
 
