@@ -85,26 +85,52 @@ class PlacementDevice final : public ForwardingDevice {
   std::unordered_map<std::uint64_t, std::uint64_t> translate_;
 };
 
-// Feeds the replaying allocator's own events to a layout engine, for the
-// fragmentation at its peak.
-class EngineObserver final : public AllocatorObserver {
+// The replaying allocator's running totals, from its own events, and the
+// fragmentation figures at a moment: what the peak tracking reads. The
+// totals follow the layout engine's rules (replay.hpp) for the events the
+// allocator emits: a segment or mapping adds its bytes to reserved, a release
+// or unmap takes them off; an alloc adds its block to allocated and active,
+// free_requested takes it off allocated, free_completed off active. The
+// largest free block is asked of the allocator itself, only at the moments
+// the figures are read (after each new peak). A second layout engine fed
+// every event gave the same figures at ~15% of the whole replay (perf, dev
+// VM): two hash lookups per event to keep a layout that is read only there.
+class ReplayedTotals final : public AllocatorObserver {
  public:
-  EngineObserver(Replay& engine, std::int32_t device) : engine_(engine), device_(device) {}
+  // Observes `allocator` from now on (set_observer(nullptr) undoes it).
+  void watch(CachingAllocator& allocator) noexcept {
+    allocator_ = &allocator;
+    allocator.set_observer(this);
+  }
   std::uint32_t on_event(const AllocatorEvent& e) noexcept override {
-    Event event;
-    event.kind = e.kind;
-    event.device = device_;
-    event.stream = e.stream.handle;
-    event.address = e.address;
-    event.size = e.size;
-    event.aux = e.aux;
-    engine_.apply(event);
+    switch (e.kind) {
+      case EventKind::alloc:
+        totals_.allocated += e.size;
+        totals_.active += e.size;
+        break;
+      case EventKind::free_requested: totals_.allocated -= e.size; break;
+      case EventKind::free_completed: totals_.active -= e.size; break;
+      case EventKind::segment_alloc:
+      case EventKind::segment_map: totals_.reserved += e.size; break;
+      case EventKind::segment_release:
+      case EventKind::segment_unmap: totals_.reserved -= e.size; break;
+      default: break;
+    }
     return 0;
+  }
+  // Only allocated, active and reserved are kept.
+  const Totals& totals() const noexcept { return totals_; }
+  // cached_free and largest_free, as Replay::cache_figures gives them.
+  CacheFigures cache_figures(bool /*with_largest_free*/) const {
+    CacheFigures f;
+    f.cached_free = totals_.reserved > totals_.active ? totals_.reserved - totals_.active : 0;
+    if (allocator_ != nullptr) f.largest_free = allocator_->largest_free_block();
+    return f;
   }
 
  private:
-  Replay& engine_;
-  std::int32_t device_;
+  Totals totals_;
+  const CachingAllocator* allocator_ = nullptr;
 };
 
 class Control final : public ReplayControl {
@@ -133,7 +159,9 @@ struct PeakTracker {
     pending = true;
     return true;
   }
-  void boundary(const Replay& engine) {
+  // `engine`: a Replay, or ReplayedTotals.
+  template <class Figures>
+  void boundary(const Figures& engine) {
     if (!pending) return;
     pending = false;
     at_peak = engine.cache_figures(true);
@@ -249,6 +277,122 @@ InitialLayout initial_layout(EventSource& source, std::int32_t device) {
   return derive_initial_layout(source, device);
 }
 
+// Private memory pools (a CUDA graph's capture, torch.cuda.MemPool), which
+// no trace entry names: the pool of each request is inferred from where the
+// recording put it. PyTorch reserves a segment only when the request's pool
+// holds no free block that fits (best fit, same stream, same size class), so
+// a segment reserved while a fitting free block of the default pool waited on
+// that stream was reserved for another pool: a private one. A capture keeps
+// its stream's requests in its pool, so the stream's next reservations are
+// that pool's too, until a request on the stream is served from a segment
+// outside the pool, or a reservation is made while the pool itself had room
+// (the capture has ended). A request belongs to the pool of the segment that
+// served it. A pool's use ends (release_pool) where the recording first
+// returns one of its segments to the device: at the start of that run of
+// releases. Misses what the addresses cannot show: a capture whose first
+// reservations each found no fitting default block is taken for the default
+// pool until its first reservation that did; with expandable segments the
+// default pool maps rather than reserves, and no inference is made.
+// Cost: one walk of the segments per reservation, while the trace holds
+// one; an ordered lookup per request once a private pool was inferred.
+class PoolInference {
+ public:
+  struct Route {
+    std::uint64_t event;  // an alloc (routes) or where a release run starts (releases)
+    std::uint32_t pool;   // 1, 2, ...: PoolId{0, pool}
+  };
+  std::vector<Route> routes;    // requests served from a private pool, in event order
+  std::vector<Route> releases;  // where each pool's use ended, in event order
+  std::uint32_t pools = 0;
+
+  explicit PoolInference(const AllocatorConfig& config) : config_(config) {}
+
+  // Called for each event of the device before the engine applies it.
+  void before(std::size_t i, const Event& e, const Replay& engine) {
+    if (e.kind == EventKind::split || e.kind == EventKind::merge) return;
+    const EventKind previous = previous_;
+    previous_ = e.kind;
+    if (config_.expandable_segments) return;
+    switch (e.kind) {
+      case EventKind::segment_alloc:
+        reserved_address_ = e.address;
+        reserved_size_ = e.size;
+        reserved_before_ = true;
+        return;
+      case EventKind::segment_release: {
+        // (Our recorder's empty_cache event follows its releases.)
+        if (previous != EventKind::segment_release) run_start_ = i;
+        const auto it = segments_.find(e.address);
+        if (it == segments_.end()) return;
+        const std::uint32_t pool = it->second.second;
+        segments_.erase(it);
+        if (released_.insert(pool).second) {
+          releases.push_back({run_start_, pool});
+          std::erase_if(open_, [pool](const auto& entry) { return entry.second == pool; });
+        }
+        return;
+      }
+      case EventKind::alloc: break;
+      default: return;
+    }
+    const bool fresh = reserved_before_ && previous == EventKind::segment_alloc && reserved_address_ == e.address;
+    reserved_before_ = false;
+    std::uint32_t pool = 0;
+    const auto open = open_.find(e.stream);
+    if (fresh) {
+      const std::uint64_t size = e.size;
+      if (open != open_.end()) {
+        if (fits(engine, e.stream, size, open->second)) open_.erase(open);  // the capture has ended
+        else pool = open->second;
+      }
+      if (pool == 0 && fits(engine, e.stream, size, 0)) {
+        pool = ++pools;
+        open_[e.stream] = pool;
+      }
+      if (pool != 0) segments_[reserved_address_] = {reserved_address_ + reserved_size_, pool};
+    } else if (!segments_.empty()) {
+      pool = pool_at(e.address);
+      if (open != open_.end() && pool != open->second) open_.erase(open);
+    }
+    if (pool != 0 && !released_.contains(pool)) routes.push_back({i, pool});
+  }
+
+ private:
+  std::uint32_t pool_at(std::uint64_t address) const {
+    auto it = segments_.upper_bound(address);
+    if (it == segments_.begin()) return 0;
+    --it;
+    return address < it->second.first ? it->second.second : 0;
+  }
+  // Whether `pool` held, on `stream`, a free block that PyTorch's best fit
+  // takes for a block of `size` bytes (the segment just reserved aside). Reads
+  // each segment's largest free block: where max_split_size turns that one
+  // away, a smaller one that fits is not seen, and no pool is inferred.
+  bool fits(const Replay& engine, std::uint64_t stream, std::uint64_t size, std::uint32_t pool) const {
+    constexpr std::uint64_t kSmallSize = std::uint64_t{1} << 20;
+    if (engine.cache_figures(false).cached_free < size) return false;
+    const bool small = size <= kSmallSize;
+    for (const SegmentFigures& s : engine.segment_figures()) {
+      if (s.stream != stream || s.large_pool == small || s.address == reserved_address_ || s.expandable) continue;
+      if (pool_at(s.address) != pool || s.largest_free < size) continue;
+      const std::uint64_t block = s.largest_free;
+      if (size < config_.max_split_size && block >= config_.max_split_size) continue;
+      if (size >= config_.max_split_size && block >= size + config_.max_non_split_rounding) continue;
+      return true;
+    }
+    return false;
+  }
+
+  const AllocatorConfig& config_;
+  EventKind previous_ = EventKind::snapshot;
+  bool reserved_before_ = false;
+  std::uint64_t reserved_address_ = 0, reserved_size_ = 0;
+  std::uint64_t run_start_ = 0;
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint32_t>> segments_;  // private: address -> (end, pool)
+  std::map<std::uint64_t, std::uint32_t> open_;                                // stream -> its capture's pool
+  std::set<std::uint32_t> released_;
+};
+
 // What the first pass learns about the recorded run.
 struct RecordedPass {
   RunFigures figures;
@@ -258,6 +402,8 @@ struct RecordedPass {
   std::uint64_t first_oom_cap = 0;  // the recorded cap: an OOM's, else the hint
   std::uint64_t oom_cap = 0;        // an OOM's alone
   std::set<std::uint64_t> streams;  // every stream the requests name
+  std::vector<PoolInference::Route> pool_routes, pool_releases;
+  std::uint32_t private_pools = 0;
 };
 
 // The fraction whose cap, as the allocator computes it (fraction x total,
@@ -292,10 +438,12 @@ RecordedPass recorded_pass(EventSource& source, std::int32_t device, const Initi
     return true;
   });
   pass.first_oom_cap = cap;
+  std::uint64_t last_stream = 0;  // the last alloc's: requests come in runs on one stream
   bool free_open = false, peak_call_done = false;
   std::uint64_t free_address = 0, free_index = 0;
   bool run_open = false;
   std::uint64_t run_start = 0, reserved_before_run = 0;
+  PoolInference pools(config);
   auto close_run = [&](const Event* next) {
     run_open = false;
     bool allocators_own = false;
@@ -340,7 +488,10 @@ RecordedPass recorded_pass(EventSource& source, std::int32_t device, const Initi
         peaks.peak_event = i;  // the request that reached it
       }
     }
-    if (e.kind == EventKind::alloc) pass.streams.insert(e.stream);
+    if (e.kind == EventKind::alloc && (pass.streams.empty() || e.stream != last_stream)) {
+      pass.streams.insert(e.stream);
+      last_stream = e.stream;
+    }
     switch (e.kind) {
       case EventKind::free_requested:
         free_open = true;
@@ -362,10 +513,14 @@ RecordedPass recorded_pass(EventSource& source, std::int32_t device, const Initi
         break;
       default: break;
     }
+    pools.before(i, e, engine);
     engine.apply(e);
     if (peaks.after(engine.totals(), i)) peak_call_done = false;
     return true;
   });
+  pass.pool_routes = std::move(pools.routes);
+  pass.pool_releases = std::move(pools.releases);
+  pass.private_pools = pools.pools;
   if (free_open) pass.deferred.push_back(free_index);
   if (run_open) close_run(nullptr);
   peaks.boundary(engine);
@@ -413,6 +568,25 @@ class LivePointers {
   std::vector<void*> slots_;
   std::vector<std::uint32_t> free_;
 };
+
+// A request of an inferred private pool: the allocator routes it there for
+// this one call, as PyTorch's capture does for each request on its stream.
+// The first request creates the pool (use count 1); the use ends at the
+// recorded release.
+void* allocate_in_pool(CachingAllocator& allocator, PoolId pool, std::size_t bytes, Stream stream) {
+  const bool known = allocator.pool_use_count(pool) > 0;
+  allocator.begin_allocate_to_pool(pool, [](Stream) { return true; });
+  struct End {
+    CachingAllocator& allocator;
+    PoolId pool;
+    bool known;
+    ~End() {
+      allocator.end_allocate_to_pool(pool);
+      if (known) allocator.release_pool(pool);
+    }
+  } end{allocator, pool, known};
+  return allocator.allocate(bytes, stream);
+}
 
 }  // namespace
 
@@ -482,6 +656,12 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
   result.cap = fraction == 0 ? 0 : static_cast<std::uint64_t>(fraction * static_cast<double>(result.device_total));
   result.inferred_empty_cache = pass.empty_cache.size();
   result.deferred_frees = pass.deferred.size();
+  result.inferred_private_pools = pass.private_pools;
+  result.private_pool_requests = pass.pool_routes.size();
+  if (pass.private_pools != 0)
+    result.notes.push_back(std::to_string(pass.private_pools) + " private memory pools inferred (CUDA graph captures or "
+                           "MemPools: segments reserved while a default-pool block on the stream fitted), " +
+                           std::to_string(pass.pool_routes.size()) + " requests replayed in them");
 
   // The allocator, on the simulated device, placed as the recording was.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> script;
@@ -489,8 +669,7 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
   script.insert(script.end(), pass.reservations.begin(), pass.reservations.end());
   auto simulated = make_simulated_device(device_options);
   auto placement = std::make_shared<PlacementDevice>(simulated, options.placement, std::move(script));
-  Replay engine({}, device, 1);
-  EngineObserver observer(engine, device);
+  ReplayedTotals engine;  // the replayed run's totals and figures (not a layout engine)
   PeakTracker peaks;
   LivePointers live;
   std::vector<void*> held;  // requests that failed in the recording and succeed here
@@ -501,15 +680,21 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
   for (const auto& segment : initial.segments) pass.streams.insert(segment.stream);
   for (const std::uint64_t handle : pass.streams)
     if (handle != 0) streams[handle] = placement->create_stream();
+  // Requests come in runs on one stream: the last answer first.
+  std::uint64_t last_recorded = 0;
+  Stream last_stream{};
   auto stream_of = [&](std::uint64_t recorded) {
     if (recorded == 0) return Stream{};
+    if (recorded == last_recorded) return last_stream;
     auto [it, added] = streams.try_emplace(recorded);
     if (added) it->second = placement->create_stream();
-    return it->second;
+    last_recorded = recorded;
+    last_stream = it->second;
+    return last_stream;
   };
   {
     CachingAllocator allocator(placement, config);
-    allocator.set_observer(&observer);
+    engine.watch(allocator);
     Control control(allocator);
 
     // The ring's start: every segment, then every block in address order
@@ -577,7 +762,7 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
     peaks.after(engine.totals(), 0);
 
     std::vector<std::uint64_t> open;
-    std::size_t next_deferred = 0, next_empty = 0;
+    std::size_t next_deferred = 0, next_empty = 0, next_route = 0, next_release = 0;
     const auto& deferred = pass.deferred;
     const auto& empties = pass.empty_cache;
     auto oom_at = [&](std::size_t i, std::uint64_t bytes) {
@@ -593,6 +778,10 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
         return true;
       }
       if (e.device != device) return true;
+      for (; next_release < pass.pool_releases.size() && pass.pool_releases[next_release].event == i; ++next_release) {
+        const PoolId pool{0, pass.pool_releases[next_release].pool};
+        if (allocator.pool_use_count(pool) > 0) allocator.release_pool(pool);
+      }
       if (next_empty < empties.size() && empties[next_empty] == i) {
         ++next_empty;
         peaks.boundary(engine);
@@ -606,8 +795,11 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
           std::uint64_t bytes = e.kind == EventKind::oom ? e.size : (e.aux != 0 ? e.aux : e.size);
           if (options.scale != 1.0)
             bytes = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(static_cast<double>(bytes) * options.scale)));
+          const bool to_pool = next_route < pass.pool_routes.size() && pass.pool_routes[next_route].event == i;
+          const PoolId pool{0, to_pool ? pass.pool_routes[next_route++].pool : 0};
           try {
-            void* ptr = allocator.allocate(bytes, stream_of(e.stream));
+            void* ptr = to_pool ? allocate_in_pool(allocator, pool, bytes, stream_of(e.stream))
+                                : allocator.allocate(bytes, stream_of(e.stream));
             if (e.kind == EventKind::alloc) live.put(e.address, ptr);
             else held.push_back(ptr);
           } catch (const OutOfMemoryError&) {
@@ -630,6 +822,7 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
           break;
         }
         case EventKind::free_completed: {
+          if (deferred_streams.empty()) break;  // the common case: no free waits
           const auto it = deferred_streams.find(e.address);
           if (it != deferred_streams.end()) {
             placement->synchronize_stream(it->second);

@@ -127,6 +127,11 @@ struct ReplayResult {
   std::uint64_t joined_fragments = 0;            // see the note the replay adds when not 0
   std::uint64_t inferred_empty_cache = 0;        // PyTorch traces: release runs taken for empty_cache
   std::uint64_t deferred_frees = 0;              // frees that waited for another stream
+  // Private memory pools (CUDA graph captures, MemPools) inferred from the
+  // recorded addresses, and the requests replayed in them (see
+  // docs/VERIFICATION.md, "private pools").
+  std::uint64_t inferred_private_pools = 0;
+  std::uint64_t private_pool_requests = 0;
   std::uint64_t requests = 0;                    // allocs and failed requests replayed
   // Reservations placed where the recording put them before the replay's
   // first differed (Placement::recorded), and whether one differed.
