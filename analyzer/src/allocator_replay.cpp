@@ -659,8 +659,10 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
   result.inferred_private_pools = pass.private_pools;
   result.private_pool_requests = pass.pool_routes.size();
   if (pass.private_pools != 0)
-    result.notes.push_back(std::to_string(pass.private_pools) + " private memory pools inferred (CUDA graph captures or "
-                           "MemPools: segments reserved while a default-pool block on the stream fitted), " +
+    result.notes.push_back(std::to_string(pass.private_pools) +
+                           (pass.private_pools == 1 ? " private memory pool" : " private memory pools") +
+                           " inferred (CUDA graph captures or MemPools: segments reserved while a default-pool "
+                           "block on the stream fitted), " +
                            std::to_string(pass.pool_routes.size()) + " requests replayed in them");
 
   // The allocator, on the simulated device, placed as the recording was.
