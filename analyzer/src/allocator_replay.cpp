@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -367,11 +368,15 @@ class PoolInference {
   // Whether `pool` held, on `stream`, a free block that PyTorch's best fit
   // takes for a block of `size` bytes (the segment just reserved aside). Reads
   // each segment's largest free block: where max_split_size turns that one
-  // away, a smaller one that fits is not seen, and no pool is inferred.
+  // away, a smaller one that fits is not seen, and no pool is inferred. Under
+  // a max_split_size an oversize block is not split, and a PyTorch trace
+  // sizes it by its request: the free block seen after it may not exist, so
+  // large-pool segments are then no evidence.
   bool fits(const Replay& engine, std::uint64_t stream, std::uint64_t size, std::uint32_t pool) const {
     constexpr std::uint64_t kSmallSize = std::uint64_t{1} << 20;
     if (engine.cache_figures(false).cached_free < size) return false;
     const bool small = size <= kSmallSize;
+    if (!small && config_.max_split_size != std::numeric_limits<std::size_t>::max()) return false;
     for (const SegmentFigures& s : engine.segment_figures()) {
       if (s.stream != stream || s.large_pool == small || s.address == reserved_address_ || s.expandable) continue;
       if (pool_at(s.address) != pool || s.largest_free < size) continue;
