@@ -1,16 +1,43 @@
 #!/usr/bin/env bash
-# run_fuzzer.sh FUZZER SECONDS SEEDS CORPUS [RUNS]: runs FUZZER for SECONDS
-# (or RUNS executions when given) from every file under SEEDS, in a fresh
-# CORPUS folder. Fails on any crash, leak, timeout or out-of-memory result.
+# run_fuzzer.sh FUZZER SECONDS SEEDS CORPUS [RUNS [EXTRA...]]: runs FUZZER for
+# SECONDS (or RUNS executions when given, -1: no limit) from the seeds under
+# SEEDS (folders separated by ':'), in a fresh CORPUS folder, with the options
+# of fuzz/NAME.options (max_len, timeout, rss_limit_mb); EXTRA are passed on.
+# Fails on any crash, leak, timeout or out-of-memory result.
+#
+# Seeds: every file of SEEDS that the target reads (our format's .bin for
+# fuzz_snapshot_reader, .pickle for fuzz_pickle_reader, both for
+# fuzz_analysis) and that fits in max_len. Larger files stay out: libFuzzer
+# would cut them to max_len, and as seeds of their own size they made every
+# mutation of them as large (docs/RELIABILITY.md, "Fuzzing").
 set -euo pipefail
 fuzzer=$1 seconds=$2 seeds=$3 corpus=$4 runs=${5:--1}
+shift $(( $# < 5 ? $# : 5 ))
+name=$(basename "$fuzzer")
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+options=()
+max_len=4096
+if [[ -f "$here/$name.options" ]]; then
+  while IFS='=' read -r key value; do
+    key=${key//[[:space:]]/} value=${value//[[:space:]]/}
+    [[ -z "$key" || "$key" == \#* || "$key" == \[* ]] && continue
+    options+=("-$key=$value")
+    [[ "$key" == max_len ]] && max_len=$value
+  done < "$here/$name.options"
+fi
+case "$name" in
+  fuzz_snapshot_reader) patterns=(-name '*.bin') ;;
+  fuzz_pickle_reader) patterns=(-name '*.pickle') ;;
+  *) patterns=(-name '*.bin' -o -name '*.pickle') ;;
+esac
 rm -rf "$corpus" && mkdir -p "$corpus"
-# One folder of seeds: every regular file of testdata/ up to 4 MB (libFuzzer
-# reads folders one level deep).
+# One folder of seeds (libFuzzer reads folders one level deep).
 seed_dir="$corpus.seeds"
 rm -rf "$seed_dir" && mkdir -p "$seed_dir"
-find "$seeds" -type f -size -4M -print0 | while IFS= read -r -d '' file; do
-  cp "$file" "$seed_dir/$(printf '%s' "$file" | md5sum | cut -c1-16)"
-done
-exec "$fuzzer" -max_total_time="$seconds" -runs="$runs" -timeout=10 -rss_limit_mb=2048 -max_len=1048576 \
-  -print_final_stats=1 -artifact_prefix="$corpus/" "$corpus" "$seed_dir"
+IFS=':' read -r -a seed_roots <<< "$seeds"
+find "${seed_roots[@]}" -type f \( "${patterns[@]}" \) -size -"$((max_len + 1))"c -print0 |
+  while IFS= read -r -d '' file; do
+    cp "$file" "$seed_dir/$(md5sum < "$file" | cut -c1-16)"
+  done
+exec "$fuzzer" -max_total_time="$seconds" -runs="$runs" "${options[@]}" -print_final_stats=1 \
+  -artifact_prefix="$corpus/" "$@" "$corpus" "$seed_dir"
