@@ -66,6 +66,15 @@ options_of() {
   sed -n 's/^[[:space:]]*\([a-z_]*\)[[:space:]]*=[[:space:]]*\([^[:space:]]*\).*/-\1=\2/p' "$root/fuzz/$1.options"
 }
 
+# clang 14's ASan runtime can fail at start under 32 bits of mmap randomness
+# (Ubuntu 24.04's kernels; vm.mmap_rnd_bits is 28 on the dev VM): the jobs run
+# without address randomization, which they inherit from setarch -R.
+no_aslr=()
+if [[ "$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 0)" -gt 28 ]] && command -v setarch > /dev/null; then
+  no_aslr=(setarch "$(uname -m)" -R)
+fi
+echo "vm.mmap_rnd_bits $(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null), prefix: ${no_aslr[*]:-none}" | tee -a "$OUT/summary.txt"
+
 start=$(date +%s)
 for t in "${targets[@]}"; do
   w=${workers[$t]}
@@ -74,7 +83,7 @@ for t in "${targets[@]}"; do
   rm -rf "$dir" "$corpus" && mkdir -p "$dir/artifacts" "$corpus"
   # -jobs writes fuzz-JOB.log into the current folder.
   ( began=$(date +%s)
-    cd "$dir" && "$carry/bin/$t" $(options_of "$t") -jobs="$w" -workers="$w" -runs="$runs" \
+    cd "$dir" && "${no_aslr[@]}" "$carry/bin/$t" $(options_of "$t") -jobs="$w" -workers="$w" -runs="$runs" \
       -max_total_time="$SECONDS_CAP" -print_final_stats=1 -artifact_prefix="$dir/artifacts/" \
       "$corpus" "$carry/seeds/$t" > "$dir/parent.log" 2>&1
     echo $(( $(date +%s) - began )) > "$dir/elapsed" ) &
