@@ -195,6 +195,11 @@ class CachingAllocator {
   // what it reads (stats, an observer's event count) describes the same
   // moment as the layout. It must not call back into the allocator.
   std::vector<snapshot::Segment> layout(const std::function<void()>& while_locked = {}) const;
+  // The largest cached free block, in bytes (mapped memory that no request
+  // holds and no stream event waits on), 0 when none: layout()'s largest
+  // inactive block, without building the layout. Takes every pool lock
+  // briefly; O(pools), no heap allocation beyond the lock list.
+  std::size_t largest_free_block() const;
 
   // Installs (or, with nullptr, removes) the event observer. The observer
   // must outlive its installation.

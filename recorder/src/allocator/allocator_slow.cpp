@@ -527,6 +527,17 @@ void CachingAllocator::set_memory_fraction(double fraction) {
   impl_->fraction_set_.store(true);
 }
 
+std::size_t CachingAllocator::largest_free_block() const {
+  std::vector<std::unique_lock<std::mutex>> locks;
+  impl_->lock_all(locks);
+  std::size_t largest = 0;
+  // Each free set is ordered by size: its last block is its largest.
+  for (Shard* shard : impl_->shards)
+    for (const FreeSet* set : {&shard->small_blocks, &shard->large_blocks})
+      if (!set->empty()) largest = std::max(largest, std::prev(set->end())->size);
+  return largest;
+}
+
 std::vector<snapshot::Segment> CachingAllocator::layout(const std::function<void()>& while_locked) const {
   std::vector<std::unique_lock<std::mutex>> locks;
   impl_->lock_all(locks);
