@@ -274,3 +274,36 @@ TEST_CASE("the seed example's four steps match PyTorch's figures") {
   CHECK(allocator.memory_allocated() == 4000256);
   allocator.deallocate(small);
 }
+
+TEST_CASE("largest_free_block is the layout's largest inactive block, pending frees and other streams' blocks included") {
+  // Given blocks split out of small and large segments on two streams, some
+  // freed, one freed while used on another stream (pending, so not free),
+  auto device = test_device();
+  CachingAllocator allocator(device);
+  const Stream side = device->create_stream();
+  CHECK(allocator.largest_free_block() == 0);
+  void* a = allocator.allocate(4 * MiB);
+  void* b = allocator.allocate(6 * MiB);
+  void* c = allocator.allocate(3 * MiB, side);
+  void* d = allocator.allocate(100 * KiB);
+  void* e = allocator.allocate(200 * KiB);
+  allocator.deallocate(a);
+  allocator.deallocate(d);
+  allocator.record_stream(b, side);
+  allocator.deallocate(b);
+  auto largest_inactive = [&] {
+    std::uint64_t largest = 0;
+    for (const auto& segment : allocator.layout())
+      for (const auto& block : segment.blocks)
+        if (block.state == snapshot::BlockState::inactive) largest = std::max(largest, block.size);
+    return largest;
+  };
+  // then it equals the layout's largest free block, before and after the pending free completes.
+  CHECK(largest_inactive() > 0);
+  CHECK(allocator.largest_free_block() == largest_inactive());
+  device->synchronize();
+  allocator.deallocate(e);
+  CHECK(allocator.largest_free_block() == largest_inactive());
+  allocator.deallocate(c);
+  CHECK(allocator.largest_free_block() == largest_inactive());
+}
