@@ -22,7 +22,7 @@
 # 1,287 executions per CPU second) 10M of each is 11,800 core seconds, more
 # than one call's 10 minutes on 16 cores, so it takes two calls:
 #   TARGETS="fuzz_snapshot_reader fuzz_pickle_reader" W_SNAPSHOT=7 W_PICKLE=9 FUZZ_SECONDS=400
-#   TARGETS=fuzz_analysis W_ANALYSIS=16 FUZZ_SECONDS=540
+#   TARGETS=fuzz_analysis W_ANALYSIS=16 FUZZ_SECONDS=520
 # (about 250 s and 490 s at those rates; a job stops at its -runs share first).
 set -uo pipefail
 root=$(pwd)
