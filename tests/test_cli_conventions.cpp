@@ -404,9 +404,13 @@ TEST_CASE("given the other executables, usage errors follow the same convention"
 }
 
 TEST_CASE("given a large trace, events and timeline --all-events stream: peak RSS stays far below the listing's size") {
-  // 1M events here (the 5M measurement is in docs/PERFORMANCE.md).
+  // 1M events here (the 5M measurement is in docs/PERFORMANCE.md). Under a
+  // sanitizer, whose memory is not held to the bound, 200k: the listings
+  // still stream through many chunks, in a fifth of the time.
+  const std::string events = kSanitized ? "200000" : "1000000";
+  const std::uintmax_t least_bytes = kSanitized ? 10'000'000 : 50'000'000;
   const fs::path trace = scratch() / "trace-1m.bin";
-  const Run made = run("cachealloc-synthetic", {"--events", "1000000", "--seed", "1", "--stacks", "none", "-o", trace.string()});
+  const Run made = run("cachealloc-synthetic", {"--events", events, "--seed", "1", "--stacks", "none", "-o", trace.string()});
   REQUIRE(made.code == 0);
   CHECK(made.err.empty());  // no ring overflow note
   // Its ring held the whole run: no figure of the summary is a lower bound.
@@ -418,13 +422,13 @@ TEST_CASE("given a large trace, events and timeline --all-events stream: peak RS
   const Run r = run(kAnalyze, {"events", trace.string(), "--all-events", "--format", "csv", "-o", listing.string()});
   CHECK(r.code == 0);
   const std::uintmax_t size = fs::file_size(listing);
-  MESSAGE("events --all-events, 1M events: " << size / 1000000 << " MB of CSV, " << r.max_rss_kib / 1024
+  MESSAGE("events --all-events, " << events << " events: " << size / 1000000 << " MB of CSV, " << r.max_rss_kib / 1024
                                              << " MiB peak RSS, " << r.seconds << " s");
-  CHECK(size > 50'000'000);
+  CHECK(size > least_bytes);
   if (!kSanitized) CHECK(r.max_rss_kib < 100 * 1024);
   const Run timeline = run(kAnalyze, {"timeline", trace.string(), "--all-events", "--format", "csv", "-o", listing.string(), "-f"});
   CHECK(timeline.code == 0);
-  MESSAGE("timeline --all-events, 1M events: " << fs::file_size(listing) / 1000000 << " MB of CSV, "
+  MESSAGE("timeline --all-events, " << events << " events: " << fs::file_size(listing) / 1000000 << " MB of CSV, "
                                                << timeline.max_rss_kib / 1024 << " MiB peak RSS, " << timeline.seconds << " s");
   if (!kSanitized) CHECK(timeline.max_rss_kib < 100 * 1024);
   // and export, every event in CSV and JSON, streams as well (it held the
@@ -433,8 +437,8 @@ TEST_CASE("given a large trace, events and timeline --all-events stream: peak RS
     for (const char* format : {"csv", "json"}) {
       const Run exported = run(kAnalyze, {"export", trace.string(), "--what", what, "--format", format, "-o", listing.string(), "-f"});
       CHECK(exported.code == 0);
-      CHECK(fs::file_size(listing) > 50'000'000);
-      MESSAGE("export --what " << std::string(what) << " --format " << std::string(format) << ", 1M events: " << fs::file_size(listing) / 1000000
+      CHECK(fs::file_size(listing) > least_bytes);
+      MESSAGE("export --what " << std::string(what) << " --format " << std::string(format) << ", " << events << " events: " << fs::file_size(listing) / 1000000
                                << " MB, " << exported.max_rss_kib / 1024 << " MiB peak RSS");
       if (!kSanitized) CHECK(exported.max_rss_kib < 100 * 1024);
     }
