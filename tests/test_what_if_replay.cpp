@@ -276,6 +276,15 @@ TEST_CASE("given a bad setting or fraction, when replayed, then a one-line error
   CHECK_THROWS_AS(analyzer::replay_allocator(source, options), ConfigError);
   options.set = {"no_such_key=1"};
   CHECK_THROWS_AS(analyzer::replay_allocator(source, options), ConfigError);
+  // named as given on the command line, not as CACHEALLOC_CONF text
+  CHECK_THROWS_WITH(analyzer::replay_allocator(source, options),
+                    doctest::Contains("--set no_such_key=1: unknown option (known: max_split_size_mb"));
+  options.set = {"expandable_segments=True", "max_split_size_mb=abc"};
+  CHECK_THROWS_WITH(analyzer::replay_allocator(source, options),
+                    "--set max_split_size_mb=abc: expected a non-negative integer");
+  options.set = {"expandable_segments"};
+  CHECK_THROWS_WITH(analyzer::replay_allocator(source, options),
+                    "--set expandable_segments: expected KEY=VALUE, a CACHEALLOC_CONF key and its value");
   options.set = {};
   options.fraction = 1.5;
   CHECK_THROWS_AS(analyzer::replay_allocator(source, options), InvalidArgument);

@@ -597,6 +597,28 @@ void* allocate_in_pool(CachingAllocator& allocator, PoolId pool, std::size_t byt
 
 AllocatorConfig recorded_settings(const snapshot::Snapshot& head, bool& known) { return recorded_config(head, known); }
 
+std::string settings_with(std::string base, const std::vector<std::string>& set) {
+  for (const std::string& given : set) {
+    std::string pair = given;
+    const auto equals = pair.find('=');
+    if (equals != std::string::npos) pair[equals] = ':';
+    if (pair.find(':') == std::string::npos || pair.front() == ':')
+      throw ConfigError("--set " + given + ": expected KEY=VALUE, a CACHEALLOC_CONF key and its value");
+    try {
+      (void)parse_config(pair);
+    } catch (const ConfigError& error) {
+      // The parser's own words, without its "CACHEALLOC_CONF: 'key:value': " lead.
+      std::string why = error.what();
+      if (why.starts_with("CACHEALLOC_CONF: ")) why.erase(0, 17);
+      if (why.starts_with("'"))
+        if (const auto end = why.find("': "); end != std::string::npos) why.erase(0, end + 3);
+      throw ConfigError("--set " + given + ": " + why);
+    }
+    base += (base.empty() ? "" : ",") + pair;
+  }
+  return base;
+}
+
 ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions& options) {
   const snapshot::Snapshot& head = source.head();
   ReplayResult result;
@@ -608,13 +630,8 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
   AllocatorConfig base = recorded_config(head, result.settings_known);
   if (!result.settings_known) result.notes.push_back("the file holds no allocator settings: PyTorch's defaults assumed");
   result.recorded_config = to_string(base);
-  std::string text = result.recorded_config;
-  for (std::string pair : options.set) {
-    const auto equals = pair.find('=');
-    if (equals != std::string::npos) pair[equals] = ':';
-    text += (text.empty() ? "" : ",") + pair;
-  }
-  const AllocatorConfig config = options.config ? *options.config : parse_config(text);
+  const AllocatorConfig config =
+      options.config ? *options.config : parse_config(settings_with(result.recorded_config, options.set));
   result.replayed_config = to_string(config);
 
   SimulatedDeviceOptions device_options = simulated_h200_options();

@@ -257,13 +257,7 @@ SweepResult sweep(EventSource& source, const SweepOptions& options) {
   // Every point's settings, checked before any replay.
   bool known = true;
   const AllocatorConfig recorded = recorded_settings(head, known);
-  std::string base_text = to_string(recorded);
-  for (std::string pair : options.set) {
-    const auto equals = pair.find('=');
-    if (equals != std::string::npos) pair[equals] = ':';
-    base_text += (base_text.empty() ? "" : ",") + pair;
-  }
-  const AllocatorConfig base = parse_config(base_text);
+  const AllocatorConfig base = parse_config(settings_with(to_string(recorded), options.set));
   std::size_t count = 1;
   for (const SweepAxis& axis : axes) count *= axis.values.size();
   std::vector<SweepPoint> points(count);

@@ -148,6 +148,11 @@ struct ReplayResult {
 // for a recorded text that does not parse.
 AllocatorConfig recorded_settings(const snapshot::Snapshot& head, bool& known);
 
+// `base` (CACHEALLOC_CONF text) with each --set pair over it, KEY=VALUE or
+// KEY:VALUE. Each pair is checked alone first, so a bad one is named as the
+// user wrote it: ConfigError "--set KEY=VALUE: why".
+std::string settings_with(std::string base, const std::vector<std::string>& set);
+
 // Replays `source`. Throws snapshot::SnapshotError for an unreadable block,
 // ConfigError for a bad --set pair, InvalidArgument for a bad fraction or
 // capacity or a trace it cannot replay (a ring start with expandable
