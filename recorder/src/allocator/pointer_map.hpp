@@ -68,9 +68,11 @@ class PointerMap {
  private:
   // 1,024 shards: threads on different streams work on different blocks,
   // and those land on shards at random, so T threads share some shard with
-  // probability about T^2 / (2 x kShards): with 64 shards, 16 threads almost
-  // always had two on one lock (85%), which made those two, and the
-  // aggregate, several times slower; with 1,024 it is about 11%.
+  // probability about T^2 / (2 x kShards): 85% for 16 threads with 64
+  // shards, about 11% with 1,024. Measured on the H200 (docs/PERFORMANCE.md,
+  // "Threads on the H200 after session 7"), this did not change the
+  // aggregate at 8 or 16 threads: the shard locks were not what makes every
+  // thread slower there.
   static constexpr int kShardBits = 10;
   static constexpr std::size_t kShards = std::size_t{1} << kShardBits;
   static constexpr std::size_t kInitialSlots = 16;
