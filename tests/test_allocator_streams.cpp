@@ -1,6 +1,12 @@
 // Per-stream pools and cross-stream frees deferred by events.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
 #include "allocator_support.hpp"
 
 using namespace cachealloc;
@@ -133,5 +139,124 @@ TEST_CASE("one thread on two streams: the peaks are those of the calls in the or
     CHECK(allocator.max_memory_allocated() == 100 * MiB);
   }
   allocator.empty_cache();
+  device->destroy_stream(side);
+}
+
+namespace {
+
+// The program-order scenario above, on `allocator`, with `between` run
+// before each call. Returns the allocated peak the stats report.
+std::int64_t kept_passing_more_peak(CachingAllocator& allocator, Stream side, const std::function<void()>& between) {
+  allocator.reset_peak_stats();
+  between();
+  void* kept = allocator.allocate(40 * MiB, side);
+  between();
+  void* passing = allocator.allocate(60 * MiB, Stream{});
+  between();
+  allocator.deallocate(passing);
+  between();
+  void* more = allocator.allocate(20 * MiB, side);
+  between();
+  const std::int64_t peak = allocator.stats().allocated_bytes[stat_all].peak;
+  allocator.deallocate(kept);
+  allocator.deallocate(more);
+  return peak;
+}
+
+}  // namespace
+
+TEST_CASE("after other threads worked on their own streams, one thread on two streams still gets its call order's peaks") {
+  // Session 7's publishing switched to batches whenever another thread had
+  // published last, and the next lone thread then folded its two pools in
+  // stream order: a peak of 60 MiB here instead of 100.
+  auto device = test_device();
+  CachingAllocator allocator(device);
+  std::vector<Stream> streams;
+  for (int t = 0; t < 4; ++t) streams.push_back(device->create_stream());
+  std::vector<std::thread> workers;
+  for (Stream stream : streams) {
+    workers.emplace_back([&allocator, stream] {
+      for (int i = 0; i < 5000; ++i) allocator.deallocate(allocator.allocate(4096, stream));
+    });
+  }
+  for (auto& worker : workers) worker.join();
+  const Stream side = device->create_stream();
+  CHECK(kept_passing_more_peak(allocator, side, [] {}) == 100 * MiB);
+  CHECK(allocator.memory_allocated() == 0);
+  // And with threads still at work on their own streams meanwhile, the
+  // peak is at least this thread's own: the others' 4 KiB may add to it.
+  std::atomic<bool> stop{false};
+  for (Stream stream : streams) {
+    workers.emplace_back([&allocator, &stop, stream] {
+      while (!stop.load()) allocator.deallocate(allocator.allocate(4096, stream));
+    });
+  }
+  for (int round = 0; round < 20; ++round) {
+    const std::int64_t peak = kept_passing_more_peak(allocator, side, [] {});
+    CHECK(peak >= 100 * MiB);
+    CHECK(peak <= 100 * MiB + 4 * 4096);
+  }
+  stop.store(true);
+  for (auto& worker : workers)
+    if (worker.joinable()) worker.join();
+  CHECK(allocator.memory_allocated() == 0);
+  allocator.empty_cache();
+  for (Stream stream : streams) device->destroy_stream(stream);
+  device->destroy_stream(side);
+}
+
+TEST_CASE("one thread going back and forth between two allocators keeps each one's call-order peaks") {
+  // A thread's pending pool may belong to another allocator (a second
+  // device): it is folded there before this allocator's call.
+  auto device = test_device();
+  CachingAllocator first(device);
+  CachingAllocator second(device);
+  const Stream side = device->create_stream();
+  void* held = nullptr;
+  int step = 0;
+  // Between first's calls, second allocates or frees on its side stream,
+  // so that this thread's last pool is second's every time.
+  const auto touch_second = [&] {
+    if (step++ % 2 == 0) {
+      held = second.allocate(1 * MiB, side);
+    } else {
+      second.deallocate(held);
+      held = nullptr;
+    }
+  };
+  CHECK(kept_passing_more_peak(first, side, touch_second) == 100 * MiB);
+  if (held) second.deallocate(held);
+  CHECK(second.max_memory_allocated() == 1 * MiB);
+  CHECK(second.memory_allocated() == 0);
+  step = 0;
+  const auto touch_first = [&] {
+    if (step++ % 2 == 0) {
+      held = first.allocate(1 * MiB, side);
+    } else {
+      first.deallocate(held);
+      held = nullptr;
+    }
+  };
+  CHECK(kept_passing_more_peak(second, side, touch_first) == 100 * MiB);
+  if (held) first.deallocate(held);
+  first.empty_cache();
+  second.empty_cache();
+  device->destroy_stream(side);
+}
+
+TEST_CASE("a thread whose last allocator is gone works with the next one, which may take the same address") {
+  // The thread's pending pool names a destroyed allocator: it must be
+  // forgotten, not folded (under ASan a fold would be a use after free).
+  auto device = test_device();
+  const Stream side = device->create_stream();
+  for (int round = 0; round < 50; ++round) {
+    auto allocator = std::make_unique<CachingAllocator>(device);
+    void* p = allocator->allocate(4096, round % 2 ? side : Stream{});
+    allocator->deallocate(p);
+    void* q = allocator->allocate(8192, round % 2 ? Stream{} : side);
+    CHECK(allocator->memory_allocated() == 8192);
+    allocator->deallocate(q);
+    CHECK(allocator->max_memory_allocated() == 8192);
+  }
   device->destroy_stream(side);
 }

@@ -27,14 +27,18 @@ std::size_t roundup_power2_next_division(std::size_t size, std::size_t divisions
 }  // namespace
 
 CachingAllocator::Impl::Impl(std::shared_ptr<Device> dev, AllocatorConfig cfg)
-    : device(std::move(dev)), config(std::move(cfg)) {
-  if (!device) throw InvalidArgument("CachingAllocator: no device");
+    : device(std::move(dev)), config(std::move(cfg)), generation(register_live(this)) {
+  if (!device) {
+    unregister_live();
+    throw InvalidArgument("CachingAllocator: no device");
+  }
   stats.max_split_size = config.max_split_size == std::numeric_limits<std::size_t>::max()
                              ? std::numeric_limits<std::int64_t>::max()
                              : static_cast<std::int64_t>(config.max_split_size);
 }
 
 CachingAllocator::Impl::~Impl() {
+  unregister_live();  // no other thread folds a pool of this allocator from here on
   try {
     std::vector<std::unique_lock<std::mutex>> locks;
     lock_all(locks);
@@ -451,51 +455,63 @@ void CachingAllocator::Impl::free_block(Block* block, bool also_release_allocati
 }
 
 namespace {
-// The address of a thread-local names the calling thread.
-thread_local char t_thread_token __attribute__((tls_model("initial-exec")));
+
+// Live allocators by generation, so that a thread whose pending pool is in
+// another allocator can fold it there (or learn that allocator is gone).
+// Lock order: g_live_mutex, then that allocator's pool lock.
+std::mutex g_live_mutex;
+std::vector<std::pair<std::uint64_t, CachingAllocator::Impl*>> g_live;
+std::atomic<std::uint64_t> g_next_generation{1};
+
 }  // namespace
 
-std::uintptr_t CachingAllocator::Impl::thread_token() noexcept { return reinterpret_cast<std::uintptr_t>(&t_thread_token); }
+std::uint64_t CachingAllocator::Impl::register_live(Impl* impl) {
+  const std::uint64_t generation = g_next_generation.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(g_live_mutex);
+  g_live.emplace_back(generation, impl);
+  return generation;
+}
+
+void CachingAllocator::Impl::unregister_live() noexcept {
+  std::lock_guard lock(g_live_mutex);
+  std::erase_if(g_live, [&](const auto& entry) { return entry.first == generation; });
+}
 
 void CachingAllocator::Impl::publish(Shard& shard) noexcept {
-  {
-    std::lock_guard lock(stats_lock);
-    shard.unpublished.fold_into(stats);
-  }
-  Shard* expected = &shard;
-  if (deferred.load(std::memory_order_relaxed) == &shard &&
-      deferred.compare_exchange_strong(expected, nullptr, std::memory_order_relaxed))
-    deferred_owner.store(0, std::memory_order_relaxed);
+  std::lock_guard lock(stats_lock);
+  shard.unpublished.fold_into(stats);
 }
 
 void CachingAllocator::Impl::maybe_publish(Shard& shard) noexcept {
-  const std::uintptr_t me = thread_token();
-  const std::uintptr_t last = last_publisher.load(std::memory_order_relaxed);
-  if (last != me && last != 0) {
-    // Several threads at work: every kPublishBatch operations.
-    if (++shard.unpublished.operations < kPublishBatch) return;
-    publish(shard);
-    last_publisher.store(me, std::memory_order_relaxed);
+  t_pending = ThreadPending{generation, &shard};
+  PendingStats& pending = shard.unpublished;
+  if (++pending.operations < kPublishBatch) [[likely]]
     return;
+  if (pending.operations < kPublishBatchLimit) {
+    if (!stats_lock.try_lock()) return;  // another thread folds: next time
+  } else {
+    stats_lock.lock();
   }
-  if (last != me) last_publisher.store(me, std::memory_order_relaxed);
-  // One thread at work: defer while it keeps to this pool.
-  Shard* waiting = deferred.load(std::memory_order_relaxed);
-  if (waiting == &shard) return;
-  if (waiting == nullptr) {
-    deferred_owner.store(me, std::memory_order_relaxed);
-    Shard* none = nullptr;
-    if (deferred.compare_exchange_strong(none, &shard, std::memory_order_relaxed)) return;
-    deferred_owner.store(0, std::memory_order_relaxed);
-  }
-  publish(shard);  // another pool waits (another thread's): publish this one now
+  pending.fold_into(stats);
+  stats_lock.unlock();
 }
 
-void CachingAllocator::Impl::flush_deferred_slow(const Shard& next) noexcept {
-  Shard* waiting = deferred.load(std::memory_order_relaxed);
-  if (waiting == nullptr || waiting == &next) return;
-  std::lock_guard lock(waiting->mutex);
-  if (deferred.load(std::memory_order_relaxed) == waiting) publish(*waiting);
+void CachingAllocator::Impl::flush_deferred_slow() noexcept {
+  const ThreadPending waiting = t_pending;
+  t_pending = ThreadPending{};
+  if (waiting.allocator == generation) {
+    std::lock_guard lock(waiting.shard->mutex);
+    publish(*waiting.shard);
+    return;
+  }
+  // The thread moved here from another allocator (a second device, say).
+  std::lock_guard registry(g_live_mutex);
+  for (auto& [other_generation, other] : g_live) {
+    if (other_generation != waiting.allocator) continue;
+    std::lock_guard lock(waiting.shard->mutex);
+    other->publish(*waiting.shard);
+    return;
+  }
 }
 
 void CachingAllocator::Impl::publish_all_locked() noexcept {
@@ -503,8 +519,6 @@ void CachingAllocator::Impl::publish_all_locked() noexcept {
     std::lock_guard lock(stats_lock);
     for (Shard* shard : shards) shard->unpublished.fold_into(stats);
   }
-  deferred.store(nullptr, std::memory_order_relaxed);
-  deferred_owner.store(0, std::memory_order_relaxed);
 }
 
 void CachingAllocator::Impl::publish_all() {

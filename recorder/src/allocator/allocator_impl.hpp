@@ -108,6 +108,8 @@ struct StatDelta {
     down += amount;
   }
   void fold_into(Stat& stat) noexcept {
+    // An untouched stat leaves its cache line of the shared figures alone.
+    if ((up | down) == 0) return;
     if (stat.current + high > stat.peak) stat.peak = stat.current + high;
     stat.current += net;
     stat.allocated += up;
@@ -137,12 +139,20 @@ struct PendingStats {
       for (std::size_t t = 0; t < kStatTypes; ++t) (*mine[i])[t].fold_into((*theirs[i])[t]);
     oversize_allocations.fold_into(stats.oversize_allocations);
     oversize_segments.fold_into(stats.oversize_segments);
-    stats.num_alloc_retries += num_alloc_retries;
-    stats.num_device_alloc += num_device_alloc;
-    stats.num_device_free += num_device_free;
-    num_alloc_retries = num_device_alloc = num_device_free = 0;
+    if ((num_alloc_retries | num_device_alloc | num_device_free) != 0) {
+      stats.num_alloc_retries += num_alloc_retries;
+      stats.num_device_alloc += num_device_alloc;
+      stats.num_device_free += num_device_free;
+      num_alloc_retries = num_device_alloc = num_device_free = 0;
+    }
     operations = 0;
   }
+};
+
+// The pool a thread last changed, and in which allocator (its generation).
+struct ThreadPending {
+  std::uint64_t allocator = 0;
+  Shard* shard = nullptr;
 };
 
 struct PendingFree {
@@ -152,7 +162,9 @@ struct PendingFree {
 
 // Everything that belongs to one stream of one pool (the default pool, or
 // a private pool of a CUDA graph or MemPool).
-struct Shard {
+// Aligned to a cache line: shards of threads on different streams never
+// share one.
+struct alignas(64) Shard {
   Shard(Stream s, PoolId p) : stream(s), pool_id(p) {}
   Stream stream;
   PoolId pool_id;
@@ -300,42 +312,53 @@ struct CachingAllocator::Impl {
   std::atomic<std::size_t> free_block_calls[2] = {0, 0};
 
   // Publishing. Every stats change goes to the pending stats of the pool
-  // concerned, under its lock, in order. While one thread is at work (the
-  // calling thread is the last one that published) its pool's changes stay
-  // pending, `deferred`, for as long as it keeps to that pool: a StatDelta
-  // folds any run of changes exactly (its `high` is the peak of the run), so
-  // nothing is published per call. The first call of that thread on another
-  // pool publishes the deferred one first (flush_deferred, before it takes
-  // its own lock, so no lock is held while taking that one), and readers
-  // publish every pool: every figure a reader sees is exact, as if each call
-  // had published. When several threads are at work, a pool publishes every
-  // kPublishBatch operations instead, so that threads on different streams
-  // seldom meet on `stats`; peaks then stay exact for every stream's own
-  // sequence, and concurrent streams' operations count as if each batch ran
-  // at once, one of the orders the program could have run in.
-  static constexpr std::uint32_t kPublishBatch = 64;
+  // concerned, under its lock, in order, and is folded into the shared
+  // `stats` later: a StatDelta folds any run of changes exactly (its `high`
+  // is the peak of the run). A pool folds
+  //   - when a reader asks: readers publish every pool first, so every
+  //     figure a reader sees is exact;
+  //   - when the thread that last changed it goes to another pool
+  //     (flush_deferred, before that thread takes the other pool's lock, so
+  //     no lock is held while taking this one): a thread thus has changes
+  //     pending in one pool at most, and its own calls fold in the order it
+  //     made them, which keeps PyTorch's peaks for a single thread on many
+  //     streams (test_allocator_streams);
+  //   - every kPublishBatch operations, so that pending figures stay recent.
+  // Concurrent threads' operations then count as if each run folded ran at
+  // once, one of the orders the program could have run in.
+  //
+  // Nothing shared is read or written on a call but at a fold, and a fold at
+  // a batch's end uses try_lock: when another thread is folding, it goes on
+  // and tries again at its next operation (waiting only at
+  // kPublishBatchLimit). With 16 threads a fold pulls its lines of `stats`
+  // from another core; session 7's scheme, which also stored a shared
+  // `last_publisher` at every fold and read it on every call, left 16
+  // threads at 5-9x one thread's cost per pair (docs/PERFORMANCE.md).
+  static constexpr std::uint32_t kPublishBatch = 1024;
+  static constexpr std::uint32_t kPublishBatchLimit = 4 * kPublishBatch;
   void maybe_publish(Shard& shard) noexcept;
   void publish(Shard& shard) noexcept;  // needs the shard's lock
   void publish_all_locked() noexcept;  // every pool lock is held
   void publish_all();                  // takes each pool lock in turn
-  // Publishes the pool this thread deferred when it is not `next`. Takes
-  // that pool's lock: call with no pool lock held.
+  // The pool this thread last changed (its changes may still be pending).
+  static inline thread_local ThreadPending t_pending __attribute__((tls_model("initial-exec")));
+  // Publishes the pool this thread left pending when it is not `next`.
+  // Takes that pool's lock: call with no pool lock held.
   void flush_deferred(const Shard& next) noexcept {
-    if (deferred_owner.load(std::memory_order_relaxed) != thread_token()) [[likely]]
+    Shard* const waiting = t_pending.shard;
+    if (waiting == &next || waiting == nullptr) [[likely]]
       return;
-    flush_deferred_slow(next);
+    flush_deferred_slow();
   }
-  void flush_deferred_slow(const Shard& next) noexcept;
-  static std::uintptr_t thread_token() noexcept;
+  void flush_deferred_slow() noexcept;
   MemoryStats read_stats() const;
   static inline thread_local bool t_holds_all_locks __attribute__((tls_model("initial-exec"))) = false;
-  // The publishing state, read on every call: one cache line of its own.
-  alignas(64) std::atomic<std::uintptr_t> last_publisher{0};
-  std::atomic<Shard*> deferred{nullptr};            // the pool whose changes wait, or none
-  std::atomic<std::uintptr_t> deferred_owner{0};    // the thread that deferred them
-  char publishing_padding_[64 - 2 * sizeof(std::uintptr_t) - sizeof(Shard*)];
+  // Process-unique, never reused: names this allocator in t_pending.
+  static std::uint64_t register_live(Impl* impl);
+  void unregister_live() noexcept;
+  const std::uint64_t generation;
 
-  mutable detail::Spinlock stats_lock;
+  alignas(64) mutable detail::Spinlock stats_lock;
   MemoryStats stats;  // published figures, under stats_lock
 };
 
