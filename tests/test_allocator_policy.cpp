@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <random>
 
 #include "allocator_support.hpp"
 
@@ -306,4 +307,114 @@ TEST_CASE("largest_free_block is the layout's largest inactive block, pending fr
   CHECK(allocator.largest_free_block() == largest_inactive());
   allocator.deallocate(c);
   CHECK(allocator.largest_free_block() == largest_inactive());
+}
+
+namespace {
+// PyTorch's best fit found the slow way, from the layout: the smallest free
+// small-pool block that holds `size`, the lowest address among equal sizes;
+// 0 when none does (a new segment). One stream only.
+std::uint64_t brute_force_small_best_fit(const CachingAllocator& allocator, std::size_t size) {
+  std::uint64_t best_size = 0, best_address = 0;
+  for (const auto& segment : allocator.layout()) {
+    if (segment.large_pool) continue;
+    for (const auto& block : segment.blocks) {
+      if (block.state != snapshot::BlockState::inactive || block.size < size) continue;
+      if (best_size == 0 || block.size < best_size || (block.size == best_size && block.address < best_address)) {
+        best_size = block.size;
+        best_address = block.address;
+      }
+    }
+  }
+  return best_address;
+}
+
+std::uint64_t largest_inactive_block(const CachingAllocator& allocator) {
+  std::uint64_t largest = 0;
+  for (const auto& segment : allocator.layout())
+    for (const auto& block : segment.blocks)
+      if (block.state == snapshot::BlockState::inactive) largest = std::max(largest, block.size);
+  return largest;
+}
+}  // namespace
+
+TEST_CASE("small-pool best fit takes the block a brute-force (size, address) search of the layout finds, from 512 B to 2 MiB") {
+  for (const char* conf : {"", "max_split_size_mb:21"}) {
+    CAPTURE(conf);
+    CachingAllocator allocator(test_device(), parse_config(conf));
+    // Given two wholly free 2 MiB segments (the last bin), and a segment
+    // with 512 B holes at three addresses (the first bin) and a 1 MiB + 512 B hole,
+    std::vector<void*> whole;
+    for (int i = 0; i < 4; ++i) whole.push_back(allocator.allocate(1 * MiB));
+    std::vector<void*> carved;
+    for (int i = 0; i < 7; ++i) carved.push_back(allocator.allocate(512));
+    carved.push_back(allocator.allocate(1 * MiB));
+    for (int i = 0; i < 2; ++i) carved.push_back(allocator.allocate(512));
+    for (void* p : whole) allocator.deallocate(p);
+    for (int i : {1, 3, 5, 7, 8}) allocator.deallocate(carved[static_cast<std::size_t>(i)]);
+    // when 512 B, 1 MiB and 1 MiB are requested, then each gets the brute-force best fit:
+    // the lowest 512 B hole, the 1 MiB + 512 B hole, then the lower whole segment.
+    std::vector<void*> taken;
+    for (std::size_t size : {std::size_t{512}, 1 * MiB, 1 * MiB}) {
+      CAPTURE(size);
+      const std::uint64_t expected = brute_force_small_best_fit(allocator, size);
+      REQUIRE(expected != 0);
+      taken.push_back(allocator.allocate(size));
+      CHECK(address(taken.back()) == expected);
+    }
+    CHECK(taken[0] == carved[1]);
+    CHECK(taken[1] == carved[7]);
+    CHECK(address(taken[2]) == std::min(address(whole[0]), address(whole[2])));
+    for (void* p : taken) allocator.deallocate(p);
+    for (int i : {0, 2, 4, 6, 9}) allocator.deallocate(carved[static_cast<std::size_t>(i)]);
+
+    // Given many free blocks of many sizes at many addresses,
+    std::mt19937_64 rng(19);
+    auto draw = [&rng]() -> std::size_t {
+      switch (rng() % 5) {
+        case 0: return 512;
+        case 1: return 512 * (1 + rng() % 16);
+        case 2: return 512 * (1 + rng() % 256);
+        case 3: return 512 * (1 + rng() % 2048);
+        default: return 1 * MiB - 512 * (rng() % 3);
+      }
+    };
+    std::vector<void*> live;
+    for (int i = 0; i < 400; ++i) live.push_back(allocator.allocate(draw()));
+    for (std::size_t i = 0; i < live.size(); i += 2) allocator.deallocate(live[i]);
+    std::erase_if(live, [&, i = std::size_t{0}](void*) mutable { return i++ % 2 == 0; });
+    // when random requests and frees follow, then every request gets the
+    // brute-force best fit (or a new segment when no free block holds it),
+    // and largest_free_block is the layout's largest free block.
+    std::size_t mismatches = 0, fits = 0;
+    for (int step = 0; step < 1500; ++step) {
+      const std::size_t size = draw();
+      const std::uint64_t expected = brute_force_small_best_fit(allocator, size);
+      const std::size_t reserved = allocator.memory_reserved();
+      void* p = allocator.allocate(size);
+      if (expected != 0) {
+        ++fits;
+        if (address(p) != expected) ++mismatches;
+        CHECK(allocator.memory_reserved() == reserved);
+      } else {
+        CHECK(allocator.memory_reserved() == reserved + 2 * MiB);
+      }
+      live.push_back(p);
+      for (int frees = static_cast<int>(rng() % 3); frees > 0 && !live.empty(); --frees) {
+        const std::size_t victim = rng() % live.size();
+        allocator.deallocate(live[victim]);
+        live[victim] = live.back();
+        live.pop_back();
+      }
+      if (step % 100 == 0) CHECK(allocator.largest_free_block() == largest_inactive_block(allocator));
+    }
+    CHECK(mismatches == 0);
+    CHECK(fits > 1000);
+    // and empty_cache still finds and releases every wholly free segment.
+    for (std::size_t i = 0; i < live.size(); i += 2) allocator.deallocate(live[i]);
+    allocator.empty_cache();
+    for (const auto& segment : allocator.layout()) CHECK(segment.blocks.size() > 1);
+    for (std::size_t i = 1; i < live.size(); i += 2) allocator.deallocate(live[i]);
+    allocator.empty_cache();
+    CHECK(allocator.memory_reserved() == 0);
+  }
 }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cachealloc/allocator.hpp"
+#include "free_set.hpp"
 #include "pointer_map.hpp"
 #include "spinlock.hpp"
 
@@ -81,9 +82,12 @@ struct SizeKey {
   bool operator()(std::size_t size, const Block& b) const noexcept { return size < b.size || (size == b.size && 0 < b.ptr); }
   bool operator()(const Block& b, std::size_t size) const noexcept { return b.size < size; }
 };
-using FreeSet = boost::intrusive::multiset<
+using SizeTree = boost::intrusive::multiset<
     Block, boost::intrusive::member_hook<Block, decltype(Block::free_hook), &Block::free_hook>,
-    boost::intrusive::compare<BlockBySize>, boost::intrusive::constant_time_size<true>>;
+    boost::intrusive::compare<BlockBySize>, boost::intrusive::constant_time_size<false>>;
+// The small pool's set has exact size bins (constant-time best fit); the
+// large pool's is one tree. Both in (size, address) order: see free_set.hpp.
+using FreeSet = BinnedFreeSet<SizeTree>;
 // Unmapped ranges of expandable segments, by address. A block is in a
 // FreeSet or an UnmappedSet, never both, so they share the hook.
 struct BlockByAddress {
@@ -169,7 +173,7 @@ struct alignas(64) Shard {
   Stream stream;
   PoolId pool_id;
   std::mutex mutex;
-  FreeSet small_blocks;
+  FreeSet small_blocks{FreeSet::kBinned};
   FreeSet large_blocks;
   // Outstanding events per stream they were recorded on, oldest first.
   std::map<Stream, std::deque<PendingFree>> pending;
