@@ -170,6 +170,7 @@ ThreadSlot* HistoryRecorder::State::new_slot() noexcept {
   try {
     auto fresh = std::make_unique<ThreadSlot>();
     fresh->thread = detail::thread_index();
+    fresh->staging.thread = fresh->thread;
     std::lock_guard lock(ring_lock);
     slots.push_back(std::move(fresh));
     t_state.recorder = id;
@@ -196,6 +197,7 @@ void stream_copy(Chunk& to, const Chunk& from, std::uint32_t count) noexcept {
   std::memcpy(to.events, from.events, count * sizeof(snapshot::Event));
 #endif
   to.count.store(count, std::memory_order_relaxed);
+  to.thread = from.thread;
 }
 }  // namespace
 
@@ -309,7 +311,10 @@ void HistoryRecorder::start(const HistoryOptions& options) {
       s.spare.push_back(chunk);
     }
     s.ring.clear();
-    for (auto& slot : s.slots) slot->staging.count.store(0, std::memory_order_relaxed);
+    for (auto& slot : s.slots) {
+      slot->staging.count.store(0, std::memory_order_relaxed);
+      slot->stacks.clear();
+    }
     s.annotation_slot->staging.count.store(0, std::memory_order_relaxed);
     s.next = 0;
     s.evicted = 0;
@@ -366,9 +371,7 @@ std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
   Chunk& chunk = slot->staging;
   const std::uint32_t count = chunk.count.load(std::memory_order_relaxed);
   snapshot::Event& record = chunk.events[count];  // written in place: no copy
-  record.kind = event.kind;
-  record.device = s.device;
-  record.thread = slot->thread;
+  record.kind = event.kind;  // device and thread: the dump fills them in (Chunk)
   record.time_ns = t_state.call_time;
   record.stream = event.stream.handle;
   record.address = event.address;
@@ -381,7 +384,8 @@ std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
     const std::uint32_t max_frames = s.max_frames.load(std::memory_order_relaxed);
     const std::uint32_t depth = capture == StackCapture::native ? detail::capture_native_stack(frames, max_frames)
                                                                 : detail::capture_unwound_stack(frames, max_frames);
-    record.stack = snapshot::StackId{s.table.intern(frames, depth)};
+    // The thread's cache first: no lock, no shared line (StackCache).
+    record.stack = snapshot::StackId{slot->stacks.intern(s.table, frames, depth)};
   }
   const std::uint32_t stack = record.stack.value;
   chunk.count.store(count + 1, std::memory_order_relaxed);

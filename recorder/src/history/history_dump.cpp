@@ -213,7 +213,13 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
     auto take = [&](const Chunk* chunk) {
       if (!chunk) return;
       const std::uint32_t count = chunk->count.load(std::memory_order_relaxed);
+      const auto first = static_cast<std::ptrdiff_t>(events.size());
       events.insert(events.end(), chunk->events, chunk->events + count);
+      // The fields the hot path leaves unwritten (history_state.hpp, Chunk).
+      for (auto it = events.begin() + first; it != events.end(); ++it) {
+        it->device = s.device;
+        if (chunk->thread != Chunk::kThreadInEvents) it->thread = chunk->thread;
+      }
     };
     std::size_t held = 0;
     for (const Chunk* chunk : s.ring) held += chunk->count.load(std::memory_order_relaxed);

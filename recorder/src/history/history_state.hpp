@@ -62,18 +62,30 @@ struct TickAnchor {
 // with non-temporal stores, which neither read the ring's cold memory first
 // nor evict the thread's working set, then starts over. The ring lock is
 // taken once per kCapacity events.
+//
+// The hot path leaves two fields of each event unwritten, as the dump can
+// derive them: `device` (the recorder's) and `thread` (a chunk holds one
+// thread's events; Chunk::thread names it, and flush_locked carries it into
+// the ring). Only the annotation chunk, which mixes threads, writes `thread`
+// per event (kThreadInEvents). The dump fills both in when it reads a chunk.
 struct Chunk {
   static constexpr std::uint32_t kCapacity = 256;
+  static constexpr std::uint32_t kThreadInEvents = ~std::uint32_t{0};
   alignas(64) snapshot::Event events[kCapacity];
   std::atomic<std::uint32_t> count{0};  // atomic only so that counters may be read racily
+  std::uint32_t thread = kThreadInEvents;  // whose events these are
 };
 
 // One thread's staging chunk. Only its owner writes it, and only inside
 // on_event, which runs under a pool lock; a dump reads it inside
-// CachingAllocator::layout()'s hook, where every pool lock is held.
+// CachingAllocator::layout()'s hook, where every pool lock is held, and
+// start() resets it there too.
 struct ThreadSlot {
   Chunk staging;
   std::uint32_t thread = 0;  // the owner's detail::thread_index()
+  // The owner's last interned stacks, ids of this recorder's table only
+  // (the slot belongs to one recorder). start() clears it, under layout().
+  detail::StackCache stacks;
 };
 
 struct HistoryRecorder::State {
@@ -96,8 +108,10 @@ struct HistoryRecorder::State {
   std::int32_t device = 0;
   const bool use_tsc;  // the tick source, fixed for the recorder's life
 
-  // Read on the hot path.
-  std::atomic<bool> recording{false};
+  // Read on the hot path, written only by start/stop/deactivate and a dump:
+  // cache lines of their own, away from ring_lock and the flush state that
+  // every thread writes once per chunk.
+  alignas(64) std::atomic<bool> recording{false};
   // Frames the last take_snapshot() could not symbolize (the symbolizer
   // threw); dump_snapshot() then switches recording off, with one line.
   mutable std::atomic<std::uint64_t> symbolization_failures{0};
@@ -122,7 +136,7 @@ struct HistoryRecorder::State {
   HistoryOptions options;
 
   // Everything below is guarded by ring_lock.
-  mutable detail::Spinlock ring_lock;
+  alignas(64) mutable detail::Spinlock ring_lock;
   std::vector<std::unique_ptr<Chunk>> chunks;       // owns every chunk
   std::vector<std::unique_ptr<ThreadSlot>> slots;   // one per thread that recorded
   std::unique_ptr<ThreadSlot> annotation_slot = std::make_unique<ThreadSlot>();  // events from append_direct

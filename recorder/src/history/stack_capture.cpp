@@ -36,16 +36,6 @@ StackBounds current_stack_bounds() noexcept {
   return bounds;
 }
 
-std::uint64_t hash_frames(const std::uintptr_t* frames, std::uint32_t count) noexcept {
-  std::uint64_t h = 0x9e3779b97f4a7c15ull ^ count;
-  for (std::uint32_t i = 0; i < count; ++i) {
-    h ^= frames[i];
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 32;
-  }
-  return h;
-}
-
 }  // namespace
 
 // x86-64 and AArch64 frame records: [fp] = caller's fp, [fp + 8] = return
@@ -138,8 +128,7 @@ std::uint32_t StackTable::find_or_insert(Shard& shard, std::uint64_t hash, const
   return index;
 }
 
-std::uint32_t StackTable::intern(const std::uintptr_t* frames, std::uint32_t count) noexcept {
-  const std::uint64_t hash = hash_frames(frames, count);
+std::uint32_t StackTable::intern(const std::uintptr_t* frames, std::uint32_t count, std::uint64_t hash) noexcept {
   const auto shard_index = static_cast<std::uint32_t>(hash & (kShards - 1));
   Shard& shard = shards_[shard_index];
   try {
