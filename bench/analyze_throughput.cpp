@@ -3,6 +3,11 @@
 //
 //   cachealloc-synthetic --events 3000000 --seed 1 --stacks native --threads 1 -o /tmp/s3m.bin
 //   bench_analyze_throughput /tmp/s3m.bin
+//   bench_analyze_throughput --rewrite 5 /tmp/s3m.bin /tmp/s3m_v5.bin
+//
+// --rewrite writes the snapshot again as format version 5 (event encoding 2)
+// or 6 (encoding 3), so that one binary compares the two encodings
+// (docs/PERFORMANCE.md, "Analyzer decode (session 8)").
 //
 // Reports, best of 3 runs each:
 //   - decode + analysis, streaming, one core: FileEvents reads and decodes
@@ -29,6 +34,7 @@
 
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/load.hpp"
 
 using namespace cachealloc;
@@ -99,12 +105,29 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (argc == 5 && std::strcmp(argv[1], "--rewrite") == 0) {
+    try {
+      const auto version = static_cast<std::uint32_t>(std::atoi(argv[2]));
+      const std::vector<std::byte> bytes = snapshot::detail::encode_as_version(snapshot::load(argv[3]), version);
+      std::FILE* out = std::fopen(argv[4], "wb");
+      if (out == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), out) != bytes.size() || std::fclose(out) != 0) {
+        std::fprintf(stderr, "error: cannot write %s\n", argv[4]);
+        return 1;
+      }
+      std::printf("%s: format version %u, %zu bytes\n", argv[4], version, bytes.size());
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "error: %s\n", error.what());
+      return 1;
+    }
+    return 0;
+  }
   if (argc != 2 && argc != 3) {
     std::fprintf(stderr,
                  "usage: %s SNAPSHOT [DECODE_THREADS]\n"
+                 "       %s --rewrite 5|6 SNAPSHOT OUT\n"
                  "  make one with: cachealloc-synthetic --events 3000000 --seed 1 --stacks native --threads 1 -o "
                  "/tmp/s3m.bin\n",
-                 argv[0]);
+                 argv[0], argv[0]);
     return 2;
   }
   const char* path = argv[1];

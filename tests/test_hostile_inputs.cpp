@@ -157,7 +157,8 @@ TEST_CASE("every hostile file in testdata/hostile has an expectation, and every 
   // Then they match one for one, and each failure class is there
   CHECK(files == expected.size());
   for (const char* prefix : {"invalid_utf8", "control_chars", "wrapped_totals", "overlapping", "wrapping_segment",
-                             "block_outside", "blocks_short"}) {
+                             "block_outside", "blocks_short", "truncated_v6", "reserved_flag_bit_v6",
+                             "reference_before_block_v6"}) {
     CHECK(std::any_of(expected.begin(), expected.end(), [&](const auto& e) { return e.first.starts_with(prefix); }));
   }
 }
@@ -248,11 +249,12 @@ TEST_CASE("given endless input, the analyzer ends within seconds with one line a
 }
 
 TEST_CASE("random corruptions of every format version and of PyTorch pickles: every report refuses or prints well-formed output") {
-  // Given the golden files of format versions 1-5, a recorder file and two PyTorch pickles
+  // Given the golden files of format versions 1-6, a recorder file and two PyTorch pickles
   const fs::path data = fs::path(CACHEALLOC_SOURCE_DIR) / "testdata";
   const std::vector<fs::path> inputs = {data / "format_versions" / "v1.bin", data / "format_versions" / "v2.bin",
                                         data / "format_versions" / "v3.bin", data / "format_versions" / "v4.bin",
-                                        data / "format_versions" / "v5.bin", data / "synthetic_2k_nostacks.bin",
+                                        data / "format_versions" / "v5.bin", data / "format_versions" / "v6.bin",
+                                        data / "synthetic_2k_nostacks.bin",
                                         data / "pytorch" / "no_context.pickle", data / "pytorch" / "corpus" / "oom_retry.pickle"};
   const int kCorruptions = kSanitized ? 60 : 300;
   using Report = analyzer::Document (*)(const snapshot::Snapshot&, const analyzer::ReportOptions&);

@@ -112,6 +112,21 @@ dump('wrapped_totals_huge_segment.pickle',
 dump('wrapped_totals_initial_layout.pickle',
      snapshot([segment_of(0x100000000000, [block(0x100000000000, 2**61, 'inactive', 0)])], []))
 
+# --- format version 6 (event encoding 3): the golden v6 file cut short, and
+# its first event's flag byte with the reserved bit 7 set or with bit 5 (a
+# reference distance, read from the address column) on the block's first
+# event, where no earlier event exists.
+V6 = open(os.path.join(HERE, '..', 'format_versions', 'v6.bin'), 'rb').read()
+write('truncated_v6.bin', V6[:len(V6) - 7])
+head_size = struct.unpack_from('<Q', V6, 24)[0]
+block = 32 + head_size + 12 + 8      # event section header, then the block's size
+assert V6[block:block + 4] == b'\x03\x00\x00\x00'  # EventColumns class version 3
+count = struct.unpack_from('<Q', V6, block + 4)[0]
+assert count < 128 and V6[block + 12] == count     # the flags column's length, one varint byte
+flag0 = block + 13
+write('reserved_flag_bit_v6.bin', V6[:flag0] + bytes([V6[flag0] | 0x80]) + V6[flag0 + 1:])
+write('reference_before_block_v6.bin', V6[:flag0] + bytes([V6[flag0] | 0x20]) + V6[flag0 + 1:])
+
 if len(sys.argv) > 1:
     for name in ('wrapped_totals_huge_segment', 'wrapped_totals_initial_layout'):
         subprocess.run([sys.argv[1], 'convert', os.path.join(HERE, name + '.pickle'), '-f', '-o',

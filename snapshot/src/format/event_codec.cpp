@@ -14,9 +14,9 @@
 // have seen so far, so both sides agree on every prediction without storing
 // it. Bit layouts are in docs/FORMAT.md; keep the two in step.
 //
-// Encoding 2 is what we write. Encoding 1 is only read: its decoder is kept
-// as it was when format version 1 was current, and must not change, or
-// version 1 files would read differently.
+// Encoding 3 is what we write. Encodings 1 and 2 are only read: their
+// decoders are kept as they were when format versions 1 and 2-5 were
+// current, and must not change, or those files would read differently.
 
 namespace cachealloc::snapshot::detail {
 namespace {
@@ -73,10 +73,33 @@ class ColumnReader {
       ends_early(event);
     return data_[position_++];
   }
-  // Most values fit one or two bytes (time deltas): those cases are inline,
-  // the rest out of line.
+  // Inline: with 10 bytes left no bound check can fail, and a varint of up
+  // to 8 bytes (56 bits: every time delta, address delta and size we have
+  // seen) is one load and a few shifts. Encoding 3 stores 3-4 byte address
+  // deltas, which were a call each out of line. The rest, and the last
+  // bytes of a column, go the careful way below.
   std::uint64_t varint(std::uint64_t event) {
-    if (position_ + 1 < size_) [[likely]] {
+    if (size_ - position_ >= 10) [[likely]] {
+      std::uint64_t word;
+      std::memcpy(&word, data_ + position_, sizeof word);
+      word = le64(word);
+      if ((word & 0x80) == 0) {
+        ++position_;
+        return word & 0x7f;
+      }
+      if (const std::uint64_t stops = ~word & 0x8080808080808080ull; stops != 0) [[likely]] {
+        const auto last_bit = static_cast<unsigned>(std::countr_zero(stops));  // 8 * (length - 1) + 7
+        std::uint64_t x = last_bit == 63 ? word : word & ((std::uint64_t{1} << (last_bit + 1)) - 1);
+        x &= 0x7f7f7f7f7f7f7f7full;
+        x = ((x & 0x7f007f007f007f00ull) >> 1) | (x & 0x007f007f007f007full);
+        x = ((x & 0x3fff00003fff0000ull) >> 2) | (x & 0x00003fff00003fffull);
+        x = ((x & 0x0fffffff00000000ull) >> 4) | (x & 0x000000000fffffffull);
+        position_ += (last_bit + 1) / 8;
+        return x;
+      }
+      return long_varint(event);
+    }
+    if (position_ + 1 < size_) {
       const std::uint8_t first = data_[position_];
       if (first < 0x80) {
         ++position_;
@@ -408,7 +431,8 @@ void decode(const EventColumns& columns, std::vector<Event>& events) {
 }  // namespace v1
 
 // ===========================================================================
-// Encoding 2 (format version 2): written and read.
+// Encoding 2 (format versions 2 to 5): read, and written only on request
+// (encode_events(events, 2): tests and benchmarks).
 // ===========================================================================
 namespace v2 {
 
@@ -866,9 +890,313 @@ void decode(const EventColumns& columns, std::vector<Event>& events) {
 }
 
 }  // namespace v2
+
+// ===========================================================================
+// Encoding 3 (format version 6): written and read.
+// ===========================================================================
+// Cheap to decode: no predictor maps and no recent lists. Every field comes
+// from the previous event, from one earlier event of the block named by its
+// distance (the "reference"), or from the columns. The encoder does the
+// searching (which earlier event repeats the most fields); the decoder only
+// indexes the events it has already written.
+namespace v3 {
+
+// Flag byte: kind in bits 0-3, or kContextEscape (the kind then moves to the
+// context byte, as in encoding 2); bit 4 = same time as the previous event;
+// bit 5 = a reference distance is stored (else the reference is the
+// previous event); bit 6 = the detail byte repeats the last one of this
+// kind and is not stored; bit 7 must be 0.
+constexpr std::uint8_t kKindMask = 0x0f;
+constexpr std::uint8_t kContextEscape = 0x0f;
+constexpr std::uint8_t kSameTime = 0x10;
+constexpr std::uint8_t kHasReference = 0x20;
+constexpr std::uint8_t kRepeatDetail = 0x40;
+constexpr std::uint8_t kReservedFlag = 0x80;
+
+constexpr std::uint8_t kThreadChanged = 0x10;
+constexpr std::uint8_t kDeviceChanged = 0x20;
+constexpr std::uint8_t kStreamChanged = 0x40;
+
+// Detail byte: two bits per field. Mode 1 is always "the reference's".
+enum AddressMode : std::uint8_t {
+  address_previous = 0,       // the previous event's address
+  address_reference = 1,      // the reference's address
+  address_aligned_delta = 2,  // previous + 512 * unzigzag(varint)
+  address_raw_delta = 3,      // previous + unzigzag(varint)
+};
+enum StackMode : std::uint8_t { stack_previous = 0, stack_reference = 1, stack_none = 2, stack_explicit = 3 };
+enum SizeMode : std::uint8_t { size_previous = 0, size_reference = 1, size_aligned = 2, size_raw = 3 };
+enum AuxMode : std::uint8_t { aux_zero = 0, aux_reference = 1, aux_below_size = 2, aux_raw = 3 };
+constexpr unsigned kAddressShift = 0;
+constexpr unsigned kStackShift = 2;
+constexpr unsigned kSizeShift = 4;
+constexpr unsigned kAuxShift = 6;
+
+constexpr std::size_t kNoCost = 1000;
+
+// The cost in column bytes of each of a field's four modes (kNoCost where
+// the mode does not reproduce the value) and the value a storing mode writes.
+struct FieldChoice {
+  std::array<std::size_t, 4> cost{kNoCost, kNoCost, kNoCost, kNoCost};
+  std::array<std::uint64_t, 4> value{};
+  // The cheapest mode, `preferred` (the last detail byte's) on a tie.
+  std::uint8_t best(std::uint8_t preferred) const {
+    std::uint8_t pick = 0;
+    for (std::uint8_t m = 1; m < 4; ++m) {
+      if (cost[m] < cost[pick]) pick = m;
+    }
+    return cost[preferred] == cost[pick] ? preferred : pick;
+  }
+};
+
+FieldChoice choose_address(std::uint64_t address, const Event& previous, const Event& reference) {
+  FieldChoice c;
+  if (address == previous.address) c.cost[address_previous] = 0;
+  if (address == reference.address) c.cost[address_reference] = 0;
+  const std::uint64_t delta = address - previous.address;
+  if ((delta & kAlignMask) == 0) {
+    c.value[address_aligned_delta] = zigzag(static_cast<std::int64_t>(delta) >> kAlignShift);
+    c.cost[address_aligned_delta] = varint_length(c.value[address_aligned_delta]);
+  }
+  c.value[address_raw_delta] = zigzag(static_cast<std::int64_t>(delta));
+  c.cost[address_raw_delta] = varint_length(c.value[address_raw_delta]);
+  return c;
+}
+FieldChoice choose_stack(StackId stack, const Event& previous, const Event& reference) {
+  FieldChoice c;
+  if (stack == previous.stack) c.cost[stack_previous] = 0;
+  if (stack == reference.stack) c.cost[stack_reference] = 0;
+  if (!stack) c.cost[stack_none] = 0;
+  c.value[stack_explicit] = stack.value;
+  c.cost[stack_explicit] = varint_length(stack.value);
+  return c;
+}
+FieldChoice choose_size(std::uint64_t size, const Event& previous, const Event& reference) {
+  FieldChoice c;
+  if (size == previous.size) c.cost[size_previous] = 0;
+  if (size == reference.size) c.cost[size_reference] = 0;
+  if ((size & kAlignMask) == 0) {
+    c.value[size_aligned] = size >> kAlignShift;
+    c.cost[size_aligned] = varint_length(c.value[size_aligned]);
+  }
+  c.value[size_raw] = size;
+  c.cost[size_raw] = varint_length(size);
+  return c;
+}
+FieldChoice choose_aux(std::uint64_t aux, std::uint64_t size, const Event& reference) {
+  FieldChoice c;
+  if (aux == 0) c.cost[aux_zero] = 0;
+  if (aux == reference.aux) c.cost[aux_reference] = 0;
+  if (aux <= size) {
+    c.value[aux_below_size] = size - aux;
+    c.cost[aux_below_size] = varint_length(size - aux);
+  }
+  c.value[aux_raw] = aux;
+  c.cost[aux_raw] = varint_length(aux);
+  return c;
+}
+
+// One way to code an event: its reference and the four modes.
+struct Plan {
+  std::size_t cost = kNoCost * 8;
+  std::uint64_t distance = 1;  // 1 without a stored reference
+  std::uint8_t detail = 0;
+  FieldChoice address, stack, size, aux;
+};
+
+Plan plan(const Event& event, const Event& previous, const Event& reference, std::uint64_t distance,
+          bool stored, std::uint8_t last_detail) {
+  Plan p;
+  p.distance = distance;
+  p.address = choose_address(event.address, previous, reference);
+  p.stack = choose_stack(event.stack, previous, reference);
+  p.size = choose_size(event.size, previous, reference);
+  p.aux = choose_aux(event.aux, event.size, reference);
+  const std::uint8_t a = p.address.best((last_detail >> kAddressShift) & 3);
+  const std::uint8_t st = p.stack.best((last_detail >> kStackShift) & 3);
+  const std::uint8_t si = p.size.best((last_detail >> kSizeShift) & 3);
+  const std::uint8_t au = p.aux.best((last_detail >> kAuxShift) & 3);
+  p.detail = static_cast<std::uint8_t>(a << kAddressShift | st << kStackShift | si << kSizeShift | au << kAuxShift);
+  p.cost = p.address.cost[a] + p.stack.cost[st] + p.size.cost[si] + p.aux.cost[au] +
+           (p.detail == last_detail ? 0 : 1) + (stored ? varint_length(distance) : 0);
+  return p;
+}
+
+EventColumns encode(std::span<const Event> events) {
+  EventColumns columns;
+  columns.encoding = 3;
+  columns.count = events.size();
+  columns.flags.reserve(events.size());
+  // Encoder only: where each candidate reference was last seen.
+  FlatMap<std::uint64_t> last_at_address;  // address -> index + 1
+  FlatMap<std::uint64_t> last_at_site;     // (stack, kind) -> index + 1
+  std::array<std::uint64_t, 16> last_of_kind{};  // index + 1, 0 for none
+  std::array<std::uint8_t, 16> last_detail{};
+  const Event none{};
+  std::uint32_t thread = 0;
+  std::int32_t device = 0;
+  std::uint64_t stream = 0;
+  for (std::size_t index = 0; index < events.size(); ++index) {
+    const Event& event = events[index];
+    const Event& previous = index == 0 ? none : events[index - 1];
+    const auto kind = static_cast<std::uint8_t>(static_cast<std::uint8_t>(event.kind) & kKindMask);
+    std::uint8_t flags = kind;
+
+    std::uint8_t context = 0;
+    if (event.thread != thread) context |= kThreadChanged;
+    if (event.device != device) context |= kDeviceChanged;
+    if (event.stream != stream) context |= kStreamChanged;
+    if (context != 0) {
+      flags = kContextEscape;
+      columns.context.push_back(context | kind);
+      if (context & kThreadChanged) put_varint(columns.context, event.thread);
+      if (context & kDeviceChanged) put_varint(columns.context, zigzag(event.device));
+      if (context & kStreamChanged) put_varint(columns.context, event.stream);
+    }
+    thread = event.thread;
+    device = event.device;
+    stream = event.stream;
+
+    if (event.time_ns == previous.time_ns) {
+      flags |= kSameTime;
+    } else {
+      put_varint(columns.time, event.time_ns - previous.time_ns);
+    }
+
+    // The previous event as the reference (nothing stored), then the last
+    // event at this address, of this (stack, kind), and of this kind.
+    Plan best = plan(event, previous, previous, 1, false, last_detail[kind]);
+    std::array<std::uint64_t, 3> candidates{};
+    if (const std::uint64_t* at = last_at_address.find(event.address)) candidates[0] = *at;
+    if (const std::uint64_t* at = last_at_site.find((std::uint64_t{event.stack.value} << 4) | kind)) candidates[1] = *at;
+    candidates[2] = last_of_kind[kind];
+    for (const std::uint64_t candidate : candidates) {
+      if (candidate == 0 || candidate == index) continue;  // none, or the previous event
+      const std::uint64_t distance = index + 1 - candidate;
+      Plan p = plan(event, previous, events[candidate - 1], distance, true, last_detail[kind]);
+      if (p.cost < best.cost) best = p;
+    }
+    if (best.distance != 1) {
+      flags |= kHasReference;
+      put_varint(columns.address, best.distance);
+    }
+    const std::uint8_t detail = best.detail;
+    const auto a = static_cast<std::uint8_t>((detail >> kAddressShift) & 3);
+    const auto st = static_cast<std::uint8_t>((detail >> kStackShift) & 3);
+    const auto si = static_cast<std::uint8_t>((detail >> kSizeShift) & 3);
+    const auto au = static_cast<std::uint8_t>((detail >> kAuxShift) & 3);
+    if (a >= address_aligned_delta) put_varint(columns.address, best.address.value[a]);
+    if (st == stack_explicit) put_varint(columns.stack, best.stack.value[st]);
+    if (si >= size_aligned) put_varint(columns.size, best.size.value[si]);
+    if (au >= aux_below_size) put_varint(columns.aux, best.aux.value[au]);
+    if (detail == last_detail[kind]) {
+      flags |= kRepeatDetail;
+    } else {
+      columns.detail.push_back(detail);
+      last_detail[kind] = detail;
+    }
+    columns.flags.push_back(flags);
+
+    last_at_address.insert(event.address, index + 1);
+    last_at_site.insert((std::uint64_t{event.stack.value} << 4) | kind, index + 1);
+    last_of_kind[kind] = index + 1;
+  }
+  return columns;
+}
+
+void decode(const EventColumns& columns, std::vector<Event>& events) {
+  ColumnReaders read(columns);
+  events.clear();
+  events.reserve(columns.flags.size());
+  std::array<std::uint8_t, 16> last_detail{};
+  const std::uint8_t* const flag_bytes = columns.flags.data();
+  // The previous event, kept by value: thread, device, stream and time carry
+  // over from it.
+  Event previous{};
+  for (std::uint64_t index = 0; index < columns.count; ++index) {
+    const std::uint8_t flags = flag_bytes[index];
+    if (flags & kReservedFlag) [[unlikely]]
+      fail_at(index, "has an invalid flag byte " + std::to_string(flags));
+    auto kind = static_cast<std::uint8_t>(flags & kKindMask);
+    Event event = previous;
+    if (kind == kContextEscape) [[unlikely]] {
+      const std::uint8_t context = read.context.byte(index);
+      if ((context & (kThreadChanged | kDeviceChanged | kStreamChanged)) == 0 || (context & 0x80) != 0) {
+        fail_at(index, "has an invalid context byte " + std::to_string(context));
+      }
+      kind = static_cast<std::uint8_t>(context & kKindMask);
+      if (context & kThreadChanged) {
+        const std::uint64_t thread = read.context.varint(index);
+        if (thread > UINT32_MAX) fail_at(index, "has a thread index past 32 bits");
+        event.thread = static_cast<std::uint32_t>(thread);
+      }
+      if (context & kDeviceChanged) {
+        const std::int64_t device = unzigzag(read.context.varint(index));
+        if (device < INT32_MIN || device > INT32_MAX) fail_at(index, "has a device index past 32 bits");
+        event.device = static_cast<std::int32_t>(device);
+      }
+      if (context & kStreamChanged) event.stream = read.context.varint(index);
+    }
+    event.kind = static_cast<EventKind>(kind);  // validate() rejects kinds past the last one
+    if (!(flags & kSameTime)) event.time_ns += read.time.varint(index);
+
+    const Event* reference = &previous;
+    if (flags & kHasReference) {
+      const std::uint64_t distance = read.address.varint(index);
+      if (distance == 0 || distance > index) [[unlikely]]
+        fail_at(index, "refers to the event " + std::to_string(distance) + " before it, outside its block");
+      reference = events.data() + (index - distance);
+    }
+    std::uint8_t detail = last_detail[kind];
+    if (!(flags & kRepeatDetail)) {
+      detail = read.detail.byte(index);
+      last_detail[kind] = detail;
+    }
+
+    switch (static_cast<AddressMode>((detail >> kAddressShift) & 3)) {
+      case address_previous: break;
+      case address_reference: event.address = reference->address; break;
+      case address_aligned_delta:
+        event.address += static_cast<std::uint64_t>(unzigzag(read.address.varint(index))) << kAlignShift;
+        break;
+      case address_raw_delta: event.address += static_cast<std::uint64_t>(unzigzag(read.address.varint(index))); break;
+    }
+    switch (static_cast<StackMode>((detail >> kStackShift) & 3)) {
+      case stack_previous: break;
+      case stack_reference: event.stack = reference->stack; break;
+      case stack_none: event.stack = StackId{}; break;
+      case stack_explicit: event.stack = read_stack_id(read.stack, index); break;
+    }
+    switch (static_cast<SizeMode>((detail >> kSizeShift) & 3)) {
+      case size_previous: break;
+      case size_reference: event.size = reference->size; break;
+      case size_aligned: event.size = read.size.varint(index) << kAlignShift; break;
+      case size_raw: event.size = read.size.varint(index); break;
+    }
+    switch (static_cast<AuxMode>((detail >> kAuxShift) & 3)) {
+      case aux_zero: event.aux = 0; break;
+      case aux_reference: event.aux = reference->aux; break;
+      case aux_below_size: event.aux = event.size - read.aux.varint(index); break;
+      case aux_raw: event.aux = read.aux.varint(index); break;
+    }
+    events.push_back(event);
+    previous = event;
+  }
+  read.expect_consumed();
+}
+
+}  // namespace v3
 }  // namespace
 
-EventColumns encode_events(std::span<const Event> events) { return v2::encode(events); }
+EventColumns encode_events(std::span<const Event> events) { return v3::encode(events); }
+
+EventColumns encode_events(std::span<const Event> events, std::uint32_t encoding) {
+  switch (encoding) {
+    case 2: return v2::encode(events);
+    case 3: return v3::encode(events);
+    default: fail("event encoding " + std::to_string(encoding) + " cannot be written");
+  }
+}
 
 void decode_events_into(const EventColumns& columns, std::vector<Event>& out) {
   // One flag byte per event: checking this first bounds every allocation
@@ -880,6 +1208,7 @@ void decode_events_into(const EventColumns& columns, std::vector<Event>& out) {
   switch (columns.encoding) {
     case 1: v1::decode(columns, out); return;
     case 2: v2::decode(columns, out); return;
+    case 3: v3::decode(columns, out); return;
     default: fail("event encoding " + std::to_string(columns.encoding) + " does not exist");
   }
 }

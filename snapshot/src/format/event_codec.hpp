@@ -11,10 +11,11 @@
 namespace cachealloc::snapshot::detail {
 
 // The event encoding encode_events() writes. It travels as EventColumns'
-// class version (serialize.hpp): 1 until format version 1, 2 since format
-// version 2 (format version 3 writes encoding 2 once per block, the
-// predictor starting afresh in each). decode_events() reads both.
-inline constexpr std::uint32_t kEventEncoding = 2;
+// class version (serialize.hpp): 1 until format version 1, 2 in format
+// versions 2 to 5 (format version 3 writes encoding 2 once per block, the
+// predictor starting afresh in each), 3 since format version 6 (no predictor
+// maps: cheap to decode). decode_events() reads all three.
+inline constexpr std::uint32_t kEventEncoding = 3;
 
 // One byte stream per kind of field, so each stream stays homogeneous: the
 // flags repeat the allocator's rhythm, the stack column holds small ids.
@@ -37,8 +38,12 @@ struct EventColumns {
 // of the model's range (a kind above 13) are truncated, which validate()
 // rejects before we get here.
 EventColumns encode_events(std::span<const Event> events);
+// The same in encoding 2 or 3 (tests and benchmarks: files as format
+// versions 2 to 5 wrote them). Throws SnapshotError{inconsistent} for any
+// other encoding.
+EventColumns encode_events(std::span<const Event> events, std::uint32_t encoding);
 
-// Reads encoding 1 or 2 (columns.encoding). Throws SnapshotError{inconsistent}
+// Reads encoding 1, 2 or 3 (columns.encoding). Throws SnapshotError{inconsistent}
 // when the columns do not describe exactly `count` events, or name an
 // encoding it does not know. Runs in O(count) time and memory, whatever the
 // input.

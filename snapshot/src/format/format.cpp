@@ -183,7 +183,9 @@ Snapshot decode_body(std::uint32_t version, std::span<const std::byte> body) {
     case 3:
     case 4:
     // Version 5 only adds NVML's readings to DeviceInfo (its class version).
-    case 5: snapshot = decode_version3(body); break;
+    case 5:
+    // Version 6 only changes the event encoding (EventColumns' class version).
+    case 6: snapshot = decode_version3(body); break;
     default: inconsistent("format version " + std::to_string(version) + " does not exist");
   }
   snapshot.header.format_version = version;
@@ -266,10 +268,15 @@ void sized_section(std::vector<std::byte>& out, Write&& write) {
   put_le<std::uint64_t>(out, size_at, out.size() - size_at - 8);
 }
 
-std::vector<std::byte> encode_framed(const Snapshot& snapshot) {
+// Version 5's layout is version 6's but for the event encoding.
+std::vector<std::byte> encode_framed(const Snapshot& snapshot, std::uint32_t version = kFormatVersion) {
+  if (version != kFormatVersion && version != 5) {
+    inconsistent("format version " + std::to_string(version) + " cannot be written");
+  }
+  const std::uint32_t encoding = version == 5 ? 2 : detail::kEventEncoding;
   std::vector<std::byte> out(kFramingSize);
   std::copy(kMagic.begin(), kMagic.end(), out.begin());
-  put_le<std::uint32_t>(out, kVersionOffset, kFormatVersion);
+  put_le<std::uint32_t>(out, kVersionOffset, version);
   put_le<std::uint32_t>(out, kReservedOffset, 0);
   sized_section(out, [&] {
     // Saving only reads through the pointer.
@@ -292,8 +299,12 @@ std::vector<std::byte> encode_framed(const Snapshot& snapshot) {
     sized_section(out, [&] {
       // A fresh archive per block: each block carries EventColumns' class
       // version and decodes alone.
+      const std::size_t class_version_at = out.size();
       detail::LittleEndianOutputArchive archive(out);
-      archive(detail::encode_events(events.subspan(first, count)));
+      archive(detail::encode_events(events.subspan(first, count), encoding));
+      // The archive opens with EventColumns' class version (u32), which
+      // names the encoding: the older one is written by hand.
+      if (encoding != detail::kEventEncoding) put_le<std::uint32_t>(out, class_version_at, encoding);
     });
   }
   put_le<std::uint64_t>(out, kBodySizeOffset, out.size() - kFramingSize);
@@ -364,6 +375,11 @@ std::vector<std::byte> encode(const Snapshot& snapshot) {
 }
 
 std::vector<std::byte> detail::encode_unvalidated(const Snapshot& snapshot) { return encode_framed(snapshot); }
+
+std::vector<std::byte> detail::encode_as_version(const Snapshot& snapshot, std::uint32_t format_version) {
+  validate(snapshot);
+  return encode_framed(snapshot, format_version);
+}
 
 bool has_snapshot_magic(std::span<const std::byte> bytes) noexcept {
   return bytes.size() >= kMagic.size() && std::equal(kMagic.begin(), kMagic.end(), bytes.begin());

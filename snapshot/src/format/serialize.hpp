@@ -25,7 +25,8 @@ namespace cachealloc::snapshot::detail {
 // Bump a type's entry (a specialization) when its layout changes.
 template <class T>
 inline constexpr std::uint32_t kClassVersion = 1;
-// 2 since format version 2: the event encoding (event_codec.hpp).
+// 2 since format version 2, 3 since format version 6: the event encoding
+// (event_codec.hpp).
 template <>
 inline constexpr std::uint32_t kClassVersion<EventColumns> = kEventEncoding;
 // 2 since format version 5: NVML's usage readings follow the driver's figures.

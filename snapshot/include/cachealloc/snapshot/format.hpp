@@ -27,7 +27,9 @@ namespace cachealloc::snapshot {
 // when the ring overflowed, so the analyzer skips its backward pass.
 // 5: each device holds NVML's readings (DeviceInfo::usage), what nvidia-smi
 // shows for this process and the whole device, at the dump and at OOMs.
-inline constexpr std::uint32_t kFormatVersion = 5;
+// 6: event encoding 3, coded against the previous event and one earlier
+// event named by its distance, with no predictor maps: cheaper to decode.
+inline constexpr std::uint32_t kFormatVersion = 6;
 
 enum class ErrorCode {
   not_a_snapshot,  // bad magic: "not a cachealloc snapshot"
@@ -95,6 +97,11 @@ namespace detail {
 // encode() without validate(): only for tests of the reader's rejections,
 // which need files that the writer would refuse to produce.
 std::vector<std::byte> encode_unvalidated(const Snapshot& snapshot);
+// encode() as format version 5 (event encoding 2) or 6 (kFormatVersion,
+// event encoding 3), the two that share the head's layout: for the tests and
+// the benchmark that compare the encodings (bench/analyze_throughput.cpp).
+// Throws SnapshotError{inconsistent} for any other version.
+std::vector<std::byte> encode_as_version(const Snapshot& snapshot, std::uint32_t format_version);
 }  // namespace detail
 
 }  // namespace cachealloc::snapshot
