@@ -7,6 +7,9 @@
 # run. Binaries built Release on the dev VM from clean worktrees; test
 # binaries name their sources by $CACHEALLOC_SOURCE.
 #   PART=suites|table|all (default all)
+#   SUITES_BIN: where the test binaries are (default build-h200/bin); session 8
+#   ran them from the clean-clone CI build (build/bin, RelWithDebInfo,
+#   stripped of debug info), with CACHEALLOC_SOURCE=/tmp/ci-clone8.
 set -u
 export LD_LIBRARY_PATH=$PWD/build-h200/syslib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
@@ -15,13 +18,14 @@ SRC=${CACHEALLOC_SOURCE:-/work/main}
 PART=${PART:-all}
 B=build-h200/bin
 A=build-h200-before/bin
+SB=${SUITES_BIN:-$B}
 T=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')
 echo "== machine"; date -u; nproc; lscpu | grep -E "Model name|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__)'
 if [ "$PART" != table ]; then
   echo "== every suite on the cuda backend"
-  for t in $B/tests/test_*; do
+  for t in $SB/tests/test_*; do
     case $(basename $t) in test_install_consumer|test_browser_report) continue ;; esac
     r=$(CACHEALLOC_TEST_DEVICE=cuda timeout 240 $t 2>&1 | grep -E "test cases:|Status"); echo "$(basename $t): $r"
   done
@@ -66,9 +70,15 @@ echo "== 7-8. analyzer on one core and on all, 3M events: before (its format), a
 $A/cachealloc-synthetic --events 3000000 --seed 1 --stacks native --threads 1 -o /tmp/s3m-before.bin
 $B/cachealloc-synthetic --events 3000000 --seed 1 --stacks native --threads 1 -o /tmp/s3m.bin
 ls -l /tmp/s3m-before.bin /tmp/s3m.bin
-for r in 1 2; do $A/bench_analyze_throughput /tmp/s3m-before.bin; $B/bench_analyze_throughput /tmp/s3m.bin; done
-echo "   after's reader on before's file (an older version)"
-$B/bench_analyze_throughput /tmp/s3m-before.bin
+$B/bench_analyze_throughput --rewrite 5 /tmp/s3m.bin /tmp/s3m_v5.bin
+for r in 1 2; do
+  echo "-- round $r: before on its file, after on version 6, after on the same events as version 5"
+  taskset -c 4-7 $A/bench_analyze_throughput /tmp/s3m-before.bin
+  taskset -c 4-7 $B/bench_analyze_throughput /tmp/s3m.bin
+  taskset -c 4-7 $B/bench_analyze_throughput /tmp/s3m_v5.bin
+done
+echo "-- all cores (decode threads by default), after, version 6"
+$B/bench_analyze_throughput /tmp/s3m.bin
 echo "== 9. a 3M-entry PyTorch pickle: summary against pickle.load, before and after, and _memory_viz stats"
 mkdir -p /tmp/big && (time python3 testdata/pytorch/make_snapshots.py /tmp/big big 1000000) 2>&1 | tail -3
 python3 - <<'PY'
@@ -90,8 +100,21 @@ echo "== 10. dump: 1M events, 10k distinct stacks: before, after, PyTorch"
 CACHEALLOC_DEVICE=cuda $A/bench_dump_time 1000000 10000
 CACHEALLOC_DEVICE=cuda $B/bench_dump_time 1000000 10000
 python3 bench/torch_dump_time.py 1000000 10000 120
-if command -v perf >/dev/null; then
-  CACHEALLOC_DEVICE=cuda perf stat -e cycles,instructions,cache-misses $B/bench_threads 16 200000 off 2>&1 | tail -8
+# perf is not installed on the H200 host: Debian 12's, with its libraries, is
+# carried in build-h200/perf.
+if [ -x build-h200/perf/perf ]; then
+  perf() { LD_LIBRARY_PATH=$PWD/build-h200/perf:$LD_LIBRARY_PATH "$PWD/build-h200/perf/perf" "$@"; }
+  echo "== 11. perf on the H200: cached pair (1 thread), 16 threads, 16 threads with native stacks"
+  perf --version
+  CACHEALLOC_DEVICE=cuda perf stat -e cycles,instructions,cache-misses,LLC-load-misses $B/bench_threads 1 2000000 off 2>&1 | tail -12
+  for spec in "1 2000000 off" "16 200000 off" "16 200000 native"; do
+    echo "-- perf record: bench_threads $spec"
+    CACHEALLOC_DEVICE=cuda perf record -q -g -o /tmp/perf.data $B/bench_threads $spec 2>&1 | tail -3
+    perf report -i /tmp/perf.data --no-children --stdio 2>/dev/null | grep -v "^#" | grep -E "^ +[0-9.]+%" | head -25
+  done
+  echo "-- perf record: bench_analyze_throughput, one core"
+  perf record -q -g -o /tmp/perf.data taskset -c 4 $B/bench_analyze_throughput /tmp/s3m.bin 0 2>&1 | tail -3
+  perf report -i /tmp/perf.data --no-children --stdio 2>/dev/null | grep -v "^#" | grep -E "^ +[0-9.]+%" | head -25
 else
   echo "perf: not installed on this host"
 fi
