@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -18,6 +19,8 @@
 #include "cachealloc/analyzer/replay.hpp"
 #include "cachealloc/history.hpp"
 #include "cachealloc/snapshot/format.hpp"
+
+#include "../recorder/src/history/ring_hook.hpp"
 
 using namespace cachealloc;
 using snapshot::EventKind;
@@ -153,4 +156,86 @@ TEST_CASE("8 threads x 100k operations with recording on: every event is recorde
   CHECK(stats.at("allocated_bytes.all.current") == 0);
   CHECK(static_cast<std::int64_t>(replay.totals().reserved) == stats.at("reserved_bytes.all.current"));
   CHECK(stats.at("num_ooms") == static_cast<std::int64_t>(counts.ooms.load()));
+}
+
+namespace {
+
+// Every 40th copy into the ring waits 2 ms first (detail::replace_ring_copy_hook).
+std::atomic<int> g_copies{0};
+void slow_copy() {
+  if (g_copies.fetch_add(1, std::memory_order_relaxed) % 40 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+
+// The events one thread causes with `pairs` 4 KiB pairs on its own stream.
+std::size_t events_of_pairs(int pairs) {
+  auto device = test_support::simulated(1024 * MiB);
+  CachingAllocator allocator(device);
+  const Stream stream = device->create_stream();
+  HistoryOptions options;
+  options.max_entries = 1u << 22;
+  HistoryRecorder recorder(allocator, options);
+  for (int i = 0; i < pairs; ++i) allocator.deallocate(allocator.allocate(4096, stream));
+  const std::size_t events = recorder.take_snapshot().events.size();
+  recorder.stop();
+  allocator.empty_cache();
+  device->destroy_stream(stream);
+  return events;
+}
+
+}  // namespace
+
+TEST_CASE("8 threads on a ring of three chunks: chunks copied outside the ring lock are never shared between threads") {
+  // Threads copy their full staging chunk into the ring outside ring_lock
+  // (history.cpp, flush). With a ring this small, and some copies held open
+  // for 2 ms, it goes round while a copy is still under way; the next thread
+  // to reach that chunk must wait for it, or it would write its events into
+  // the chunk the other thread then overwrites: events lost without being
+  // counted as dropped, or one thread's events given to another.
+  constexpr int kThreads = 8;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  constexpr int kPairs = 3'000;
+#else
+  constexpr int kPairs = 30'000;
+#endif
+  auto device = test_support::simulated(1024 * MiB);
+  CachingAllocator allocator(device);
+  std::vector<Stream> streams;
+  for (int t = 0; t < kThreads; ++t) streams.push_back(device->create_stream());
+  HistoryOptions options;
+  options.max_entries = 500;  // two chunks of 256 events, plus one
+  HistoryRecorder recorder(allocator, options);
+  const detail::RingCopyHook previous = detail::replace_ring_copy_hook(slow_copy);
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      while (!go.load()) std::this_thread::yield();
+      for (int i = 0; i < kPairs; ++i) allocator.deallocate(allocator.allocate(4096, streams[static_cast<std::size_t>(t)]));
+    });
+  }
+  go.store(true);
+  for (auto& thread : threads) thread.join();
+  detail::replace_ring_copy_hook(previous);
+  const snapshot::Snapshot s = recorder.take_snapshot();
+  snapshot::validate(s);
+  // Then the ring kept its newest events and let the rest go, every one counted
+  CHECK(g_copies.load() > 40);
+  CHECK(s.dropped_events > 0);
+  CHECK(s.events.size() <= options.max_entries);
+  CHECK(s.dropped_events + s.events.size() == kThreads * events_of_pairs(kPairs));
+  REQUIRE(!s.events.empty());
+  // and every thread's events are on that thread's own stream: one stream per thread
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> thread_streams;
+  std::size_t mixed = 0;
+  for (const auto& e : s.events) {
+    auto it = std::find_if(thread_streams.begin(), thread_streams.end(), [&](const auto& p) { return p.first == e.thread; });
+    if (it == thread_streams.end()) thread_streams.emplace_back(e.thread, e.stream);
+    else if (it->second != e.stream) ++mixed;
+  }
+  CHECK(mixed == 0);
+  for (const auto& [thread, stream] : thread_streams)
+    CHECK(std::count_if(streams.begin(), streams.end(), [&](Stream x) { return x.handle == stream; }) == 1);
+  recorder.stop();
+  allocator.empty_cache();
+  for (Stream stream : streams) device->destroy_stream(stream);
 }

@@ -1,6 +1,7 @@
 // HistoryRecorder: the hot path (on_event, annotations) and the ring.
 // Building the snapshot is in history_dump.cpp.
 #include "history_state.hpp"
+#include "ring_hook.hpp"
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -201,9 +202,7 @@ void stream_copy(Chunk& to, const Chunk& from, std::uint32_t count) noexcept {
 }
 }  // namespace
 
-void HistoryRecorder::State::flush_locked(ThreadSlot& slot) noexcept {
-  const std::uint32_t count = slot.staging.count.load(std::memory_order_relaxed);
-  if (count == 0) return;
+Chunk* HistoryRecorder::State::claim_locked(ThreadSlot& slot, std::uint32_t count) noexcept {
   // Enough chunks for max_entries events, plus one so that a dump can always
   // keep max_entries whatever the fill of the newest chunks.
   const std::size_t capacity = static_cast<std::size_t>((max_entries + Chunk::kCapacity - 1) / Chunk::kCapacity) + 1;
@@ -212,7 +211,10 @@ void HistoryRecorder::State::flush_locked(ThreadSlot& slot) noexcept {
     target = take_chunk(spare, chunks);
     if (target) ring.push_back(target);
   } else {
-    Chunk*& oldest = ring[next % ring.size()];
+    Chunk* oldest = ring[next % ring.size()];
+    // Another thread may still be copying into it, if the ring went round
+    // during that copy (a ring of a few chunks): it holds no lock we hold.
+    while (oldest->busy.load(std::memory_order_acquire)) CACHEALLOC_CPU_RELAX();
     const std::uint32_t dropped = oldest->count.load(std::memory_order_relaxed);
     evicted += dropped;
     // A chunk holds one thread's events in order: its last is its newest.
@@ -220,12 +222,45 @@ void HistoryRecorder::State::flush_locked(ThreadSlot& slot) noexcept {
     target = oldest;
   }
   if (target) {
-    stream_copy(*target, slot.staging, count);
+    target->busy.store(true, std::memory_order_relaxed);
     ++next;
   } else {  // out of memory for a chunk: these events are lost, and recording stops
     evicted += count;
     newest_dropped = std::max(newest_dropped, slot.staging.events[count - 1].time_ns);
     deactivate("cannot allocate a chunk of the event ring (out of memory)");
+  }
+  return target;
+}
+
+namespace {
+std::atomic<detail::RingCopyHook> g_ring_copy_hook{nullptr};
+}  // namespace
+
+detail::RingCopyHook detail::replace_ring_copy_hook(RingCopyHook hook) noexcept { return g_ring_copy_hook.exchange(hook); }
+
+void HistoryRecorder::State::flush(ThreadSlot& slot) noexcept {
+  const std::uint32_t count = slot.staging.count.load(std::memory_order_relaxed);
+  if (count == 0) return;
+  Chunk* target = nullptr;
+  {
+    std::lock_guard lock(ring_lock);
+    target = claim_locked(slot, count);
+  }
+  if (const detail::RingCopyHook hook = g_ring_copy_hook.load(std::memory_order_relaxed)) [[unlikely]]
+    hook();
+  if (target) {
+    stream_copy(*target, slot.staging, count);
+    target->busy.store(false, std::memory_order_release);
+  }
+  slot.staging.count.store(0, std::memory_order_relaxed);
+}
+
+void HistoryRecorder::State::flush_locked(ThreadSlot& slot) noexcept {
+  const std::uint32_t count = slot.staging.count.load(std::memory_order_relaxed);
+  if (count == 0) return;
+  if (Chunk* target = claim_locked(slot, count)) {
+    stream_copy(*target, slot.staging, count);
+    target->busy.store(false, std::memory_order_release);
   }
   slot.staging.count.store(0, std::memory_order_relaxed);
 }
@@ -389,10 +424,8 @@ std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
   }
   const std::uint32_t stack = record.stack.value;
   chunk.count.store(count + 1, std::memory_order_relaxed);
-  if (count + 1 == Chunk::kCapacity) [[unlikely]] {
-    std::lock_guard lock(s.ring_lock);
-    s.flush_locked(*slot);
-  }
+  if (count + 1 == Chunk::kCapacity) [[unlikely]]
+    s.flush(*slot);
   if (event.kind == EventKind::oom) [[unlikely]] {
     s.record_oom_usage(slot->thread, t_state.call_time);
     s.request_oom_dump();

@@ -74,6 +74,10 @@ struct Chunk {
   alignas(64) snapshot::Event events[kCapacity];
   std::atomic<std::uint32_t> count{0};  // atomic only so that counters may be read racily
   std::uint32_t thread = kThreadInEvents;  // whose events these are
+  // A ring chunk a thread is copying into outside ring_lock (flush). Set
+  // and cleared by that thread; a flush that would reuse the chunk (the
+  // ring went round during the copy) waits for it under ring_lock.
+  std::atomic<bool> busy{false};
 };
 
 // One thread's staging chunk. Only its owner writes it, and only inside
@@ -91,8 +95,18 @@ struct ThreadSlot {
 struct HistoryRecorder::State {
   explicit State(CachingAllocator& a);
 
-  // Swaps a full (or, at dump, partial) chunk into the ring. Needs ring_lock.
+  // Moves a thread's full staging chunk into the ring. Takes ring_lock only
+  // to claim the ring chunk, and copies outside it: the caller holds a pool
+  // lock, so no dump or restart (which hold every pool lock) runs meanwhile,
+  // and threads copy at once instead of in turn. Must not hold ring_lock.
+  void flush(ThreadSlot& slot) noexcept;
+  // The same with ring_lock held throughout (annotations, which run outside
+  // the allocator's locks). Needs ring_lock.
   void flush_locked(ThreadSlot& slot) noexcept;
+  // The ring chunk the next `count` events go to, marked busy, with the
+  // evicted chunk's events counted; nullptr (recording switched off) when
+  // no chunk can be allocated. Needs ring_lock.
+  Chunk* claim_locked(ThreadSlot& slot, std::uint32_t count) noexcept;
   // Appends one event outside the allocator's locks (annotations: rare).
   void append_direct(const snapshot::Event& event) noexcept;
   // This thread's slot, created on its first event; nullptr when out of memory.
