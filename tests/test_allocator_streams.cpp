@@ -214,30 +214,24 @@ TEST_CASE("one thread going back and forth between two allocators keeps each one
   const Stream side = device->create_stream();
   void* held = nullptr;
   int step = 0;
-  // Between first's calls, second allocates or frees on its side stream,
-  // so that this thread's last pool is second's every time.
-  const auto touch_second = [&] {
-    if (step++ % 2 == 0) {
-      held = second.allocate(1 * MiB, side);
-    } else {
-      second.deallocate(held);
-      held = nullptr;
-    }
+  // Between one allocator's calls the other allocates or frees 1 MiB on the
+  // side stream, so that this thread's last pool is the other's every time.
+  const auto touching = [&](CachingAllocator& other) {
+    step = 0;
+    return [&, target = &other] {
+      if (step++ % 2 == 0) {
+        held = target->allocate(1 * MiB, side);
+      } else {
+        target->deallocate(held);
+        held = nullptr;
+      }
+    };
   };
-  CHECK(kept_passing_more_peak(first, side, touch_second) == 100 * MiB);
+  CHECK(kept_passing_more_peak(first, side, touching(second)) == 100 * MiB);
   if (held) second.deallocate(held);
   CHECK(second.max_memory_allocated() == 1 * MiB);
   CHECK(second.memory_allocated() == 0);
-  step = 0;
-  const auto touch_first = [&] {
-    if (step++ % 2 == 0) {
-      held = first.allocate(1 * MiB, side);
-    } else {
-      first.deallocate(held);
-      held = nullptr;
-    }
-  };
-  CHECK(kept_passing_more_peak(second, side, touch_first) == 100 * MiB);
+  CHECK(kept_passing_more_peak(second, side, touching(first)) == 100 * MiB);
   if (held) first.deallocate(held);
   first.empty_cache();
   second.empty_cache();
