@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "cachealloc/snapshot/format.hpp"
+#include "parallel.hpp"
 #include "pickle_entry.hpp"
 #include "pickle_value.hpp"
 
@@ -1579,7 +1580,7 @@ std::optional<Value> Tree::find(ContainerId dict, std::string_view key) const no
 
 Tree parse(std::span<const std::byte> bytes, const ParseOptions& options) {
   ParseOptions settings = options;
-  if (settings.threads == 0) settings.threads = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
+  if (settings.threads == 0) settings.threads = detail::usable_cores();
   try {
     return Unpickler(bytes, settings).run();
   } catch (const ParallelReadAbandoned&) {
