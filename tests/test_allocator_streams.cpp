@@ -254,3 +254,83 @@ TEST_CASE("a thread whose last allocator is gone works with the next one, which 
   }
   device->destroy_stream(side);
 }
+
+namespace {
+
+// Shifts every address the simulated device gives out by `offset`: segments
+// not aligned to 2 MiB (two pools' segments then share a 2 MiB granule of
+// the allocator's segment index), or above 2^57 (past its radix table).
+class ShiftedDevice : public ForwardingDevice {
+ public:
+  ShiftedDevice(std::shared_ptr<Device> inner, std::uintptr_t offset)
+      : ForwardingDevice(std::move(inner)), offset_(offset) {}
+  void* reserve(std::size_t bytes) override { return shift(inner_->reserve(bytes)); }
+  void release(void* ptr, std::size_t bytes) override { inner_->release(unshift(ptr), bytes); }
+  void* reserve_address_range(std::size_t bytes) override { return shift(inner_->reserve_address_range(bytes)); }
+  void release_address_range(void* ptr, std::size_t bytes) override {
+    inner_->release_address_range(unshift(ptr), bytes);
+  }
+  bool map(void* ptr, std::size_t bytes, std::size_t chunk) override { return inner_->map(unshift(ptr), bytes, chunk); }
+  void unmap(void* ptr, std::size_t bytes, std::size_t chunk) override { inner_->unmap(unshift(ptr), bytes, chunk); }
+
+ private:
+  void* shift(void* ptr) const {
+    return ptr ? reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(ptr) + offset_) : nullptr;
+  }
+  void* unshift(void* ptr) const { return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(ptr) - offset_); }
+  std::uintptr_t offset_;
+};
+
+}  // namespace
+
+TEST_CASE("every free finds its stream's pool, whatever the segments' alignment or addresses") {
+  struct Case {
+    const char* what;
+    std::uintptr_t offset;
+    bool expandable;
+  };
+  const Case cases[] = {
+      {"2 MiB-aligned segments", 0, false},
+      {"segments 1 MiB + 512 B off 2 MiB: neighbouring pools share granules", MiB + 512, false},
+      {"addresses above 2^57", (std::uintptr_t{1} << 58) + MiB, false},
+      {"expandable segments 1 MiB off 2 MiB", MiB, true},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    auto inner = simulated();
+    auto device = std::make_shared<ShiftedDevice>(inner, c.offset);
+    AllocatorConfig config;
+    config.expandable_segments = c.expandable;
+    CachingAllocator allocator(device, config);
+    const Stream streams[] = {Stream{}, device->create_stream(), device->create_stream()};
+    // Interleaved across streams, so the segments of different pools sit
+    // next to each other; small blocks fill each 2 MiB small segment.
+    std::vector<std::pair<void*, Stream>> blocks;
+    for (int round = 0; round < 4; ++round)
+      for (Stream s : streams) blocks.emplace_back(allocator.allocate(512 * KiB, s), s);
+    for (Stream s : streams) blocks.emplace_back(allocator.allocate(12 * MiB, s), s);
+    for (Stream s : streams) blocks.emplace_back(allocator.allocate(3 * MiB, s), s);
+    if (!c.expandable) {
+      const auto segments = segment_sizes(allocator);
+      CHECK(segments.size() == 9);  // 3 small, 3 of 12 MiB, 3 of 20 MiB
+    }
+    for (auto& [ptr, stream] : blocks) allocator.record_stream(ptr, stream);  // finds the block: no throw
+    CHECK(allocator.memory_allocated() == 3 * (4 * 512 * KiB + 12 * MiB + 3 * MiB));
+    // Free from the other end, so each free meets a pool other than the last.
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) CHECK(allocator.deallocate(it->first) == FreeStatus::ok);
+    CHECK(allocator.memory_allocated() == 0);
+    CHECK(allocator.stats().active[stat_all].current == 0);
+    // Still told apart: a block already free, and an address inside one.
+    CHECK(allocator.deallocate(blocks.front().first) == FreeStatus::double_free);
+    CHECK(allocator.deallocate(static_cast<char*>(blocks.front().first) + 512) == FreeStatus::unknown_pointer);
+    CHECK_THROWS_AS(allocator.record_stream(blocks.front().first, streams[1]), InvalidArgument);
+    // After empty_cache, the addresses belong to no pool.
+    allocator.empty_cache();
+    CHECK(allocator.memory_reserved() == 0);
+    CHECK(allocator.deallocate(blocks.back().first) == FreeStatus::unknown_pointer);
+    // The same addresses, reserved again, serve their new pools.
+    void* again = allocator.allocate(512 * KiB, streams[2]);
+    CHECK(allocator.deallocate(again) == FreeStatus::ok);
+    CHECK(allocator.memory_allocated() == 0);
+  }
+}

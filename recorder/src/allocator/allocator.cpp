@@ -1,6 +1,7 @@
 // The cached path: a request served from a stream's own pool takes that
-// pool's lock, the stats spinlock and one pointer-map shard lock, and makes
-// no device call and no heap allocation. Anything else goes to
+// pool's lock and no other (its live blocks are in the pool's own table; a
+// free finds the pool through the lock-free segment index), and makes no
+// device call and no heap allocation. Anything else goes to
 // allocator_slow.cpp.
 #include <algorithm>
 #include <bit>
@@ -241,7 +242,7 @@ void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t s
     if (block->size >= config.max_split_size) pending.oversize_allocations.increase(1);
   }
   block->stack = emit(EventKind::alloc, shard.stream, block->ptr, block->size, requested);
-  live.insert(block->ptr, block);
+  shard.live.insert(block->ptr, block);
   maybe_publish(shard);
   return reinterpret_cast<void*>(block->ptr);
 }
@@ -286,44 +287,53 @@ FreeStatus CachingAllocator::Impl::deallocate(void* ptr) noexcept {
   begin_call();
   if (!ptr) return FreeStatus::null_pointer;
   const auto address = reinterpret_cast<std::uintptr_t>(ptr);
-  Block* block = live.take(address);
-  if (!block) {
-    const bool twice = find_free_block_at(address) != nullptr;
-    std::fprintf(stderr, "cachealloc: %s %p: %s\n", twice ? "double free of" : "free of unknown pointer", ptr,
-                 twice ? "the block is already free; ignored" : "not returned by this allocator; ignored");
-    return twice ? FreeStatus::double_free : FreeStatus::unknown_pointer;
-  }
-  Shard& shard = *block->shard;
-  flush_deferred(shard);
-  try {
-    std::lock_guard lock(shard.mutex);
-    block->allocated = false;
-    emit(EventKind::free_requested, shard.stream, block->ptr, block->size, block->requested);
-    if (!block->stream_uses.empty()) {
-      release_allocation_stats(*block);
-      if (capturing()) {
-        shard.deferred_events.push_back(block);
-        deferred_event_blocks.fetch_add(1, std::memory_order_release);
-      } else {
-        insert_events(block);
+  if (Shard* const owner = owners.find(address)) {
+    Shard& shard = *owner;
+    flush_deferred(shard);
+    try {
+      std::lock_guard lock(shard.mutex);
+      if (Block* block = shard.live.take(address)) {
+        block->allocated = false;
+        emit(EventKind::free_requested, shard.stream, block->ptr, block->size, block->requested);
+        if (!block->stream_uses.empty()) {
+          release_allocation_stats(*block);
+          if (capturing()) {
+            shard.deferred_events.push_back(block);
+            deferred_event_blocks.fetch_add(1, std::memory_order_release);
+          } else {
+            insert_events(block);
+          }
+        } else {
+          free_block(block, /*also_release_allocation=*/true);
+        }
+        maybe_publish(shard);
+        return FreeStatus::ok;
       }
-    } else {
-      free_block(block, /*also_release_allocation=*/true);
+    } catch (const std::exception& e) {
+      // Only a failing device event call gets here. Keep the block out of
+      // circulation rather than risk reuse while another stream may use it.
+      std::fprintf(stderr, "cachealloc: free of %p: %s; the block is leaked\n", ptr, e.what());
+      return FreeStatus::ok;
     }
-    maybe_publish(shard);
-  } catch (const std::exception& e) {
-    // Only a failing device event call gets here. Keep the block out of
-    // circulation rather than risk reuse while another stream may use it.
-    std::fprintf(stderr, "cachealloc: free of %p: %s; the block is leaked\n", ptr, e.what());
   }
-  return FreeStatus::ok;
+  // Not live in any pool (the pool lock is released: this takes them all).
+  const bool twice = find_free_block_at(address) != nullptr;
+  std::fprintf(stderr, "cachealloc: %s %p: %s\n", twice ? "double free of" : "free of unknown pointer", ptr,
+               twice ? "the block is already free; ignored" : "not returned by this allocator; ignored");
+  return twice ? FreeStatus::double_free : FreeStatus::unknown_pointer;
 }
 
 void CachingAllocator::Impl::record_stream(void* ptr, Stream stream) {
-  Block* block = live.find(reinterpret_cast<std::uintptr_t>(ptr));
+  const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+  Shard* const shard = owners.find(address);
+  std::unique_lock<std::mutex> lock;
+  Block* block = nullptr;
+  if (shard) {
+    lock = std::unique_lock(shard->mutex);
+    block = shard->live.find(address);
+  }
   if (!block) throw InvalidArgument("record_stream: pointer was not returned by this allocator or is already freed");
-  std::lock_guard lock(block->shard->mutex);
-  if (stream == block->shard->stream) return;  // the allocation stream needs no event
+  if (stream == shard->stream) return;  // the allocation stream needs no event
   for (Stream s : block->stream_uses)
     if (s == stream) return;
   block->stream_uses.push_back(stream);

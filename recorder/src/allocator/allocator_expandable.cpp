@@ -66,6 +66,7 @@ Block* CachingAllocator::Impl::find_expandable_block(Shard& shard, bool small, s
   block->mapped = false;
   block->expandable = segment.get();
   shard.unmapped(small).insert(*block);
+  owners.add(block->ptr, block->size, &shard, /*fill_now=*/false);  // map_block fills what it maps
   std::lock_guard lock(segments_mutex);
   segments[block->ptr] = block;
   expandable_segments.push_back(std::move(segment));
@@ -81,6 +82,9 @@ Block* CachingAllocator::Impl::map_block(Block* to_map, std::size_t size) {
   const std::size_t end = (to_map->ptr + size - es.ptr + es.chunk - 1) / es.chunk;
   const std::size_t mapped_size = (end - begin) * es.chunk;
   if (!device->map(reinterpret_cast<void*>(to_map->ptr), mapped_size, es.chunk)) return nullptr;
+  // Granules once mapped keep naming this pool until the segment goes:
+  // the whole range stays this pool's.
+  owners.fill(to_map->ptr, mapped_size);
   Shard& shard = *to_map->shard;
   shard.unmapped(to_map->small).erase(UnmappedSet::s_iterator_to(*to_map));
   to_map->mapped = true;
@@ -172,6 +176,7 @@ void CachingAllocator::Impl::unmap_block(Block* block) {
 void CachingAllocator::Impl::release_expandable_segment(Block* block) {
   ExpandableSegment* es = block->expandable;
   block->shard->unmapped(block->small).erase(UnmappedSet::s_iterator_to(*block));
+  owners.remove(es->ptr);  // before the device may give the range to another segment
   device->release_address_range(reinterpret_cast<void*>(es->ptr), es->size);
   {
     std::lock_guard lock(segments_mutex);

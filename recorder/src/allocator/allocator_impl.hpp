@@ -6,8 +6,12 @@
 //                     collection, empty_cache, layout) and by shard creation;
 //   Shard::mutex      one per stream; the slow path takes all of them in
 //                     ascending stream order; the fast path exactly one;
-//   segments_mutex_, stats_lock_, the pointer map's locks: leaves, held for
-//                     a few instructions and never while taking another lock.
+//   segments_mutex_, stats_lock_, the segment index's mutex: leaves, held
+//                     for a few instructions and never while taking another
+//                     lock.
+// The cached path takes its pool's lock alone: the pool's live blocks are in
+// its own table (Shard::live), and a free finds the pool through a lock-free
+// segment index (segment_index.hpp).
 #pragma once
 
 #include <boost/intrusive/set.hpp>
@@ -23,6 +27,7 @@
 #include "cachealloc/allocator.hpp"
 #include "free_set.hpp"
 #include "pointer_map.hpp"
+#include "segment_index.hpp"
 #include "spinlock.hpp"
 
 namespace cachealloc {
@@ -179,6 +184,7 @@ struct alignas(64) Shard {
   std::map<Stream, std::deque<PendingFree>> pending;
   std::vector<DeviceEvent> spare_events;
   std::vector<Block*> spare_blocks;  // recycled Block objects: no heap allocation per split
+  detail::PointerMap<Block> live;    // this pool's allocated blocks by address
   PendingStats unpublished;          // stats changes not yet published
   // Freed blocks used on other streams whose events could not be recorded
   // because a capture was under way (PyTorch's
@@ -298,7 +304,8 @@ struct CachingAllocator::Impl {
   std::atomic<int> captures_underway{0};
   std::atomic<std::size_t> deferred_event_blocks{0};
 
-  detail::PointerMap<Block> live;  // allocated blocks by address
+  // The pool that owns each segment's memory, for frees (lock-free reads).
+  detail::SegmentIndex<Shard> owners;
 
   std::mutex segments_mutex;
   std::map<std::uintptr_t, Block*> segments;  // head block of every segment

@@ -58,6 +58,7 @@ Block* CachingAllocator::Impl::reserve_segment(Shard& shard, bool small, std::si
     std::lock_guard lock(segments_mutex);
     segments[block->ptr] = block;
   }
+  owners.add(block->ptr, alloc_size, &shard);
   {
     PendingStats& pending = shard.unpublished;
     for (std::size_t t : {std::size_t{stat_all}, small ? std::size_t{stat_small_pool} : std::size_t{stat_large_pool}}) {
@@ -252,6 +253,7 @@ void CachingAllocator::Impl::release_block(Block* block) {
   const std::uintptr_t ptr = block->ptr;
   const std::size_t size = block->size;
   emit(EventKind::segment_release, shard.stream, ptr, size, 0);
+  owners.remove(ptr);  // before the device may give the address to another segment
   device->release(reinterpret_cast<void*>(ptr), size);
   total_reserved.fetch_sub(size, std::memory_order_relaxed);
   {
@@ -439,7 +441,8 @@ PoolRestore CachingAllocator::restore_pool(const PoolCheckpoint& checkpoint) {
   if (known == impl.private_pools.end() || known->second <= 0) fail("no such pool in use");
   // A free under the locks we hold (deallocate() would take them again).
   auto free_live = [&](std::uintptr_t address) {
-    Block* block = impl.live.take(address);
+    Shard* const owner = impl.owners.find(address);
+    Block* block = owner ? owner->live.take(address) : nullptr;
     if (!block) fail("block " + std::to_string(address) + " is not allocated");
     Shard& shard = *block->shard;
     block->allocated = false;
