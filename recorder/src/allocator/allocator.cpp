@@ -28,7 +28,11 @@ std::size_t roundup_power2_next_division(std::size_t size, std::size_t divisions
 }  // namespace
 
 CachingAllocator::Impl::Impl(std::shared_ptr<Device> dev, AllocatorConfig cfg)
-    : device(std::move(dev)), config(std::move(cfg)), generation(register_live(this)) {
+    : device(std::move(dev)),
+      config(std::move(cfg)),
+      roundup_configured(std::any_of(config.roundup_power2_divisions.begin(), config.roundup_power2_divisions.end(),
+                                     [](std::size_t d) { return d > 1; })),
+      generation(register_live(this)) {
   if (!device) {
     unregister_live();
     throw InvalidArgument("CachingAllocator: no device");
@@ -91,8 +95,10 @@ CachingAllocator::Impl::~Impl() {
 // roundup_power2_divisions to the next of N equal steps between powers of two.
 std::size_t CachingAllocator::Impl::round_size(std::size_t size) const noexcept {
   if (size < kMinBlockSize) return kMinBlockSize;
-  const std::size_t divisions = roundup_divisions_for(config, size);
-  if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
+  if (roundup_configured) {
+    const std::size_t divisions = roundup_divisions_for(config, size);
+    if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
+  }
   return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
 }
 
@@ -263,7 +269,14 @@ void* CachingAllocator::Impl::allocate(std::size_t requested, Stream stream) {
     lock_all(locks);
     insert_deferred_events();
   }
-  Shard& shard = shard_for(stream, capture ? capture_pool(stream) : PoolId{});
+  Shard* pool = nullptr;
+  if (!capture && t_shard.allocator == generation && t_shard.stream == stream.handle) [[likely]] {
+    pool = t_shard.shard;
+  } else {
+    pool = &shard_for(stream, capture ? capture_pool(stream) : PoolId{});
+    if (!capture) t_shard = ThreadShard{generation, stream.handle, pool};
+  }
+  Shard& shard = *pool;
   flush_deferred(shard);
   std::unique_lock lock(shard.mutex);
   begin_call();  // after the deferred path's locks: read the clock afresh under this one

@@ -164,6 +164,13 @@ struct ThreadPending {
   Shard* shard = nullptr;
 };
 
+// The default pool a thread last allocated from (see Impl::t_shard).
+struct ThreadShard {
+  std::uint64_t allocator = 0;
+  std::uintptr_t stream = 0;
+  Shard* shard = nullptr;
+};
+
 struct PendingFree {
   DeviceEvent event;
   Block* block;
@@ -285,6 +292,8 @@ struct CachingAllocator::Impl {
 
   std::shared_ptr<Device> device;
   const AllocatorConfig config;
+  // Any roundup_power2_divisions set: else round_size skips their look-up.
+  const bool roundup_configured;
   std::atomic<AllocatorObserver*> observer{nullptr};
 
   // Shards: a lock-free lookup table written only under registry_mutex_, plus
@@ -351,6 +360,10 @@ struct CachingAllocator::Impl {
   void publish(Shard& shard) noexcept;  // needs the shard's lock
   void publish_all_locked() noexcept;  // every pool lock is held
   void publish_all();                  // takes each pool lock in turn
+  // The default pool this thread last allocated from, by allocator and
+  // stream: the next request on that stream skips shard_for's look-up.
+  // Pools live as long as their allocator, whose generation is never reused.
+  static inline thread_local ThreadShard t_shard __attribute__((tls_model("initial-exec")));
   // The pool this thread last changed (its changes may still be pending).
   static inline thread_local ThreadPending t_pending __attribute__((tls_model("initial-exec")));
   // Publishes the pool this thread left pending when it is not `next`.
