@@ -247,3 +247,72 @@ TEST_CASE("a missing file is an io error naming the path") {
     CHECK(std::string(error.what()).find(path.string()) != std::string::npos);
   }
 }
+
+TEST_CASE("an event past its tables in a streamed block is refused with the message load gives") {
+  // Given a trace of two blocks with annotations throughout (valid ones pass),
+  // and in the second block one event that names a thread, a stack, an
+  // annotation string or a kind that does not exist
+  Snapshot valid = make_trace(100000);
+  valid.threads = {1234};
+  valid.strings.push_back("phase");
+  for (std::size_t i = 100; i < valid.events.size(); i += 1000) {
+    valid.events[i].kind = i % 2000 == 100 ? EventKind::annotation_begin : EventKind::annotation_end;
+    valid.events[i].aux = i % 3000 == 100 ? 0 : 2;
+  }
+  struct Case {
+    const char* what;
+    void (*corrupt)(Event&);
+  };
+  const Case cases[] = {
+      {"references thread 1 but the thread table has 1 entries", [](Event& e) { e.thread = 1; }},
+      {"references stack 2 but the stack table has 2 entries", [](Event& e) { e.stack = StackId{2}; }},
+      {"references string 3 but the string table has 3 entries",
+       [](Event& e) {
+         e.kind = EventKind::annotation_end;
+         e.aux = 3;
+       }},
+      {"has unknown kind 14", [](Event& e) { e.kind = static_cast<EventKind>(14); }},
+      {"names annotation string 4294967298, past 32 bits",
+       [](Event& e) {
+         e.kind = EventKind::annotation_begin;
+         e.aux = (std::uint64_t{1} << 32) + 2;
+       }},
+  };
+  const fs::path path = scratch_file("screen.bin");
+  {
+    write_bytes(path, detail::encode_unvalidated(valid));
+    SnapshotReader reader(path);
+    std::vector<Event> block;
+    std::size_t events = 0;
+    while (reader.next_block(block)) events += block.size();
+    CHECK(events == valid.events.size());
+  }
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    Snapshot bad = valid;
+    c.corrupt(bad.events[70001]);
+    const std::vector<std::byte> bytes = detail::encode_unvalidated(bad);
+    std::string loaded;
+    try {
+      (void)decode(bytes);
+    } catch (const SnapshotError& error) {
+      loaded = error.what();
+    }
+    CHECK(loaded.find(std::string("event 70001 ") + c.what) != std::string::npos);
+    // When it is read block by block
+    write_bytes(path, bytes);
+    SnapshotReader reader(path);
+    std::vector<Event> block;
+    reader.read_block(0, block);  // the first block is clean
+    std::string streamed;
+    try {
+      reader.read_block(1, block);
+    } catch (const SnapshotError& error) {
+      CHECK(error.code() == ErrorCode::inconsistent);
+      streamed = error.what();
+    }
+    // Then the second block is refused with the same message
+    CHECK(streamed == loaded);
+  }
+  fs::remove(path);
+}

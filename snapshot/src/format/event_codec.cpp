@@ -1104,12 +1104,22 @@ EventColumns encode(std::span<const Event> events) {
   return columns;
 }
 
-void decode(const EventColumns& columns, std::vector<Event>& events) {
+void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen* screen) {
   ColumnReaders read(columns);
-  events.clear();
-  events.reserve(columns.flags.size());
+  // Sized once and written in place: a streaming reader hands the same
+  // vector back block after block, so this is no work after the first one,
+  // where push_back paid a capacity check and a size update per event.
+  // count == flags.size() (decode_events_into) bounds it by the input.
+  events.resize(columns.count);
+  Event* const out = events.data();
   std::array<std::uint8_t, 16> last_detail{};
   const std::uint8_t* const flag_bytes = columns.flags.data();
+  const std::uint64_t thread_limit = screen != nullptr ? screen->thread_limit : UINT64_MAX;
+  const std::uint64_t stack_limit = screen != nullptr ? screen->stack_limit : UINT64_MAX;
+  const std::uint64_t string_limit = screen != nullptr ? screen->string_limit : std::uint64_t{1} << 32;
+  constexpr auto annotation_begin = static_cast<unsigned>(EventKind::annotation_begin);
+  constexpr auto annotation_end = static_cast<unsigned>(EventKind::annotation_end);
+  bool flagged = false;  // branch-free: a few ALU operations per event
   // The previous event, kept by value: thread, device, stream and time carry
   // over from it.
   Event previous{};
@@ -1145,7 +1155,7 @@ void decode(const EventColumns& columns, std::vector<Event>& events) {
       const std::uint64_t distance = read.address.varint(index);
       if (distance == 0 || distance > index) [[unlikely]]
         fail_at(index, "refers to the event " + std::to_string(distance) + " before it, outside its block");
-      reference = events.data() + (index - distance);
+      reference = out + (index - distance);
     }
     std::uint8_t detail = last_detail[kind];
     if (!(flags & kRepeatDetail)) {
@@ -1179,10 +1189,15 @@ void decode(const EventColumns& columns, std::vector<Event>& events) {
       case aux_below_size: event.aux = event.size - read.aux.varint(index); break;
       case aux_raw: event.aux = read.aux.varint(index); break;
     }
-    events.push_back(event);
+    flagged |= (kind >= static_cast<unsigned>(kEventKindCount)) | (event.thread >= thread_limit) |
+               ((event.stack.value != 0) & (event.stack.value >= stack_limit)) |
+               (((kind == annotation_begin) | (kind == annotation_end)) & (event.aux != 0) &
+                (event.aux >= string_limit));
+    out[index] = event;
     previous = event;
   }
   read.expect_consumed();
+  if (screen != nullptr) screen->flagged = flagged;
 }
 
 }  // namespace v3
@@ -1198,7 +1213,8 @@ EventColumns encode_events(std::span<const Event> events, std::uint32_t encoding
   }
 }
 
-void decode_events_into(const EventColumns& columns, std::vector<Event>& out) {
+void decode_events_into(const EventColumns& columns, std::vector<Event>& out, EventScreen* screen) {
+  if (screen != nullptr) screen->flagged = true;  // until a decoder that screens says otherwise
   // One flag byte per event: checking this first bounds every allocation
   // below by the size of the input.
   if (columns.count != columns.flags.size()) {
@@ -1208,7 +1224,7 @@ void decode_events_into(const EventColumns& columns, std::vector<Event>& out) {
   switch (columns.encoding) {
     case 1: v1::decode(columns, out); return;
     case 2: v2::decode(columns, out); return;
-    case 3: v3::decode(columns, out); return;
+    case 3: v3::decode(columns, out, screen); return;
     default: fail("event encoding " + std::to_string(columns.encoding) + " does not exist");
   }
 }

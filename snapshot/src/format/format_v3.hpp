@@ -62,8 +62,12 @@ EventSectionHeader parse_event_section_header(std::span<const std::byte> bytes, 
 // Decodes block `block` (its columns, without the 8-byte size before them)
 // into `out`, reusing `columns` and `out`'s storage. Throws inconsistent when
 // the bytes are not exactly one EventColumns of `expected_events` events.
+// `screen`: as decode_events_into.
 void decode_block(std::span<const std::byte> bytes, std::size_t file_offset, std::uint64_t block,
-                  std::uint64_t expected_events, EventColumns& columns, std::vector<Event>& out);
+                  std::uint64_t expected_events, EventColumns& columns, std::vector<Event>& out,
+                  EventScreen* screen = nullptr);
+// An EventScreen for `tables`' thread and stack tables.
+EventScreen event_screen(const Snapshot& tables);
 
 // validate()'s checks of events, against the tables of `tables` (its own
 // events are ignored); `first_index` numbers the events in messages.

@@ -165,8 +165,9 @@ void SnapshotReader::read_block(std::size_t block, std::vector<Event>& out) {
   }
   bytes_.resize(block_size_[block]);
   read_exactly(bytes_.data(), bytes_.size(), block_offset_[block]);
-  detail::decode_block(bytes_, block_offset_[block], block, count, columns_->value, out);
-  detail::validate_events(head_, out, first);
+  detail::EventScreen screen = detail::event_screen(head_);
+  detail::decode_block(bytes_, block_offset_[block], block, count, columns_->value, out, &screen);
+  if (screen.flagged) detail::validate_events(head_, out, first);
 }
 
 bool SnapshotReader::next_block(std::vector<Event>& out) {
