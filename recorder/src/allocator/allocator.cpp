@@ -45,7 +45,7 @@ CachingAllocator::Impl::Impl(std::shared_ptr<Device> dev, AllocatorConfig cfg)
 CachingAllocator::Impl::~Impl() {
   unregister_live();  // no other thread folds a pool of this allocator from here on
   try {
-    std::vector<std::unique_lock<std::mutex>> locks;
+    std::vector<std::unique_lock<detail::PoolMutex>> locks;
     lock_all(locks);
     synchronize_and_free_events();
     // Return every segment, live blocks included: the allocator owns them.
@@ -265,7 +265,7 @@ void* CachingAllocator::Impl::allocate(std::size_t requested, Stream stream) {
   if (!capture && deferred_event_blocks.load(std::memory_order_acquire) != 0) {
     // The first request after every capture ended records the events the
     // frees during capture could not (PyTorch's process_events).
-    std::vector<std::unique_lock<std::mutex>> locks;
+    std::vector<std::unique_lock<detail::PoolMutex>> locks;
     lock_all(locks);
     insert_deferred_events();
   }
@@ -339,7 +339,7 @@ FreeStatus CachingAllocator::Impl::deallocate(void* ptr) noexcept {
 void CachingAllocator::Impl::record_stream(void* ptr, Stream stream) {
   const auto address = reinterpret_cast<std::uintptr_t>(ptr);
   Shard* const shard = owners.find(address);
-  std::unique_lock<std::mutex> lock;
+  std::unique_lock<detail::PoolMutex> lock;
   Block* block = nullptr;
   if (shard) {
     lock = std::unique_lock(shard->mutex);

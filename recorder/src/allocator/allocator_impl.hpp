@@ -184,7 +184,7 @@ struct alignas(64) Shard {
   Shard(Stream s, PoolId p) : stream(s), pool_id(p) {}
   Stream stream;
   PoolId pool_id;
-  std::mutex mutex;
+  detail::PoolMutex mutex;
   FreeSet small_blocks{FreeSet::kBinned};
   FreeSet large_blocks;
   // Outstanding events per stream they were recorded on, oldest first.
@@ -287,7 +287,7 @@ struct CachingAllocator::Impl {
   void release_expandable_segment(Block* block);
   void release_expandable(std::vector<Block*>& blocks);
   [[noreturn]] void throw_out_of_memory(Stream stream, std::size_t requested);
-  std::vector<Shard*> lock_all(std::vector<std::unique_lock<std::mutex>>& locks);
+  std::vector<Shard*> lock_all(std::vector<std::unique_lock<detail::PoolMutex>>& locks);
   Block* find_free_block_at(std::uintptr_t address);
 
   std::shared_ptr<Device> device;
@@ -301,7 +301,7 @@ struct CachingAllocator::Impl {
   static constexpr std::size_t kShardSlots = 1024;
   std::array<std::atomic<Shard*>, kShardSlots> shard_table{};
   std::vector<Shard*> shards;  // sorted by (stream handle, pool)
-  std::mutex registry_mutex;
+  detail::PoolMutex registry_mutex;  // in lock_all's vector with the pool locks
 
   // Private pools by id, with their use counts; under registry_mutex.
   std::map<PoolId, int> private_pools;

@@ -12,7 +12,7 @@ namespace cachealloc {
 
 using snapshot::EventKind;
 
-std::vector<Shard*> CachingAllocator::Impl::lock_all(std::vector<std::unique_lock<std::mutex>>& locks) {
+std::vector<Shard*> CachingAllocator::Impl::lock_all(std::vector<std::unique_lock<detail::PoolMutex>>& locks) {
   locks.emplace_back(registry_mutex);
   locks.reserve(shards.size() + 1);
   for (Shard* shard : shards) locks.emplace_back(shard->mutex);  // ascending (stream, pool) order
@@ -79,7 +79,7 @@ Block* CachingAllocator::Impl::reserve_segment(Shard& shard, bool small, std::si
 // segment of every stream and retry once more (counted in num_alloc_retries).
 void* CachingAllocator::Impl::allocate_slow(Shard& shard, std::size_t size, std::size_t requested,
                                             bool device_tried) {
-  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<std::unique_lock<detail::PoolMutex>> locks;
   lock_all(locks);
   const bool small = size <= kSmallSize;
   if (!capturing() && !shard.pending.empty()) process_events(shard);
@@ -313,7 +313,7 @@ void CachingAllocator::Impl::throw_out_of_memory(Stream stream, std::size_t requ
 // finding its head block and walking it.
 Block* CachingAllocator::Impl::find_free_block_at(std::uintptr_t address) {
   try {
-    std::vector<std::unique_lock<std::mutex>> locks;
+    std::vector<std::unique_lock<detail::PoolMutex>> locks;
     lock_all(locks);
     std::lock_guard lock(segments_mutex);
     auto it = segments.upper_bound(address);
@@ -330,7 +330,7 @@ Block* CachingAllocator::Impl::find_free_block_at(std::uintptr_t address) {
 
 void CachingAllocator::empty_cache() {
   Impl::begin_call();
-  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<std::unique_lock<detail::PoolMutex>> locks;
   impl_->lock_all(locks);
   const std::size_t before = impl_->total_reserved.load();
   impl_->release_cached_blocks();
@@ -344,7 +344,7 @@ void CachingAllocator::empty_cache(PoolId pool) {
     return;
   }
   Impl::begin_call();
-  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<std::unique_lock<detail::PoolMutex>> locks;
   impl_->lock_all(locks);
   const std::size_t before = impl_->total_reserved.load();
   impl_->release_cached_blocks(pool);
@@ -408,7 +408,7 @@ int CachingAllocator::pool_use_count(PoolId pool) const {
 }
 
 PoolCheckpoint CachingAllocator::checkpoint_pool(PoolId pool) {
-  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<std::unique_lock<detail::PoolMutex>> locks;
   impl_->lock_all(locks);
   auto it = impl_->private_pools.find(pool);
   if (it == impl_->private_pools.end() || it->second <= 0)
@@ -430,7 +430,7 @@ PoolCheckpoint CachingAllocator::checkpoint_pool(PoolId pool) {
 PoolRestore CachingAllocator::restore_pool(const PoolCheckpoint& checkpoint) {
   Impl::begin_call();
   Impl& impl = *impl_;
-  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<std::unique_lock<detail::PoolMutex>> locks;
   impl.lock_all(locks);
   const PoolId pool = checkpoint.pool;
   auto fail = [&](const std::string& why) {
@@ -508,7 +508,7 @@ PoolRestore CachingAllocator::restore_pool(const PoolCheckpoint& checkpoint) {
 }
 
 std::map<std::uintptr_t, PoolId> CachingAllocator::private_segments() const {
-  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<std::unique_lock<detail::PoolMutex>> locks;
   impl_->lock_all(locks);
   std::map<std::uintptr_t, PoolId> out;
   std::lock_guard guard(impl_->segments_mutex);
@@ -531,7 +531,7 @@ void CachingAllocator::set_memory_fraction(double fraction) {
 }
 
 std::size_t CachingAllocator::largest_free_block() const {
-  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<std::unique_lock<detail::PoolMutex>> locks;
   impl_->lock_all(locks);
   std::size_t largest = 0;
   // Each free set is ordered by size: its last block is its largest.
@@ -542,7 +542,7 @@ std::size_t CachingAllocator::largest_free_block() const {
 }
 
 std::vector<snapshot::Segment> CachingAllocator::layout(const std::function<void()>& while_locked) const {
-  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<std::unique_lock<detail::PoolMutex>> locks;
   impl_->lock_all(locks);
   std::vector<snapshot::Segment> out;
   std::lock_guard guard(impl_->segments_mutex);
