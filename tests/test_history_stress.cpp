@@ -202,7 +202,7 @@ TEST_CASE("8 threads on a ring of three chunks: chunks copied outside the ring l
   std::vector<Stream> streams;
   for (int t = 0; t < kThreads; ++t) streams.push_back(device->create_stream());
   HistoryOptions options;
-  options.max_entries = 500;  // two chunks of 256 events, plus one
+  options.max_entries = 500;  // two chunks (each holds at least Chunk::kMinEvents), plus one
   HistoryRecorder recorder(allocator, options);
   const detail::RingCopyHook previous = detail::replace_ring_copy_hook(slow_copy);
   std::atomic<bool> go{false};
@@ -238,4 +238,49 @@ TEST_CASE("8 threads on a ring of three chunks: chunks copied outside the ring l
   recorder.stop();
   allocator.empty_cache();
   for (Stream stream : streams) device->destroy_stream(stream);
+}
+
+TEST_CASE("a block handed between two threads whose clocks disagree by a second still replays in the allocator's order") {
+  // The recorder times events with an unordered clock read and takes their
+  // order from the pool's order word (AllocatorEvent::order). Given two
+  // threads, one whose reads run a second ahead, passing one block to and
+  // fro: each frees what the other allocated, and allocates it again
+  auto device = test_support::simulated(256 * MiB);
+  CachingAllocator allocator(device);
+  HistoryOptions options;
+  options.max_entries = 1u << 16;
+  HistoryRecorder recorder(allocator, options);
+  constexpr int kRounds = 2'000;
+  std::atomic<int> turn{0};
+  std::atomic<void*> block{nullptr};
+  auto player = [&](int me, std::int64_t skew) {
+    detail::set_thread_clock_skew(skew);
+    for (int round = 0; round < kRounds; ++round) {
+      while (turn.load(std::memory_order_acquire) != me) std::this_thread::yield();
+      if (void* mine = block.load()) allocator.deallocate(mine);
+      block.store(allocator.allocate(4096));
+      turn.store(1 - me, std::memory_order_release);
+    }
+    detail::set_thread_clock_skew(0);
+  };
+  std::thread ahead(player, 0, std::int64_t{3'000'000'000});
+  std::thread behind(player, 1, std::int64_t{0});
+  ahead.join();
+  behind.join();
+  allocator.deallocate(block.load());
+  // When the trace is dumped (sorted by time) and replayed
+  const snapshot::Snapshot s = recorder.take_snapshot();
+  snapshot::validate(s);
+  REQUIRE(s.dropped_events == 0);
+  analyzer::Replay replay({}, device->index(), s.stacks.size());
+  for (const auto& e : s.events) replay.apply(e);
+  // Then every free follows its alloc, as the allocator went through them
+  const analyzer::ReplayAnomalies& anomalies = replay.anomalies();
+  INFO("alloc_outside_free_block " << anomalies.alloc_outside_free_block << ", free_of_unknown_block "
+       << anomalies.free_of_unknown_block);
+  CHECK(anomalies.total() == 0);
+  CHECK(replay.layout() == s.segments);
+  std::size_t allocs = 0;
+  for (const auto& e : s.events) allocs += e.kind == EventKind::alloc;
+  CHECK(allocs == 2 * kRounds);
 }

@@ -51,6 +51,19 @@ struct AllocatorEvent {
   // follow a device call that may hand out an address another thread has
   // just given back.
   bool continues_call = false;
+  // Order words, for an observer that timestamps events with a clock read
+  // that is not ordered against the lock it runs under (a plain RDTSC may
+  // execute before the lock's acquisition completes). `order` is the pool's
+  // word, guarded by the pool lock the event holds; for an event of no one
+  // pool (oom, empty_cache, with every pool lock held) it is the
+  // allocator's word, raised first to every pool's. `order_floor`, for pool
+  // events, is the allocator's word: read-only here, written only with every
+  // lock held. An observer that gives each event a time above *order_floor
+  // and above *order, and stores that time in *order, orders the events of
+  // each pool as the allocator went through them. Either may be null (an
+  // observer called by other code); then no order is implied.
+  std::uint64_t* order = nullptr;
+  const std::uint64_t* order_floor = nullptr;
 };
 
 // Receives every allocator event, in order per stream, while the allocator

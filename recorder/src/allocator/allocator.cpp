@@ -216,7 +216,7 @@ void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t s
     block->next = rest;
     block->size = size;
     cache(rest);
-    emit(EventKind::split, shard.stream, block->ptr, size, rest->size);
+    emit(shard, EventKind::split, block->ptr, size, rest->size);
     if (block->expandable) {
       // Inactive split bytes exclude expandable segments, as in PyTorch:
       // their free pages can always be unmapped.
@@ -247,7 +247,7 @@ void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t s
     }
     if (block->size >= config.max_split_size) pending.oversize_allocations.increase(1);
   }
-  block->stack = emit(EventKind::alloc, shard.stream, block->ptr, block->size, requested);
+  block->stack = emit(shard, EventKind::alloc, block->ptr, block->size, requested);
   shard.live.insert(block->ptr, block);
   maybe_publish(shard);
   return reinterpret_cast<void*>(block->ptr);
@@ -307,7 +307,7 @@ FreeStatus CachingAllocator::Impl::deallocate(void* ptr) noexcept {
       std::lock_guard lock(shard.mutex);
       if (Block* block = shard.live.take(address)) {
         block->allocated = false;
-        emit(EventKind::free_requested, shard.stream, block->ptr, block->size, block->requested);
+        emit(shard, EventKind::free_requested, block->ptr, block->size, block->requested);
         if (!block->stream_uses.empty()) {
           release_allocation_stats(*block);
           if (capturing()) {
@@ -438,7 +438,7 @@ void CachingAllocator::Impl::free_block(Block* block, bool also_release_allocati
   const std::size_t original_size = block->size;
   const std::size_t requested = block->requested;
   Shard& shard = *block->shard;
-  emit(EventKind::free_completed, shard.stream, block->ptr, block->size, requested);
+  emit(shard, EventKind::free_completed, block->ptr, block->size, requested);
   std::int64_t split_count_change = 0;
   std::int64_t split_bytes_change = 0;
   for (int side = 0; side < 2; ++side) {
@@ -448,7 +448,7 @@ void CachingAllocator::Impl::free_block(Block* block, bool also_release_allocati
       block = merged;
       --split_count_change;
       split_bytes_change -= static_cast<std::int64_t>(absorbed);
-      emit(EventKind::merge, shard.stream, block->ptr, block->size, absorbed);
+      emit(shard, EventKind::merge, block->ptr, block->size, absorbed);
     }
   }
   block->requested = 0;

@@ -116,7 +116,7 @@ Block* CachingAllocator::Impl::map_block(Block* to_map, std::size_t size) {
       pending.reserved_bytes[t].increase(static_cast<std::int64_t>(mapped_size));
     ++pending.num_device_alloc;
   }
-  emit(EventKind::segment_map, shard.stream, mapped_at, mapped_size, std::size_t{snapshot::segment_flag_expandable} | (block->small ? 0u : std::size_t{snapshot::segment_flag_large_pool}));
+  emit(shard, EventKind::segment_map, mapped_at, mapped_size, std::size_t{snapshot::segment_flag_expandable} | (block->small ? 0u : std::size_t{snapshot::segment_flag_large_pool}));
   return block;
 }
 
@@ -131,7 +131,7 @@ void CachingAllocator::Impl::unmap_block(Block* block) {
   const std::size_t unmapped_size = (end - begin) * es.chunk;
   Shard& shard = *block->shard;
   shard.pool(block->small).erase(FreeSet::s_iterator_to(*block));
-  emit(EventKind::segment_unmap, shard.stream, unmapped_ptr, unmapped_size, 0);
+  emit(shard, EventKind::segment_unmap, unmapped_ptr, unmapped_size, 0);
   device->unmap(reinterpret_cast<void*>(unmapped_ptr), unmapped_size, es.chunk);
 
   const std::size_t before = unmapped_ptr - block->ptr;

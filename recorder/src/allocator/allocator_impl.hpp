@@ -190,6 +190,9 @@ struct alignas(64) Shard {
   // Outstanding events per stream they were recorded on, oldest first.
   std::map<Stream, std::deque<PendingFree>> pending;
   std::vector<DeviceEvent> spare_events;
+  // The observer's order word for this pool (AllocatorEvent::order), under
+  // `mutex`: on the same cache line as the lock the event holds.
+  std::uint64_t event_order = 0;
   std::vector<Block*> spare_blocks;  // recycled Block objects: no heap allocation per split
   detail::PointerMap<Block> live;    // this pool's allocated blocks by address
   PendingStats unpublished;          // stats changes not yet published
@@ -252,16 +255,35 @@ struct CachingAllocator::Impl {
   // the events in an order the allocator never went through.
   static inline thread_local std::uint32_t t_call_events __attribute__((tls_model("initial-exec"))) = 0;
   static void begin_call() noexcept { t_call_events = 0; }
-  std::uint32_t emit(snapshot::EventKind kind, Stream stream, std::uintptr_t address, std::size_t size,
+  // An event of one pool, under its lock: the observer gets the pool's
+  // order word and the allocator's (AllocatorEvent::order).
+  std::uint32_t emit(Shard& shard, snapshot::EventKind kind, std::uintptr_t address, std::size_t size,
                      std::size_t aux) noexcept {
     AllocatorObserver* o = observer.load(std::memory_order_acquire);
     if (!o) return 0;
+    AllocatorEvent event{kind, shard.stream, address, size, aux, continues_call(kind)};
+    event.order = &shard.event_order;
+    event.order_floor = &event_order_all;
+    return o->on_event(event);
+  }
+  // An event of no one pool (oom, empty_cache), with every pool lock held:
+  // the allocator's order word is first raised to every pool's, so that the
+  // event is ordered after each pool's last.
+  std::uint32_t emit_global(snapshot::EventKind kind, Stream stream, std::uintptr_t address, std::size_t size,
+                            std::size_t aux) noexcept {
+    AllocatorObserver* o = observer.load(std::memory_order_acquire);
+    if (!o) return 0;
+    for (const Shard* shard : shards) event_order_all = std::max(event_order_all, shard->event_order);
+    AllocatorEvent event{kind, stream, address, size, aux, continues_call(kind)};
+    event.order = &event_order_all;
+    return o->on_event(event);
+  }
+  static bool continues_call(snapshot::EventKind kind) noexcept {
     // A new segment or mapping follows a device call that may return an
     // address another thread released after this section's first event.
     const bool after_device_call =
         kind == snapshot::EventKind::segment_alloc || kind == snapshot::EventKind::segment_map;
-    const bool continues = t_call_events++ > 0 && !after_device_call;
-    return o->on_event(AllocatorEvent{kind, stream, address, size, aux, continues});
+    return t_call_events++ > 0 && !after_device_call;
   }
 
   // --- slow path (allocator_slow.cpp) ---
@@ -381,6 +403,11 @@ struct CachingAllocator::Impl {
   static std::uint64_t register_live(Impl* impl);
   void unregister_live() noexcept;
   const std::uint64_t generation;
+
+  // The observer's order word for events of no one pool, and the floor of
+  // every pool's (AllocatorEvent::order_floor): written only with every
+  // pool lock held, read under any one. A line of its own, read-shared.
+  alignas(64) std::uint64_t event_order_all = 0;
 
   alignas(64) mutable detail::Spinlock stats_lock;
   MemoryStats stats;  // published figures, under stats_lock

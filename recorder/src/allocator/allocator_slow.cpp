@@ -68,7 +68,7 @@ Block* CachingAllocator::Impl::reserve_segment(Shard& shard, bool small, std::si
     if (alloc_size >= config.max_split_size) pending.oversize_segments.increase(1);
     ++pending.num_device_alloc;
   }
-  block->segment_stack = emit(EventKind::segment_alloc, shard.stream, block->ptr, alloc_size,
+  block->segment_stack = emit(shard, EventKind::segment_alloc, block->ptr, alloc_size,
                               small ? std::size_t{0} : std::size_t{snapshot::segment_flag_large_pool});
   return block;
 }
@@ -252,7 +252,7 @@ void CachingAllocator::Impl::release_block(Block* block) {
   shard.pool(block->small).erase(FreeSet::s_iterator_to(*block));
   const std::uintptr_t ptr = block->ptr;
   const std::size_t size = block->size;
-  emit(EventKind::segment_release, shard.stream, ptr, size, 0);
+  emit(shard, EventKind::segment_release, ptr, size, 0);
   owners.remove(ptr);  // before the device may give the address to another segment
   device->release(reinterpret_cast<void*>(ptr), size);
   total_reserved.fetch_sub(size, std::memory_order_relaxed);
@@ -286,7 +286,7 @@ void CachingAllocator::Impl::throw_out_of_memory(Stream stream, std::size_t requ
     ++stats.num_ooms;
     now = stats;
   }
-  emit(EventKind::oom, stream, info.free, requested, cap);
+  emit_global(EventKind::oom, stream, info.free, requested, cap);
   const auto allocated = static_cast<std::size_t>(now.allocated_bytes[stat_all].current);
   const auto reserved = static_cast<std::size_t>(now.reserved_bytes[stat_all].current);
   std::ostringstream message;
@@ -335,7 +335,7 @@ void CachingAllocator::empty_cache() {
   const std::size_t before = impl_->total_reserved.load();
   impl_->release_cached_blocks();
   impl_->publish_all_locked();
-  impl_->emit(EventKind::empty_cache, Stream{}, 0, before - impl_->total_reserved.load(), 0);
+  impl_->emit_global(EventKind::empty_cache, Stream{}, 0, before - impl_->total_reserved.load(), 0);
 }
 
 void CachingAllocator::empty_cache(PoolId pool) {
@@ -350,7 +350,7 @@ void CachingAllocator::empty_cache(PoolId pool) {
   impl_->release_cached_blocks(pool);
   impl_->publish_all_locked();
   if (before != impl_->total_reserved.load())
-    impl_->emit(EventKind::empty_cache, Stream{}, 0, before - impl_->total_reserved.load(), 0);
+    impl_->emit_global(EventKind::empty_cache, Stream{}, 0, before - impl_->total_reserved.load(), 0);
 }
 
 void CachingAllocator::create_or_incref_pool(PoolId pool) {
@@ -446,7 +446,7 @@ PoolRestore CachingAllocator::restore_pool(const PoolCheckpoint& checkpoint) {
     if (!block) fail("block " + std::to_string(address) + " is not allocated");
     Shard& shard = *block->shard;
     block->allocated = false;
-    impl.emit(EventKind::free_requested, shard.stream, block->ptr, block->size, block->requested);
+    impl.emit(shard, EventKind::free_requested, block->ptr, block->size, block->requested);
     if (!block->stream_uses.empty()) {
       impl.release_allocation_stats(*block);
       impl.insert_events(block);

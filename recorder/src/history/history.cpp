@@ -139,6 +139,7 @@ struct ThreadState {
   std::uint64_t recorder = 0;
   ThreadSlot* slot = nullptr;
   std::uint64_t call_time = 0;
+  std::uint64_t clock_skew = 0;  // detail::set_thread_clock_skew (tests)
 };
 thread_local ThreadState t_state __attribute__((tls_model("initial-exec")));
 
@@ -185,27 +186,31 @@ ThreadSlot* HistoryRecorder::State::new_slot() noexcept {
 }
 
 namespace {
-// Copies `count` events with stores that bypass the cache: the ring's chunk
-// is written whole, so reading it in first would only cost time.
-void stream_copy(Chunk& to, const Chunk& from, std::uint32_t count) noexcept {
+// Copies a chunk's records with stores that bypass the cache: the ring's
+// chunk is written whole, so reading it in first would only cost time.
+void stream_copy(Chunk& to, const Chunk& from) noexcept {
 #if defined(__SSE2__)
-  const auto* source = reinterpret_cast<const __m128i*>(from.events);
-  auto* target = reinterpret_cast<__m128i*>(to.events);
-  const std::size_t units = (count * sizeof(snapshot::Event) + 15) / 16;
+  const auto* source = reinterpret_cast<const __m128i*>(from.words);
+  auto* target = reinterpret_cast<__m128i*>(to.words);
+  const std::size_t units = (from.used + 1) / 2;
   for (std::size_t i = 0; i < units; ++i) _mm_stream_si128(target + i, _mm_load_si128(source + i));
   _mm_sfence();
 #else
-  std::memcpy(to.events, from.events, count * sizeof(snapshot::Event));
+  std::memcpy(to.words, from.words, from.used * sizeof(std::uint64_t));
 #endif
-  to.count.store(count, std::memory_order_relaxed);
+  to.used = from.used;
+  to.count.store(from.count.load(std::memory_order_relaxed), std::memory_order_relaxed);
   to.thread = from.thread;
+  to.base_ticks = from.base_ticks;
+  to.newest_ticks = from.newest_ticks;
 }
 }  // namespace
 
-Chunk* HistoryRecorder::State::claim_locked(ThreadSlot& slot, std::uint32_t count) noexcept {
-  // Enough chunks for max_entries events, plus one so that a dump can always
-  // keep max_entries whatever the fill of the newest chunks.
-  const std::size_t capacity = static_cast<std::size_t>((max_entries + Chunk::kCapacity - 1) / Chunk::kCapacity) + 1;
+Chunk* HistoryRecorder::State::claim_locked(ThreadSlot& slot) noexcept {
+  // Enough chunks for max_entries events however densely they are packed,
+  // plus one so that a dump can always keep max_entries whatever the fill
+  // of the newest chunks.
+  const std::size_t capacity = static_cast<std::size_t>((max_entries + Chunk::kMinEvents - 1) / Chunk::kMinEvents) + 1;
   Chunk* target = nullptr;
   if (ring.size() < capacity) {
     target = take_chunk(spare, chunks);
@@ -217,16 +222,15 @@ Chunk* HistoryRecorder::State::claim_locked(ThreadSlot& slot, std::uint32_t coun
     while (oldest->busy.load(std::memory_order_acquire)) CACHEALLOC_CPU_RELAX();
     const std::uint32_t dropped = oldest->count.load(std::memory_order_relaxed);
     evicted += dropped;
-    // A chunk holds one thread's events in order: its last is its newest.
-    if (dropped) newest_dropped = std::max(newest_dropped, oldest->events[dropped - 1].time_ns);
+    if (dropped) newest_dropped = std::max(newest_dropped, oldest->newest_ticks);
     target = oldest;
   }
   if (target) {
     target->busy.store(true, std::memory_order_relaxed);
     ++next;
   } else {  // out of memory for a chunk: these events are lost, and recording stops
-    evicted += count;
-    newest_dropped = std::max(newest_dropped, slot.staging.events[count - 1].time_ns);
+    evicted += slot.staging.count.load(std::memory_order_relaxed);
+    newest_dropped = std::max(newest_dropped, slot.staging.newest_ticks);
     deactivate("cannot allocate a chunk of the event ring (out of memory)");
   }
   return target;
@@ -238,31 +242,33 @@ std::atomic<detail::RingCopyHook> g_ring_copy_hook{nullptr};
 
 detail::RingCopyHook detail::replace_ring_copy_hook(RingCopyHook hook) noexcept { return g_ring_copy_hook.exchange(hook); }
 
+void detail::set_thread_clock_skew(std::int64_t ticks) noexcept { t_state.clock_skew = static_cast<std::uint64_t>(ticks); }
+
 void HistoryRecorder::State::flush(ThreadSlot& slot) noexcept {
-  const std::uint32_t count = slot.staging.count.load(std::memory_order_relaxed);
-  if (count == 0) return;
+  if (slot.staging.empty()) return;
   Chunk* target = nullptr;
   {
     std::lock_guard lock(ring_lock);
-    target = claim_locked(slot, count);
+    target = claim_locked(slot);
   }
   if (const detail::RingCopyHook hook = g_ring_copy_hook.load(std::memory_order_relaxed)) [[unlikely]]
     hook();
   if (target) {
-    stream_copy(*target, slot.staging, count);
+    stream_copy(*target, slot.staging);
     target->busy.store(false, std::memory_order_release);
   }
-  slot.staging.count.store(0, std::memory_order_relaxed);
+  slot.staging.clear();
+  slot.last_record = ThreadSlot::kNoRecord;
 }
 
 void HistoryRecorder::State::flush_locked(ThreadSlot& slot) noexcept {
-  const std::uint32_t count = slot.staging.count.load(std::memory_order_relaxed);
-  if (count == 0) return;
-  if (Chunk* target = claim_locked(slot, count)) {
-    stream_copy(*target, slot.staging, count);
+  if (slot.staging.empty()) return;
+  if (Chunk* target = claim_locked(slot)) {
+    stream_copy(*target, slot.staging);
     target->busy.store(false, std::memory_order_release);
   }
-  slot.staging.count.store(0, std::memory_order_relaxed);
+  slot.staging.clear();
+  slot.last_record = ThreadSlot::kNoRecord;
 }
 
 void HistoryRecorder::State::deactivate(const char* why) noexcept {
@@ -273,11 +279,36 @@ void HistoryRecorder::State::deactivate(const char* why) noexcept {
 
 void HistoryRecorder::State::append_direct(const snapshot::Event& event) noexcept {
   std::lock_guard lock(ring_lock);
-  Chunk& chunk = annotation_slot->staging;
-  const std::uint32_t count = chunk.count.load(std::memory_order_relaxed);
-  chunk.events[count] = event;
-  chunk.count.store(count + 1, std::memory_order_relaxed);
-  if (count + 1 == Chunk::kCapacity) flush_locked(*annotation_slot);
+  ThreadSlot& slot = *annotation_slot;
+  Chunk& chunk = slot.staging;
+  if (!chunk.empty() && !detail::offset_fits(event.time_ns, chunk.base_ticks)) flush_locked(slot);
+  if (chunk.empty()) {
+    chunk.base_ticks = chunk.newest_ticks = event.time_ns;
+    chunk.words[chunk.used++] = detail::record_header(detail::kRecordStream, event.time_ns, chunk.base_ticks);
+    chunk.words[chunk.used++] = event.stream;
+    slot.stream = event.stream;
+  } else if (slot.stream != event.stream) {
+    chunk.words[chunk.used++] = detail::record_header(detail::kRecordStream, event.time_ns, chunk.base_ticks);
+    chunk.words[chunk.used++] = event.stream;
+    slot.stream = event.stream;
+  }
+  // Threads append here in the order they take ring_lock, not of their
+  // times: the newest is the largest.
+  chunk.newest_ticks = std::max(chunk.newest_ticks, event.time_ns);
+  std::uint64_t* record = chunk.words + chunk.used;
+  const bool has_stack = event.stack.value != 0;
+  record[0] = detail::record_header(static_cast<std::uint64_t>(event.kind) | detail::kRecordHasThread |
+                                        (has_stack ? std::uint64_t{detail::kRecordHasStack} : 0),
+                                    event.time_ns, chunk.base_ticks);
+  record[1] = event.address;
+  record[2] = event.size;
+  record[3] = event.aux;
+  std::uint32_t words = 4;
+  if (has_stack) record[words++] = event.stack.value;
+  record[words++] = event.thread;
+  chunk.used += words;
+  chunk.count.store(chunk.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (chunk.used + detail::kMaxRecordWords > Chunk::kWords) flush_locked(slot);
 }
 
 std::uint32_t HistoryRecorder::State::string_id(std::string_view text) {
@@ -342,15 +373,16 @@ void HistoryRecorder::start(const HistoryOptions& options) {
   s.allocator.layout([&] {
     std::lock_guard lock(s.ring_lock);
     for (Chunk* chunk : s.ring) {
-      chunk->count.store(0, std::memory_order_relaxed);
+      chunk->clear();
       s.spare.push_back(chunk);
     }
     s.ring.clear();
     for (auto& slot : s.slots) {
-      slot->staging.count.store(0, std::memory_order_relaxed);
+      slot->staging.clear();
+      slot->last_record = ThreadSlot::kNoRecord;
       slot->stacks.clear();
     }
-    s.annotation_slot->staging.count.store(0, std::memory_order_relaxed);
+    s.annotation_slot->staging.clear();
     s.next = 0;
     s.evicted = 0;
     s.newest_dropped = 0;
@@ -399,20 +431,45 @@ std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
   ThreadSlot* slot = s.slot();
   if (!slot) [[unlikely]]
     return 0;
-  // One clock read per allocator call: the split before an alloc and the
-  // merges after a free carry the time of the call's first event. Reading
-  // the clock costs 10-30 ns, more than the rest of an event.
-  if (!event.continues_call) t_state.call_time = detail::now_ticks(s.use_tsc);
+  // The time. One clock read per critical section: the split before an
+  // alloc and the merges after a free continue the call's first event.
+  // Reading the clock costs more than the rest of an event, and the ordered
+  // read (RDTSCP) about twice the unordered one, so the order comes from
+  // the allocator's order words instead (AllocatorEvent::order): each event
+  // is later than the pool's last, than the allocator's last event of no
+  // one pool, and than this thread's last. Only a new segment or mapping,
+  // whose address the device may just have taken back from another pool,
+  // reads the ordered clock.
+  std::uint64_t t = t_state.call_time;
+  if (!event.continues_call) {
+    const bool after_device_call = event.kind == EventKind::segment_alloc || event.kind == EventKind::segment_map;
+    const std::uint64_t now =
+        (after_device_call ? detail::now_ticks(s.use_tsc) : detail::now_ticks_unordered(s.use_tsc)) + t_state.clock_skew;
+    t = std::max(t, now);
+  }
+  if (event.order_floor && t <= *event.order_floor) t = *event.order_floor + 1;
+  if (event.order) {
+    if (t <= *event.order) t = *event.order + 1;
+    *event.order = t;
+  }
+  t_state.call_time = t;
+
   Chunk& chunk = slot->staging;
-  const std::uint32_t count = chunk.count.load(std::memory_order_relaxed);
-  snapshot::Event& record = chunk.events[count];  // written in place: no copy
-  record.kind = event.kind;  // device and thread: the dump fills them in (Chunk)
-  record.time_ns = t_state.call_time;
-  record.stream = event.stream.handle;
-  record.address = event.address;
-  record.size = event.size;
-  record.aux = event.aux;
-  record.stack = snapshot::StackId{};
+  // Room for the longest record (and a stream record) first, so that a
+  // record can be written, and the previous one extended, without checks.
+  if (chunk.used + detail::kMaxRecordWords > Chunk::kWords || !detail::offset_fits(t, chunk.base_ticks)) [[unlikely]]
+    s.flush(*slot);  // full, or the thread slept for months: a new chunk, a new base
+  if (chunk.empty() || slot->stream != event.stream.handle) [[unlikely]] {
+    if (chunk.empty()) chunk.base_ticks = t;
+    chunk.words[chunk.used] = detail::record_header(detail::kRecordStream, t, chunk.base_ticks);
+    chunk.words[chunk.used + 1] = event.stream.handle;
+    chunk.used += 2;
+    slot->stream = event.stream.handle;
+    slot->last_record = ThreadSlot::kNoRecord;
+  }
+  chunk.newest_ticks = t;
+
+  std::uint32_t stack = 0;
   if (const StackCapture capture = s.stacks.load(std::memory_order_relaxed);
       capture != StackCapture::none && wants_stack(event.kind, s.stacks_on_free.load(std::memory_order_relaxed))) {
     std::uintptr_t frames[detail::kMaxStackFrames];
@@ -420,14 +477,46 @@ std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
     const std::uint32_t depth = capture == StackCapture::native ? detail::capture_native_stack(frames, max_frames)
                                                                 : detail::capture_unwound_stack(frames, max_frames);
     // The thread's cache first: no lock, no shared line (StackCache).
-    record.stack = snapshot::StackId{slot->stacks.intern(s.table, frames, depth)};
+    stack = slot->stacks.intern(s.table, frames, depth);
   }
-  const std::uint32_t stack = record.stack.value;
+  const std::uint64_t stack_flag = stack ? std::uint64_t{detail::kRecordHasStack} : 0;
+
+  // Fold the event into the previous record of the same call where the
+  // record format has a compound for the pair (event_records.hpp).
+  const std::uint32_t count = chunk.count.load(std::memory_order_relaxed);
+  if (event.continues_call && slot->last_record != ThreadSlot::kNoRecord) {
+    std::uint64_t* previous = chunk.words + slot->last_record;
+    const std::uint64_t tag = previous[0] & detail::kRecordTagMask;
+    if (event.kind == EventKind::alloc && tag == static_cast<std::uint64_t>(EventKind::split) &&
+        previous[1] == event.address && previous[2] == event.size) {
+      previous[0] = (previous[0] & ~std::uint64_t{detail::kRecordTagMask}) | detail::kRecordSplitAlloc | stack_flag;
+      previous[4] = event.aux;
+      previous[5] = stack;  // within the chunk: the record was written with kMaxRecordWords free
+      chunk.used += stack ? 2 : 1;
+      chunk.count.store(count + 1, std::memory_order_relaxed);
+      slot->last_record = ThreadSlot::kNoRecord;
+      return stack;
+    }
+    if (event.kind == EventKind::free_completed &&
+        (tag & ~std::uint64_t{detail::kRecordHasStack}) == static_cast<std::uint64_t>(EventKind::free_requested) &&
+        previous[1] == event.address && previous[2] == event.size && previous[3] == event.aux) {
+      previous[0] = (previous[0] & ~std::uint64_t{detail::kRecordKindMask}) | detail::kRecordFree;
+      chunk.count.store(count + 1, std::memory_order_relaxed);
+      slot->last_record = ThreadSlot::kNoRecord;
+      return 0;
+    }
+  }
+  std::uint64_t* record = chunk.words + chunk.used;
+  record[0] = detail::record_header(static_cast<std::uint64_t>(event.kind) | stack_flag, t, chunk.base_ticks);
+  record[1] = event.address;
+  record[2] = event.size;
+  record[3] = event.aux;
+  record[4] = stack;
+  slot->last_record = chunk.used;
+  chunk.used += stack ? 5 : 4;
   chunk.count.store(count + 1, std::memory_order_relaxed);
-  if (count + 1 == Chunk::kCapacity) [[unlikely]]
-    s.flush(*slot);
   if (event.kind == EventKind::oom) [[unlikely]] {
-    s.record_oom_usage(slot->thread, t_state.call_time);
+    s.record_oom_usage(slot->thread, t);
     s.request_oom_dump();
   }
   return stack;

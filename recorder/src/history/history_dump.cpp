@@ -189,6 +189,15 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
   std::uint64_t max_entries = 0;
   detail::TickAnchor anchor;
   std::vector<snapshot::Event> events;
+  struct RawChunk {
+    std::size_t offset;
+    std::uint32_t used;
+    std::uint64_t base;
+    std::uint32_t thread;
+  };
+  std::vector<RawChunk> raw;
+  std::vector<std::uint64_t> raw_words;
+  std::size_t held = 0;
   Device& device = s.allocator.device();
   // The driver and NVML are read inside the cut too, so their figures
   // describe the same moment as reserved (no allocator call can run).
@@ -209,29 +218,44 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
       std::lock_guard usage_lock(s.usage_mutex);
       oom_usage = s.oom_usage;
     }
+    // Copied raw under the locks (a memcpy per chunk), decoded after them.
     std::lock_guard lock(s.ring_lock);
     auto take = [&](const Chunk* chunk) {
-      if (!chunk) return;
-      const std::uint32_t count = chunk->count.load(std::memory_order_relaxed);
-      const auto first = static_cast<std::ptrdiff_t>(events.size());
-      events.insert(events.end(), chunk->events, chunk->events + count);
-      // The fields the hot path leaves unwritten (history_state.hpp, Chunk).
-      for (auto it = events.begin() + first; it != events.end(); ++it) {
-        it->device = s.device;
-        if (chunk->thread != Chunk::kThreadInEvents) it->thread = chunk->thread;
-      }
+      if (!chunk || chunk->empty()) return;
+      raw.push_back(RawChunk{raw_words.size(), chunk->used, chunk->base_ticks, chunk->thread});
+      raw_words.insert(raw_words.end(), chunk->words, chunk->words + chunk->used);
+      held += chunk->count.load(std::memory_order_relaxed);
     };
-    std::size_t held = 0;
-    for (const Chunk* chunk : s.ring) held += chunk->count.load(std::memory_order_relaxed);
-    events.reserve(held + (s.slots.size() + 1) * Chunk::kCapacity);
+    std::size_t words = 0;
+    for (const Chunk* chunk : s.ring) words += chunk->used;
+    for (const auto& slot : s.slots) words += slot->staging.used;
+    raw_words.reserve(words + s.annotation_slot->staging.used);
     for (const Chunk* chunk : s.ring) take(chunk);
     for (const auto& slot : s.slots) take(&slot->staging);
     take(&s.annotation_slot->staging);
-    total = s.evicted + events.size();
+    total = s.evicted + held;
     newest_dropped = s.newest_dropped;
     max_entries = s.max_entries;
     anchor = s.anchor;
   });
+  // The ring holds at least max_entries events, and often more (records are
+  // smaller than the worst case it is sized for). When it holds more, only
+  // the newest max_entries are decoded: the time of the max_entries-th
+  // newest bounds them (with its ties, which the trim below settles).
+  std::uint64_t from_ticks = 0;
+  if (held > max_entries) {
+    std::vector<std::uint64_t> times;
+    times.reserve(held);
+    for (const RawChunk& chunk : raw) detail::record_times(raw_words.data() + chunk.offset, chunk.used, chunk.base, times);
+    const auto nth = times.end() - static_cast<std::ptrdiff_t>(max_entries);
+    std::nth_element(times.begin(), nth, times.end());
+    from_ticks = *nth;
+  }
+  events.reserve(std::min<std::size_t>(held, max_entries + Chunk::kWords));
+  for (const RawChunk& chunk : raw)
+    detail::decode_records(raw_words.data() + chunk.offset, chunk.used, chunk.base, s.device, chunk.thread, events,
+                           from_ticks);
+  std::vector<std::uint64_t>().swap(raw_words);
   const detail::TickAnchor dump_anchor = detail::TickAnchor::now(s.use_tsc);
   // Chunks come from different threads, so the events are in time order
   // only chunk by chunk. Sort (stable: a thread's events keep their order),

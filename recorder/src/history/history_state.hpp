@@ -17,6 +17,7 @@
 #include "cachealloc/device.hpp"
 #include "cachealloc/history.hpp"
 #include "spinlock.hpp"
+#include "event_records.hpp"
 #include "stack_capture.hpp"
 
 namespace cachealloc {
@@ -36,16 +37,29 @@ std::uint64_t monotonic_ns() noexcept;
 // one from the dump. The transform is increasing, so order is kept.
 bool tsc_is_invariant() noexcept;
 //
-// RDTSCP, not RDTSC: it waits until every earlier instruction has executed,
-// the lock acquisition before it included. A plain RDTSC may execute while
-// the acquiring compare-and-swap still waits for the lock's cache line, and
-// so read a time before the previous holder's last event.
+// The ordered read, for events whose time must follow a device call (a new
+// segment or mapping): RDTSCP waits until every earlier instruction has
+// executed. A plain RDTSC may execute early, while an earlier
+// compare-and-swap still waits for its cache line.
 inline std::uint64_t now_ticks(bool use_tsc) noexcept {
 #if defined(__x86_64__)
   if (use_tsc) [[likely]] {
     unsigned int core;
     return __builtin_ia32_rdtscp(&core);
   }
+#endif
+  return monotonic_ns();
+}
+// The unordered read, for events whose order the allocator's order words
+// give (AllocatorEvent::order): RDTSC may execute before the lock
+// acquisition before it completes, and so read a time before the previous
+// holder's last event, but the event's time is then raised above that
+// holder's, which the pool's word holds. RDTSCP waits for every earlier
+// instruction; on the H200 host and the dev VM it is most of an event's cost.
+inline std::uint64_t now_ticks_unordered(bool use_tsc) noexcept {
+#if defined(__x86_64__)
+  if (use_tsc) [[likely]]
+    return __builtin_ia32_rdtsc();
 #endif
   return monotonic_ns();
 }
@@ -56,28 +70,38 @@ struct TickAnchor {
 };
 }  // namespace detail
 
-// A fixed block of events. Each thread fills its own staging chunk in place,
-// without any lock; it stays hot in the thread's cache. When it is full the
-// thread copies it into the ring (a ring of chunks, the oldest one evicted)
-// with non-temporal stores, which neither read the ring's cold memory first
-// nor evict the thread's working set, then starts over. The ring lock is
-// taken once per kCapacity events.
+// A fixed block of event records (event_records.hpp). Each thread fills its
+// own staging chunk in place, without any lock; it stays hot in the thread's
+// cache. When it is full the thread copies it into the ring (a ring of
+// chunks, the oldest one evicted) with non-temporal stores, which neither
+// read the ring's cold memory first nor evict the thread's working set, then
+// starts over. The ring lock is taken once per chunk.
 //
-// The hot path leaves two fields of each event unwritten, as the dump can
-// derive them: `device` (the recorder's) and `thread` (a chunk holds one
-// thread's events; Chunk::thread names it, and flush_locked carries it into
-// the ring). Only the annotation chunk, which mixes threads, writes `thread`
-// per event (kThreadInEvents). The dump fills both in when it reads a chunk.
+// Records hold neither `device` (the recorder's) nor `thread` (a chunk
+// holds one thread's events; Chunk::thread names it, and the flush carries
+// it into the ring). Only the annotation chunk, which mixes threads, gives
+// each record a thread word (kThreadInEvents). The dump fills both in.
 struct Chunk {
-  static constexpr std::uint32_t kCapacity = 256;
+  static constexpr std::uint32_t kWords = 2048;  // 16 KiB
+  // Fewest events a full chunk holds: what sizes the ring for max_entries.
+  static constexpr std::uint32_t kMinEvents = (kWords - detail::kMaxRecordWords + 1) / detail::kMaxWordsPerEvent;
   static constexpr std::uint32_t kThreadInEvents = ~std::uint32_t{0};
-  alignas(64) snapshot::Event events[kCapacity];
-  std::atomic<std::uint32_t> count{0};  // atomic only so that counters may be read racily
+  alignas(64) std::uint64_t words[kWords];
+  std::uint32_t used = 0;                 // words written
+  std::atomic<std::uint32_t> count{0};    // events (a compound record holds two); atomic only so that counters may be read racily
   std::uint32_t thread = kThreadInEvents;  // whose events these are
+  std::uint64_t base_ticks = 0;           // record times are offsets from this
+  std::uint64_t newest_ticks = 0;         // the newest time in the chunk
   // A ring chunk a thread is copying into outside ring_lock (flush). Set
   // and cleared by that thread; a flush that would reuse the chunk (the
   // ring went round during the copy) waits for it under ring_lock.
   std::atomic<bool> busy{false};
+
+  bool empty() const noexcept { return used == 0; }
+  void clear() noexcept {
+    used = 0;
+    count.store(0, std::memory_order_relaxed);
+  }
 };
 
 // One thread's staging chunk. Only its owner writes it, and only inside
@@ -87,6 +111,14 @@ struct Chunk {
 struct ThreadSlot {
   Chunk staging;
   std::uint32_t thread = 0;  // the owner's detail::thread_index()
+  // The stream of the chunk's last stream record; valid while the chunk is
+  // not empty (an empty chunk starts with a stream record).
+  std::uint64_t stream = 0;
+  // Where the chunk's last event record starts, for folding the next event
+  // of the same call into it (a split and its alloc, a free's two halves);
+  // kNoRecord when that record may not be extended.
+  static constexpr std::uint32_t kNoRecord = ~std::uint32_t{0};
+  std::uint32_t last_record = kNoRecord;
   // The owner's last interned stacks, ids of this recorder's table only
   // (the slot belongs to one recorder). start() clears it, under layout().
   detail::StackCache stacks;
@@ -106,7 +138,7 @@ struct HistoryRecorder::State {
   // The ring chunk the next `count` events go to, marked busy, with the
   // evicted chunk's events counted; nullptr (recording switched off) when
   // no chunk can be allocated. Needs ring_lock.
-  Chunk* claim_locked(ThreadSlot& slot, std::uint32_t count) noexcept;
+  Chunk* claim_locked(ThreadSlot& slot) noexcept;
   // Appends one event outside the allocator's locks (annotations: rare).
   void append_direct(const snapshot::Event& event) noexcept;
   // This thread's slot, created on its first event; nullptr when out of memory.

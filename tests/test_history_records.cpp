@@ -1,0 +1,131 @@
+// The recorder's in-memory event records (recorder/src/history/event_records.hpp):
+// whatever the hot path folds, packs or splits across chunks, the dump gives
+// back exactly the events the allocator reported, in its order.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "allocator_support.hpp"
+#include "cachealloc/history.hpp"
+
+using namespace cachealloc;
+using snapshot::EventKind;
+using test_support::MiB;
+
+namespace {
+
+// Events a real allocator call could not make, and some it makes: pairs that
+// fold (split then alloc of its front part, free_requested then
+// free_completed of the same block) and near misses that must not (another
+// address, size or requested count, or a new call between them), across
+// streams that change often, with values up to 64 bits.
+std::vector<AllocatorEvent> random_events(std::size_t count, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto value = [&] {
+    switch (rng() % 4) {
+      case 0: return rng() % 4096;
+      case 1: return rng();
+      case 2: return std::numeric_limits<std::uint64_t>::max() - rng() % 3;
+      default: return (rng() % (1u << 20)) * 512;
+    }
+  };
+  const std::uint64_t streams[] = {0, 7, 0x7fff'ffff'ffff, std::numeric_limits<std::uint64_t>::max()};
+  std::vector<AllocatorEvent> out;
+  std::uint64_t stream = 0;
+  while (out.size() < count) {
+    if (rng() % 16 == 0) stream = streams[rng() % 4];
+    AllocatorEvent first{};
+    first.stream = Stream{stream};
+    first.address = value();
+    first.size = value();
+    first.aux = value();
+    AllocatorEvent second = first;
+    second.continues_call = rng() % 8 != 0;
+    const unsigned shape = rng() % 6;
+    if (shape == 0) {
+      first.kind = EventKind::split;
+      second.kind = EventKind::alloc;
+      second.aux = value();  // requested, not the remainder
+    } else if (shape == 1) {
+      first.kind = EventKind::free_requested;
+      second.kind = EventKind::free_completed;
+    } else if (shape == 2) {  // near misses
+      first.kind = rng() % 2 ? EventKind::split : EventKind::free_requested;
+      second.kind = first.kind == EventKind::split ? EventKind::alloc : EventKind::free_completed;
+      switch (rng() % 3) {
+        case 0: second.address ^= 512; break;
+        case 1: second.size += 512; break;
+        default: second.aux ^= 1; break;
+      }
+    } else {
+      first.kind = static_cast<EventKind>(rng() % 11);  // alloc .. oom
+      if (first.kind == EventKind::oom) first.kind = EventKind::merge;  // an oom would ask for a dump
+      second.kind = EventKind::merge;
+    }
+    first.continues_call = rng() % 4 != 0 && first.kind != EventKind::segment_alloc &&
+                           first.kind != EventKind::segment_map;
+    out.push_back(first);
+    out.push_back(second);
+  }
+  out.front().continues_call = false;  // a thread's first event reads the clock
+  return out;
+}
+
+bool carries_stack(EventKind kind, bool on_free) {
+  return kind == EventKind::alloc || kind == EventKind::segment_alloc || kind == EventKind::empty_cache ||
+         (on_free && kind == EventKind::free_requested);
+}
+
+}  // namespace
+
+TEST_CASE("the dump gives back every reported event field for field, folded or not, across many chunks") {
+  for (const StackCapture stacks : {StackCapture::none, StackCapture::native}) {
+    for (const bool on_free : {false, true}) {
+      CAPTURE(std::string(to_string(stacks)));
+      CAPTURE(on_free);
+      // Given a recorder whose allocator never runs, fed events directly
+      // (one thread: on_event's lock rule has no one to exclude)
+      CachingAllocator allocator(test_support::simulated(64 * MiB));
+      HistoryOptions options;
+      options.stacks = stacks;
+      options.stacks_on_free = on_free;
+      options.max_entries = 1u << 20;
+      HistoryRecorder recorder(allocator, options);
+      allocator.set_observer(nullptr);  // only this test reports events
+      const std::vector<AllocatorEvent> events = random_events(40'000, 11 + on_free);
+      std::uint64_t order = 0;
+      for (AllocatorEvent event : events) {
+        event.order = &order;
+        recorder.on_event(event);
+      }
+      // When it is dumped
+      const snapshot::Snapshot s = recorder.take_snapshot();
+      // Then the events are those reported, in order, with times that never
+      // go back
+      REQUIRE(s.dropped_events == 0);
+      REQUIRE(s.events.size() == events.size());
+      std::size_t stacked = 0;
+      for (std::size_t i = 0; i < events.size(); ++i) {
+        const snapshot::Event& got = s.events[i];
+        const AllocatorEvent& want = events[i];
+        CAPTURE(i);
+        REQUIRE(got.kind == want.kind);
+        CHECK(got.stream == want.stream.handle);
+        CHECK(got.address == want.address);
+        CHECK(got.size == want.size);
+        CHECK(got.aux == want.aux);
+        CHECK(got.device == allocator.device().index());
+        CHECK((got.stack.value != 0) == (stacks != StackCapture::none && carries_stack(want.kind, on_free)));
+        stacked += got.stack.value != 0;
+        if (i > 0) CHECK(got.time_ns >= s.events[i - 1].time_ns);
+      }
+      if (stacks != StackCapture::none) CHECK(stacked > 0);
+      // and the order word holds the last event's time
+      CHECK(order > 0);
+    }
+  }
+}
