@@ -140,6 +140,7 @@ struct ThreadState {
   ThreadSlot* slot = nullptr;
   std::uint64_t call_time = 0;
   std::uint64_t clock_skew = 0;  // detail::set_thread_clock_skew (tests)
+  const std::uint64_t* last_order = nullptr;  // the order word of this thread's last event
 };
 thread_local ThreadState t_state __attribute__((tls_model("initial-exec")));
 
@@ -449,9 +450,13 @@ std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
   }
   if (event.order_floor && t <= *event.order_floor) t = *event.order_floor + 1;
   if (event.order) {
-    if (t <= *event.order) t = *event.order + 1;
+    // Strictly after the pool's last event, unless that was this call's
+    // previous event, on the same word: one call's events share its time.
+    const bool own_last = event.continues_call && event.order == t_state.last_order && *event.order == t;
+    if (t <= *event.order && !own_last) t = *event.order + 1;
     *event.order = t;
   }
+  t_state.last_order = event.order;
   t_state.call_time = t;
 
   Chunk& chunk = slot->staging;
