@@ -12,6 +12,7 @@
 #endif
 #include <cstring>
 #include <ctime>
+#include <new>
 
 #include "cachealloc/errors.hpp"
 
@@ -152,7 +153,9 @@ Chunk* take_chunk(std::vector<Chunk*>& spare, std::vector<std::unique_ptr<Chunk>
     return chunk;
   }
   try {
-    chunks.push_back(std::make_unique<Chunk>());
+    // Default-initialized: the 16 KiB of records are not zeroed (the copy
+    // into the chunk writes what is read).
+    chunks.push_back(std::unique_ptr<Chunk>(new Chunk));
     return chunks.back().get();
   } catch (...) {
     return nullptr;
@@ -208,10 +211,7 @@ void stream_copy(Chunk& to, const Chunk& from) noexcept {
 }  // namespace
 
 Chunk* HistoryRecorder::State::claim_locked(ThreadSlot& slot) noexcept {
-  // Enough chunks for max_entries events however densely they are packed,
-  // plus one so that a dump can always keep max_entries whatever the fill
-  // of the newest chunks.
-  const std::size_t capacity = static_cast<std::size_t>((max_entries + Chunk::kMinEvents - 1) / Chunk::kMinEvents) + 1;
+  const std::size_t capacity = ring_capacity_locked();
   Chunk* target = nullptr;
   if (ring.size() < capacity) {
     target = take_chunk(spare, chunks);
@@ -245,12 +245,43 @@ detail::RingCopyHook detail::replace_ring_copy_hook(RingCopyHook hook) noexcept 
 
 void detail::set_thread_clock_skew(std::int64_t ticks) noexcept { t_state.clock_skew = static_cast<std::uint64_t>(ticks); }
 
+std::size_t HistoryRecorder::State::ring_capacity_locked() const noexcept {
+  // Enough chunks for max_entries events however densely they are packed,
+  // plus one so that a dump can always keep max_entries whatever the fill
+  // of the newest chunks.
+  return static_cast<std::size_t>((max_entries + Chunk::kMinEvents - 1) / Chunk::kMinEvents) + 1;
+}
+
 void HistoryRecorder::State::flush(ThreadSlot& slot) noexcept {
   if (slot.staging.empty()) return;
   Chunk* target = nullptr;
+  // While the ring grows, a new chunk is allocated outside ring_lock, so
+  // that threads do not queue behind one another's malloc; its pages are
+  // first touched by the copy, also outside the lock, in parallel.
+  std::unique_ptr<Chunk> fresh;
+  bool allocation_failed = false;
   {
-    std::lock_guard lock(ring_lock);
-    target = claim_locked(slot);
+    std::unique_lock lock(ring_lock);
+    for (;;) {
+      if (fresh) {
+        try {
+          chunks.push_back(std::move(fresh));
+          spare.push_back(chunks.back().get());
+        } catch (...) {
+          fresh.reset();
+          allocation_failed = true;
+        }
+      }
+      // Out of memory for a chunk: claim_locked finds none, and says so.
+      if (!spare.empty() || ring.size() >= ring_capacity_locked() || allocation_failed) {
+        target = claim_locked(slot);
+        break;
+      }
+      lock.unlock();
+      fresh.reset(new (std::nothrow) Chunk);
+      allocation_failed = !fresh;
+      lock.lock();
+    }
   }
   if (const detail::RingCopyHook hook = g_ring_copy_hook.load(std::memory_order_relaxed)) [[unlikely]]
     hook();

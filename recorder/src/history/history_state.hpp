@@ -139,6 +139,8 @@ struct HistoryRecorder::State {
   // evicted chunk's events counted; nullptr (recording switched off) when
   // no chunk can be allocated. Needs ring_lock.
   Chunk* claim_locked(ThreadSlot& slot) noexcept;
+  // Chunks the ring may hold for max_entries. Needs ring_lock.
+  std::size_t ring_capacity_locked() const noexcept;
   // Appends one event outside the allocator's locks (annotations: rare).
   void append_direct(const snapshot::Event& event) noexcept;
   // This thread's slot, created on its first event; nullptr when out of memory.
