@@ -316,3 +316,41 @@ TEST_CASE("an event past its tables in a streamed block is refused with the mess
   }
   fs::remove(path);
 }
+
+TEST_CASE("an annotation string carried over from the event before is screened in a streamed block") {
+  // Given a two-block trace where, in the second block, an annotation's
+  // string id past the table equals the aux of the alloc before it, so the
+  // encoder can repeat that event's aux instead of storing one (the decoder
+  // screens a thread or stack id only where the columns store one, and an
+  // annotation's string on every event)
+  Snapshot bad = make_trace(100000);
+  bad.strings.push_back("phase");
+  REQUIRE(bad.events[70000].kind == EventKind::alloc);
+  bad.events[70000].aux = 3;
+  bad.events[70001].kind = EventKind::annotation_end;
+  bad.events[70001].stack = StackId{};
+  bad.events[70001].aux = 3;
+  const std::vector<std::byte> bytes = detail::encode_unvalidated(bad);
+  std::string loaded;
+  try {
+    (void)decode(bytes);
+  } catch (const SnapshotError& error) {
+    loaded = error.what();
+  }
+  CHECK(loaded.find("event 70001 references string 3 but the string table has 3 entries") != std::string::npos);
+  // When it is read block by block
+  const fs::path path = scratch_file("carried.bin");
+  write_bytes(path, bytes);
+  SnapshotReader reader(path);
+  std::vector<Event> block;
+  reader.read_block(0, block);
+  std::string streamed;
+  try {
+    reader.read_block(1, block);
+  } catch (const SnapshotError& error) {
+    streamed = error.what();
+  }
+  // Then the second block is refused with the message load gives
+  CHECK(streamed == loaded);
+  fs::remove(path);
+}

@@ -66,7 +66,7 @@ std::uint64_t le64(std::uint64_t loaded) {
 class ColumnReader {
  public:
   ColumnReader(const std::vector<std::uint8_t>& bytes, const char* name)
-      : data_(bytes.data()), size_(bytes.size()), name_(name) {}
+      : data_(bytes.data()), size_(bytes.size()), fast_end_(size_ >= 10 ? size_ - 9 : 0), name_(name) {}
 
   std::uint8_t byte(std::uint64_t event) {
     if (position_ == size_) [[unlikely]]
@@ -78,8 +78,11 @@ class ColumnReader {
   // seen) is one load and a few shifts. Encoding 3 stores 3-4 byte address
   // deltas, which were a call each out of line. The rest, and the last
   // bytes of a column, go the careful way below.
+  // The bound is one compare against fast_end_, and the mask and the first
+  // merge step are 3 operations fewer than the general form in long_varint:
+  // the decoder reads about two varints per event (session 10).
   std::uint64_t varint(std::uint64_t event) {
-    if (size_ - position_ >= 10) [[likely]] {
+    if (position_ < fast_end_) [[likely]] {
       std::uint64_t word;
       std::memcpy(&word, data_ + position_, sizeof word);
       word = le64(word);
@@ -89,9 +92,8 @@ class ColumnReader {
       }
       if (const std::uint64_t stops = ~word & 0x8080808080808080ull; stops != 0) [[likely]] {
         const auto last_bit = static_cast<unsigned>(std::countr_zero(stops));  // 8 * (length - 1) + 7
-        std::uint64_t x = last_bit == 63 ? word : word & ((std::uint64_t{1} << (last_bit + 1)) - 1);
-        x &= 0x7f7f7f7f7f7f7f7full;
-        x = ((x & 0x7f007f007f007f00ull) >> 1) | (x & 0x007f007f007f007full);
+        std::uint64_t x = word & (~std::uint64_t{0} >> (63 - last_bit)) & 0x7f7f7f7f7f7f7f7full;
+        x -= (x & 0x7f007f007f007f00ull) >> 1;  // each 16-bit lane: low + 128 * high
         x = ((x & 0x3fff00003fff0000ull) >> 2) | (x & 0x00003fff00003fffull);
         x = ((x & 0x0fffffff00000000ull) >> 4) | (x & 0x000000000fffffffull);
         position_ += (last_bit + 1) / 8;
@@ -171,6 +173,7 @@ class ColumnReader {
 
   const std::uint8_t* data_;
   std::size_t size_;
+  std::size_t fast_end_;  // below it, 10 bytes remain
   const char* name_;
   std::size_t position_ = 0;
 };
@@ -1114,12 +1117,31 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
   Event* const out = events.data();
   std::array<std::uint8_t, 16> last_detail{};
   const std::uint8_t* const flag_bytes = columns.flags.data();
+  // The screen, branch-free, where each value comes from: a thread only
+  // from the context column and a stack id only from the stack column (a
+  // previous or reference event's was screened when it was decoded, and the
+  // first event's previous is all zeros), so only the kind and an
+  // annotation's string are screened per event, by one compare of aux
+  // against a bound per kind: 6 instructions, where testing every field of
+  // every event was 16 (session 10). "x != 0 && x >= limit" is
+  // "x >= max(limit, 1)".
   const std::uint64_t thread_limit = screen != nullptr ? screen->thread_limit : UINT64_MAX;
-  const std::uint64_t stack_limit = screen != nullptr ? screen->stack_limit : UINT64_MAX;
-  const std::uint64_t string_limit = screen != nullptr ? screen->string_limit : std::uint64_t{1} << 32;
-  constexpr auto annotation_begin = static_cast<unsigned>(EventKind::annotation_begin);
-  constexpr auto annotation_end = static_cast<unsigned>(EventKind::annotation_end);
-  bool flagged = false;  // branch-free: a few ALU operations per event
+  const std::uint64_t stack_floor = screen != nullptr ? std::max<std::uint64_t>(screen->stack_limit, 1) : UINT64_MAX;
+  const std::uint64_t string_floor =
+      screen != nullptr ? std::max<std::uint64_t>(screen->string_limit, 1) : std::uint64_t{1} << 32;
+  // Flagged when (aux & mask) >= bound: a kind past the last (14 and 15)
+  // whatever its aux (bound 0), an annotation for a string past the table,
+  // any other kind never (mask 0, bound 1).
+  static_assert(kEventKindCount <= 16, "a kind is 4 bits in the flag and context bytes");
+  struct AuxScreen {
+    std::uint64_t mask = 0;
+    std::uint64_t bound = 1;
+  };
+  std::array<AuxScreen, 16> aux_screen{};
+  for (unsigned k = kEventKindCount; k < aux_screen.size(); ++k) aux_screen[k].bound = 0;
+  aux_screen[static_cast<unsigned>(EventKind::annotation_begin)] = {UINT64_MAX, string_floor};
+  aux_screen[static_cast<unsigned>(EventKind::annotation_end)] = {UINT64_MAX, string_floor};
+  bool flagged = false;
   // The previous event, kept by value: thread, device, stream and time carry
   // over from it.
   Event previous{};
@@ -1139,6 +1161,7 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
         const std::uint64_t thread = read.context.varint(index);
         if (thread > UINT32_MAX) fail_at(index, "has a thread index past 32 bits");
         event.thread = static_cast<std::uint32_t>(thread);
+        flagged |= thread >= thread_limit;
       }
       if (context & kDeviceChanged) {
         const std::int64_t device = unzigzag(read.context.varint(index));
@@ -1163,36 +1186,41 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
       last_detail[kind] = detail;
     }
 
-    switch (static_cast<AddressMode>((detail >> kAddressShift) & 3)) {
-      case address_previous: break;
-      case address_reference: event.address = reference->address; break;
-      case address_aligned_delta:
-        event.address += static_cast<std::uint64_t>(unzigzag(read.address.varint(index))) << kAlignShift;
-        break;
-      case address_raw_delta: event.address += static_cast<std::uint64_t>(unzigzag(read.address.varint(index))); break;
+    // One branch per field, on whether the columns store it; the modes that
+    // store nothing are selects. A switch per field was a tree of two or
+    // three branches (session 10). The reference's fields are loaded
+    // whatever the mode, so the selects need no branch to guard the load.
+    const Event& ref = *reference;
+    const unsigned address_mode = (detail >> kAddressShift) & 3;
+    if (address_mode >= address_aligned_delta) {
+      const auto delta = static_cast<std::uint64_t>(unzigzag(read.address.varint(index)));
+      event.address += address_mode == address_aligned_delta ? delta << kAlignShift : delta;
+    } else {
+      event.address = address_mode == address_reference ? ref.address : event.address;
     }
-    switch (static_cast<StackMode>((detail >> kStackShift) & 3)) {
-      case stack_previous: break;
-      case stack_reference: event.stack = reference->stack; break;
-      case stack_none: event.stack = StackId{}; break;
-      case stack_explicit: event.stack = read_stack_id(read.stack, index); break;
+    const unsigned stack_mode = (detail >> kStackShift) & 3;
+    if (stack_mode == stack_explicit) {
+      event.stack = read_stack_id(read.stack, index);
+      flagged |= event.stack.value >= stack_floor;
+    } else {
+      const std::uint32_t kept = stack_mode == stack_reference ? ref.stack.value : event.stack.value;
+      event.stack.value = stack_mode == stack_none ? 0 : kept;
     }
-    switch (static_cast<SizeMode>((detail >> kSizeShift) & 3)) {
-      case size_previous: break;
-      case size_reference: event.size = reference->size; break;
-      case size_aligned: event.size = read.size.varint(index) << kAlignShift; break;
-      case size_raw: event.size = read.size.varint(index); break;
+    const unsigned size_mode = (detail >> kSizeShift) & 3;
+    if (size_mode >= size_aligned) {
+      const std::uint64_t size = read.size.varint(index);
+      event.size = size_mode == size_aligned ? size << kAlignShift : size;
+    } else {
+      event.size = size_mode == size_reference ? ref.size : event.size;
     }
-    switch (static_cast<AuxMode>((detail >> kAuxShift) & 3)) {
-      case aux_zero: event.aux = 0; break;
-      case aux_reference: event.aux = reference->aux; break;
-      case aux_below_size: event.aux = event.size - read.aux.varint(index); break;
-      case aux_raw: event.aux = read.aux.varint(index); break;
+    const unsigned aux_mode = (detail >> kAuxShift) & 3;
+    if (aux_mode >= aux_below_size) {
+      const std::uint64_t aux = read.aux.varint(index);
+      event.aux = aux_mode == aux_below_size ? event.size - aux : aux;
+    } else {
+      event.aux = aux_mode == aux_reference ? ref.aux : 0;
     }
-    flagged |= (kind >= static_cast<unsigned>(kEventKindCount)) | (event.thread >= thread_limit) |
-               ((event.stack.value != 0) & (event.stack.value >= stack_limit)) |
-               (((kind == annotation_begin) | (kind == annotation_end)) & (event.aux != 0) &
-                (event.aux >= string_limit));
+    flagged |= (event.aux & aux_screen[kind].mask) >= aux_screen[kind].bound;
     out[index] = event;
     previous = event;
   }
