@@ -6,6 +6,7 @@
 #include "../analyzer/testing/trace_builder.hpp"
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/replay.hpp"
+#include "cachealloc/snapshot/format.hpp"
 
 using namespace cachealloc;
 using analyzer::Replay;
@@ -232,4 +233,34 @@ TEST_CASE("allocated + pending + cached free = reserved and active = requested +
     ++checked;
   }
   CHECK(checked == snap.events.size());
+}
+
+TEST_CASE("a total made impossible is refused at the event that made it; split, merge and annotations change none") {
+  // Given events that change no total (Replay checks the totals only after
+  // the kinds that can change them), then a segment of 2^61 bytes, mapped
+  // or allocated: reserved past 2^60, which no device has
+  auto event = [](snapshot::EventKind kind, std::uint64_t address, std::uint64_t size) {
+    snapshot::Event e;
+    e.kind = kind;
+    e.address = address;
+    e.size = size;
+    return e;
+  };
+  for (const snapshot::EventKind kind : {snapshot::EventKind::segment_map, snapshot::EventKind::segment_alloc}) {
+    CAPTURE(static_cast<int>(kind));
+    Replay replay(std::vector<snapshot::Segment>{}, 0, 1);
+    // When the first four are applied, then nothing is refused
+    CHECK_NOTHROW(replay.apply(event(snapshot::EventKind::split, kBase, kMiB)));
+    CHECK_NOTHROW(replay.apply(event(snapshot::EventKind::merge, kBase, kMiB)));
+    CHECK_NOTHROW(replay.apply(event(snapshot::EventKind::annotation_begin, 0, 0)));
+    CHECK_NOTHROW(replay.apply(event(snapshot::EventKind::annotation_end, 0, 0)));
+    // and the fifth is refused, named by its index
+    std::string refused;
+    try {
+      replay.apply(event(kind, kBase, std::uint64_t{1} << 61));
+    } catch (const snapshot::SnapshotError& error) {
+      refused = error.what();
+    }
+    CHECK(refused.find("replaying event 4 gives an impossible state on device 0") != std::string::npos);
+  }
 }
