@@ -1143,8 +1143,11 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
   aux_screen[static_cast<unsigned>(EventKind::annotation_end)] = {UINT64_MAX, string_floor};
   bool flagged = false;
   // The previous event, kept by value: thread, device, stream and time carry
-  // over from it.
+  // over from it. A reference to it is one to out[index - 1] (or, for the
+  // first event, to kNoPrevious, equal to it): taking previous's address
+  // kept it in memory, 7 stores and 7 loads per event more (session 10).
   Event previous{};
+  static constexpr Event kNoPrevious{};
   for (std::uint64_t index = 0; index < columns.count; ++index) {
     const std::uint8_t flags = flag_bytes[index];
     if (flags & kReservedFlag) [[unlikely]]
@@ -1173,7 +1176,7 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
     event.kind = static_cast<EventKind>(kind);  // validate() rejects kinds past the last one
     if (!(flags & kSameTime)) event.time_ns += read.time.varint(index);
 
-    const Event* reference = &previous;
+    const Event* reference = index == 0 ? &kNoPrevious : out + (index - 1);
     if (flags & kHasReference) {
       const std::uint64_t distance = read.address.varint(index);
       if (distance == 0 || distance > index) [[unlikely]]
