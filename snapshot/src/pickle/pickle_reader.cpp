@@ -36,6 +36,8 @@ constexpr std::size_t kMaxMarks = 1000;
 
 // The one empty tuple every EMPTY_TUPLE pushes: tuples are immutable.
 constexpr ContainerId kEmptyTuple = 0;
+// The memo grows by this many entries (1 MiB) within the room reserved.
+constexpr std::size_t kMemoStep = std::size_t{1} << 18;
 // Container ids and boxed scalars fit in the 30 bits of a MemoEntry.
 constexpr std::size_t kMaxContainers = (std::size_t{1} << 30) - 1;
 // A list of more dicts than this stays plain items: frame lists are short,
@@ -770,8 +772,15 @@ class Unpickler {
   [[gnu::noinline]] void memo_store_new(std::uint32_t index, MemoEntry entry) {
     if (index <= bytes_.size()) {
       if (index >= memo_.size()) {
-        memo_.resize(std::min(std::max<std::size_t>(std::size_t{index} + 1, 2 * memo_.size()), bytes_.size() + 1),
-                     kUnsetMemo);
+        // Doubling past the room reserved up front keeps growth amortized;
+        // within it, steps of kMemoStep entries: doubling there wrote ~30 MB
+        // of kUnsetMemo never used (a 3M-entry trace memoizes 9M values, the
+        // memo grew to 16.8M), each page of it faulted in and zeroed first.
+        std::size_t wanted = std::max<std::size_t>(std::size_t{index} + 1, 2 * memo_.size());
+        if (std::size_t{index} < memo_.capacity()) {
+          wanted = std::min(memo_.capacity(), std::max<std::size_t>(std::size_t{index} + 1, memo_.size() + kMemoStep));
+        }
+        memo_.resize(std::min(wanted, bytes_.size() + 1), kUnsetMemo);
       }
       if (memo_[index] == kUnsetMemo) ++memo_count_;
       memo_[index] = entry;
