@@ -122,6 +122,49 @@ TEST_CASE("every real PyTorch snapshot reads the same opcode by opcode, entry by
   }
 }
 
+// An entry read whole has no Container of its own (pickle_value.hpp,
+// kWholeEntryDict): one changed later, through the memo, must read as Python
+// would build it all the same.
+TEST_CASE("an entry read whole and changed later through the memo reads as one opcode at a time") {
+  using namespace std::string_literals;
+  const auto str8 = [](const std::string& text) { return "\x8c"s + static_cast<char>(text.size()) + text; };
+  const auto int1 = [](int value) { return "K"s + static_cast<char>(value); };
+  const auto int2 = [](int value) { return "M"s + static_cast<char>(value & 0xff) + static_cast<char>(value >> 8); };
+  for (const int change : {0, 1, 2, 3}) {
+    CAPTURE(change);
+    // Given a trace of two entries, the first with memoized keys (memo 3 to 8) and frames F1 = [A] (memo 9,
+    // A is memo 10), the second E2 (memo 11) with keys by BINGET and frames F2 = [A] (memo 12): read whole
+    std::string body = "\x80\x04}\x94"s + str8("segments") + "]s" + str8("device_traces") + "]]\x94("s;
+    body += "}\x94("s + str8("action") + "\x94" + str8("alloc") + "\x94" + str8("addr") + "\x94" + int2(512) +
+            str8("size") + "\x94" + int1(64) + str8("time_us") + "\x94" + int1(5) + str8("frames") + "\x94" +
+            "]\x94(}\x94(" + str8("name") + str8("f") + str8("line") + int1(1) + "ueu";
+    body += "}\x94(h\x03h\x04h\x05"s + int2(1024) + "h\x06"s + int1(32) + "h\x07"s + int1(6) + "h\x08]\x94h\x0a" "au"s;
+    body += "eas";
+    // and later E2['size'] = 4096 (its shape holds it), E2['extra'] = 'x' (it does not), F2.append({'name': 'g'})
+    // or F2 read as a frame list again, in one variant each
+    if (change == 1) body += str8("later") + "h\x0b"s + str8("size") + int2(4096) + "ss";
+    if (change == 2) body += str8("later") + "h\x0b"s + str8("extra") + str8("x") + "s" + str8("size") + int2(4096) + "ss";
+    if (change == 3) body += str8("later") + "h\x0c}("s + str8("name") + str8("g") + "uas";
+    body += ".";
+    std::vector<std::byte> bytes(body.size());
+    std::memcpy(bytes.data(), body.data(), body.size());
+    // When it is read entry by entry
+    detail::PickleReadStats whole;
+    const Snapshot s = read(bytes, true, 1, 4 * MiB, &whole);
+    // Then the second entry was read whole, and the snapshot is the one-opcode-at-a-time one
+    CHECK(whole.entries_read_whole == 1);
+    CHECK(s == reference(bytes));
+    REQUIRE(s.events.size() == 2);
+    CHECK(s.events[1].address == 1024);
+    CHECK(s.events[1].aux == (change == 1 || change == 2 ? 4096 : 32));
+    REQUIRE(s.events[1].stack);
+    const Stack& stack = s.stacks[s.events[1].stack.value];
+    REQUIRE(stack.frames.size() == (change == 3 ? 2u : 1u));
+    CHECK(s.strings[s.frames[stack.frames[0].value].function.value] == "f");
+    if (change == 3) CHECK(s.strings[s.frames[stack.frames[1].value].function.value] == "g");
+  }
+}
+
 // Regression (found by AddressSanitizer): the chunk readers' view of the memo
 // and the boxed values was taken before the count pass and kept through the
 // resizes before the write pass, so the write pass read freed memory

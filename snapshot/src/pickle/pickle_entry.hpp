@@ -82,7 +82,7 @@ struct MemoView {
   const MemoEntry* entries = nullptr;
   std::uint32_t count = 0;
   const Value* boxed = nullptr;
-  const Container* containers = nullptr;
+  const Container* containers = nullptr;  // the stored ones (ids below kWholeEntryDict)
 };
 
 // A memo reference the scanner could not follow because it points past
@@ -401,6 +401,13 @@ class EntryScanner {
       }
     } else if (memo_kind(entry) == Kind::dict) {
       const ContainerId id = entry & kMemoIndexMask;
+      // Another entry's dict is never a frame: the scan stops, and the
+      // opcodes one by one say what it is.
+      if (id >= kWholeEntryDict) {
+        fresh.index_plus_one = index + 1;
+        slot = fresh;
+        return slot;
+      }
       const Container& c = memo.containers[id];
       fresh.frame_dict = c.shape == Shape::items;
       fresh.container = id;

@@ -241,7 +241,7 @@ class Mapper {
   // make that quadratic, so dicts past a few dozen keys get an index, built
   // once per container.
   std::optional<Value> find(ContainerId dict, std::string_view key) const {
-    if (tree_.containers[dict].shape != pickle::Shape::items || tree_.size(dict) <= 64) return tree_.find(dict, key);
+    if (tree_.container(dict).shape != pickle::Shape::items || tree_.size(dict) <= 64) return tree_.find(dict, key);
     auto [it, inserted] = dict_index_.try_emplace(dict);
     if (inserted) {
       const std::size_t size = tree_.size(dict);
@@ -347,10 +347,11 @@ class Mapper {
   StackId stack_of(const std::optional<Value>& field, const Where& where) {
     if (!field || field->kind == Kind::none) return StackId{};
     const Value& value = *field;
-    const bool shared = (value.kind == Kind::list || value.kind == Kind::tuple) &&
-                        tree_.containers[value.container()].shape == pickle::Shape::frame_list;
+    const bool is_sequence = value.kind == Kind::list || value.kind == Kind::tuple;
+    const pickle::Container sequence = is_sequence ? tree_.container(value.container()) : pickle::Container{};
+    const bool shared = is_sequence && sequence.shape == pickle::Shape::frame_list;
     if (shared) {
-      const std::uint64_t list = tree_.containers[value.container()].offset;
+      const std::uint64_t list = sequence.offset;
       if (stack_by_frame_list_.size() <= list) stack_by_frame_list_.resize(tree_.frame_lists.size(), 0);
       if (stack_by_frame_list_[list] != 0) return StackId{stack_by_frame_list_[list] - 1};
     } else if (value.kind == Kind::list || value.kind == Kind::tuple) {
@@ -374,7 +375,7 @@ class Mapper {
       }
       result = StackId{it->second};
     }
-    if (shared) stack_by_frame_list_[tree_.containers[list].offset] = result.value + 1;
+    if (shared) stack_by_frame_list_[sequence.offset] = result.value + 1;
     else stack_by_container_.emplace(list, result);
     return result;
   }
@@ -529,7 +530,7 @@ class Mapper {
   // trace costs one Event per entry at its peak, not two.
   bool map_trace_in_place(const Value& value, std::vector<Event>& out) {
     if (value.kind != Kind::list) return false;
-    const pickle::Container& run = tree_.containers[value.container()];
+    const pickle::Container run = tree_.container(value.container());
     const std::size_t count = run.size;
     if (run.shape != pickle::Shape::trace_run || run.offset != 0 || count != tree_.traces.size() || count > budget_ ||
         tree_.trace_entry_detached) {
@@ -607,7 +608,7 @@ class Mapper {
         Event& entry = entries[i];
         std::uint32_t parked = 0;
         if (pickle::field_state(entry, TraceField::frames) == FieldState::container) {
-          const pickle::Container& c = tree_.containers[entry.thread];
+          const pickle::Container c = tree_.container(entry.thread);
           if ((c.kind != Kind::list && c.kind != Kind::tuple) ||
               (c.shape != pickle::Shape::frame_list && !(c.shape == pickle::Shape::items && c.size == 0))) {
             plain = false;
@@ -644,7 +645,7 @@ class Mapper {
     try {
       for (const std::uint32_t n : order) {
         Value list;
-        list.kind = tree_.containers[first[n].container].kind;
+        list.kind = tree_.container(first[n].container).kind;
         list.length = first[n].container;
         const std::size_t at = first[n].entry;
         stack_of(list, [at] { return "device_traces[0][" + std::to_string(at) + "]"; });
@@ -718,7 +719,7 @@ class Mapper {
 
   std::optional<Event> map_event(const Value& value, std::int32_t device, const Where& where) {
     const ContainerId dict = expect(value, Kind::dict, where);
-    const pickle::Container& c = tree_.containers[dict];
+    const pickle::Container c = tree_.container(dict);
     if (c.shape == pickle::Shape::trace_entry && c.offset < tree_.traces.size()) {
       return map_trace_entry(tree_.traces[c.offset], device, where);
     }

@@ -40,6 +40,8 @@ constexpr ContainerId kEmptyTuple = 0;
 constexpr std::size_t kMemoStep = std::size_t{1} << 18;
 // Container ids and boxed scalars fit in the 30 bits of a MemoEntry.
 constexpr std::size_t kMaxContainers = (std::size_t{1} << 30) - 1;
+// Stored containers' ids stay below the whole entries' (pickle_value.hpp).
+constexpr std::size_t kMaxStoredContainers = kWholeEntryDict - 1;
 // A list of more dicts than this stays plain items: frame lists are short,
 // and a long list of dicts (a trace, the segments) is read once anyway.
 constexpr std::size_t kMaxFrameList = 4096;
@@ -264,6 +266,7 @@ struct ChunkBase {
 struct TreeSlots {
   Container* containers = nullptr;
   Event* records = nullptr;
+  std::uint32_t* entry_frames = nullptr;
   MemoEntry* memo = nullptr;
   Value* boxed = nullptr;
 };
@@ -286,7 +289,6 @@ struct ChunkReader {
   bool has_appends = false;
   std::size_t entries_after_appends = 0;
   // What count() found; write() must find the same.
-  std::size_t containers = 0;
   std::size_t records = 0;
   std::size_t memo = 0;
   std::size_t boxes = 0;
@@ -353,12 +355,10 @@ struct ChunkReader {
     const char* last_text = nullptr;  // box_text()'s test, within the chunk
     std::uint32_t last_length = 0;
     end = walk(data, size, memo_view, [&](const ScannedEntry& entry) {
-      ++records;
-      ++containers;
+      ++records;  // its dict and frames list are not stored (kWholeEntryDict)
       memo += entry.memoized_count;
       for (std::size_t i = 0; i < entry.memoized_count; ++i) {
         if (entry.memoized[i] == ScannedEntry::Memoized::frames) {
-          ++containers;
           if (entry.frame_count != 0) intern(entry);
         } else if (entry.memoized[i] == ScannedEntry::Memoized::text) {
           if (!same_text(last_text, last_length, entry.text[i], entry.text_length[i])) {
@@ -375,7 +375,6 @@ struct ChunkReader {
   // short of a bug: the bytes are the same).
   bool write(const std::uint8_t* data, std::size_t size, const MemoView& memo_view, const ChunkBase& base,
              const TreeSlots& tree) {
-    std::size_t container = base.containers;
     std::size_t record_index = base.records;
     std::size_t memo_index = base.memo;
     std::size_t box = base.boxes;
@@ -388,9 +387,10 @@ struct ChunkReader {
         return;
       }
       const std::size_t memo_start = memo_index;
-      const auto dict = static_cast<ContainerId>(container++);
-      tree.containers[dict] = Container{Kind::dict, Shape::trace_entry, 0, record_index};
+      const auto entry_index = static_cast<ContainerId>(record_index);
+      const ContainerId dict = kWholeEntryDict | entry_index;
       Event record = entry.record;
+      tree.entry_frames[record_index] = 0;
       for (std::size_t i = 0; i < entry.memoized_count; ++i) {
         MemoEntry stored = 0;
         switch (entry.memoized[i]) {
@@ -408,14 +408,10 @@ struct ChunkReader {
             stored = static_cast<MemoEntry>(box - 1);
             break;
           case ScannedEntry::Memoized::frames: {
-            const auto list = static_cast<ContainerId>(container++);
-            Container c{Kind::list, Shape::items, 0, 0};
+            const ContainerId list = kWholeEntryFrames | entry_index;
             if (entry.frame_count != 0) {
-              c.shape = Shape::frame_list;
-              c.size = static_cast<std::uint32_t>(entry.frame_count);
-              c.offset = base.frame_lists[intern(entry)];
+              tree.entry_frames[record_index] = static_cast<std::uint32_t>(base.frame_lists[intern(entry)] + 1);
             }
-            tree.containers[list] = c;
             record.thread = list;
             stored = (memo_kind_bits(Kind::list) << kMemoKindShift) | list;
             break;
@@ -439,7 +435,7 @@ struct ChunkReader {
       }
       tree.records[record_index++] = record;
     });
-    return same && stopped == end && record_index == base.records + records && container == base.containers + containers &&
+    return same && stopped == end && record_index == base.records + records &&
            memo_index == base.memo + memo && box == base.boxes + boxes;
   }
 
@@ -471,9 +467,11 @@ class Unpickler {
   Unpickler(std::span<const std::byte> bytes, const ParseOptions& options) : bytes_(bytes), options_(options) {
     tree_.containers.push_back(Container{Kind::tuple, Shape::items, 0, 0});  // kEmptyTuple
     // Room, in address space only, for what a PyTorch pickle of this size
-    // holds (a trace entry is ~60 bytes with a dict, a frame list and three
-    // memo entries), so nothing big is copied while it grows.
+    // holds (a trace entry is ~60 bytes with its record and three memo
+    // entries; its dict and frame list are stored only when read one opcode
+    // at a time), so nothing big is copied while it grows.
     tree_.traces.reserve(bytes.size() / 48);
+    tree_.entry_frames.reserve(bytes.size() / 48);
     tree_.containers.reserve(bytes.size() / 24);
     memo_.reserve(bytes.size() / 16);
     // Faulting in those hundreds of MB 4 KiB at a time was a third of the
@@ -483,6 +481,7 @@ class Unpickler {
     // here backs a guest's first huge pages slowly; once, not per run.)
     if (bytes.size() >= kHugePagesFrom) {
       advise_huge_pages(tree_.traces.data(), tree_.traces.capacity() * sizeof(Event));
+      advise_huge_pages(tree_.entry_frames.data(), tree_.entry_frames.capacity() * sizeof(std::uint32_t));
       advise_huge_pages(tree_.containers.data(), tree_.containers.capacity() * sizeof(Container));
       advise_huge_pages(memo_.data(), memo_.capacity() * sizeof(MemoEntry));
     }
@@ -684,7 +683,7 @@ class Unpickler {
   }
   void push_container(ContainerId id) {
     Value value;
-    value.kind = tree_.containers[id].kind;
+    value.kind = tree_.container(id).kind;
     value.length = id;
     push(value);
   }
@@ -814,9 +813,18 @@ class Unpickler {
   // --- containers -----------------------------------------------------------
 
   ContainerId make_container(Kind kind) {
-    if (tree_.containers.size() >= kMaxContainers) inconsistent("too many containers");
+    if (tree_.containers.size() >= kMaxStoredContainers) inconsistent("too many containers");
     tree_.containers.push_back(Container{kind, Shape::items, 0, 0});
     return static_cast<ContainerId>(tree_.containers.size() - 1);
+  }
+
+  // The Container of `id` to change in place: a whole entry's is stored
+  // from then on in Tree::changed (whose references stay valid).
+  Container& changeable(ContainerId id) {
+    if (id < kWholeEntryDict) [[likely]]
+      return tree_.containers[id];
+    const Container made = tree_.container(id);
+    return tree_.changed.try_emplace(id, made).first->second;
   }
 
   ContainerId expect_container(const Value& value, Kind expected) {
@@ -833,7 +841,7 @@ class Unpickler {
 
   void append_items(ContainerId id, const Value* items, std::size_t count) {
     if (count == 0) return;
-    Container& c = tree_.containers[id];
+    Container& c = changeable(id);
     const std::size_t old_size = c.size;
     const std::size_t new_size = old_size + count;
     if (new_size > std::numeric_limits<std::uint32_t>::max()) inconsistent("a container of more than 2^32 items");
@@ -857,10 +865,10 @@ class Unpickler {
   // A FrameList or TraceEntry about to change in a way its shape cannot
   // hold: back to plain items, with the same content.
   void to_items(ContainerId id) {
-    if (tree_.containers[id].shape == Shape::trace_entry) tree_.trace_entry_detached = true;
+    if (tree_.container(id).shape == Shape::trace_entry) tree_.trace_entry_detached = true;
     std::vector<Value> items(tree_.size(id));
     for (std::size_t i = 0; i < items.size(); ++i) items[i] = tree_.item(id, i);
-    Container& c = tree_.containers[id];
+    Container& c = changeable(id);
     c.shape = Shape::items;
     c.size = 0;
     c.offset = 0;
@@ -870,7 +878,7 @@ class Unpickler {
   // The index in Tree::traces of a TraceEntry dict, or -1.
   std::int64_t trace_index(const Value& value) const noexcept {
     if (value.kind != Kind::dict) return -1;
-    const Container& c = tree_.containers[value.container()];
+    const Container c = tree_.container(value.container());
     return c.shape == Shape::trace_entry ? static_cast<std::int64_t>(c.offset) : -1;
   }
   // True when items are the TraceEntries numbered first, first + 1, ...
@@ -882,7 +890,7 @@ class Unpickler {
   }
 
   void add_to_list(ContainerId id, const Value* items, std::size_t count) {
-    Container& c = tree_.containers[id];
+    Container& c = changeable(id);
     if (c.shape == Shape::trace_run) {
       if (count != 0 && std::size_t{c.size} + count <= std::numeric_limits<std::uint32_t>::max() &&
           continues_run(items, count, c.offset + c.size)) {
@@ -901,7 +909,7 @@ class Unpickler {
       to_items(id);
     } else if (c.kind == Kind::list && c.size == 0 && count != 0 && count <= kMaxFrameList &&
                std::all_of(items, items + count, [&](const Value& v) {
-                 return v.kind == Kind::dict && tree_.containers[v.container()].shape == Shape::items;
+                 return v.kind == Kind::dict && tree_.container(v.container()).shape == Shape::items;
                })) {
       c.shape = Shape::frame_list;
       c.size = static_cast<std::uint32_t>(count);
@@ -928,17 +936,19 @@ class Unpickler {
   }
 
   void add_to_dict(ContainerId id, const Value* items, std::size_t count) {
-    Container& c = tree_.containers[id];
+    const Container c = tree_.container(id);
     if (c.shape == Shape::trace_entry) {
       if (update_trace_entry(tree_.traces[c.offset], items, count, false)) return;
       to_items(id);
     } else if (c.size == 0 && count != 0) {
       Event entry{};
       if (update_trace_entry(entry, items, count, true)) {
-        c.shape = Shape::trace_entry;
-        c.offset = tree_.traces.size();
+        Container& entry_dict = changeable(id);
+        entry_dict.shape = Shape::trace_entry;
+        entry_dict.offset = tree_.traces.size();
         entry.stack = StackId{id};
         tree_.traces.push_back(entry);
+        tree_.entry_frames.push_back(0);
         return;
       }
     }
@@ -1078,7 +1088,7 @@ class Unpickler {
     if (kind == Kind::dict) add_to_dict(id, stack_.data() + mark, count);
     else add_to_list(id, stack_.data() + mark, count);
     stack_.resize(mark);
-    const Container& c = tree_.containers[id];
+    const Container c = tree_.container(id);
     if (c.shape == Shape::trace_run && c.offset + c.size == tree_.traces.size() && stack_.size() == mark &&
         !stack_.empty() && stack_.back().kind == Kind::list && stack_.back().container() == id) {
       trace_batch_closed_at_ = position_;  // a MARK right here starts the next batch of a trace
@@ -1096,7 +1106,7 @@ class Unpickler {
   // After an EMPTY_DICT: a whole trace entry in one step (pickle_entry.hpp),
   // or false, having changed nothing, and the opcodes run one by one.
   bool read_trace_entry() {
-    if (!memo_dense_ || !options_.whole_entries) return false;
+    if (!memo_dense_ || !options_.whole_entries || tree_.traces.size() > kWholeEntryIndexMask) return false;
     const MemoView memo = memo_view();
     if (!scanner_.scan(reinterpret_cast<const std::uint8_t*>(bytes_.data()), position_, bytes_.size(), memo, false,
                        scanned_)) {
@@ -1117,20 +1127,20 @@ class Unpickler {
   // What the opcodes of a scanned entry do, in their order: the dict, then
   // each memoized value, then the TraceEntry record and the dict on the stack.
   void apply(const ScannedEntry& entry) {
-    const ContainerId dict = make_container(Kind::dict);
+    const auto entry_index = static_cast<ContainerId>(tree_.traces.size());
+    const ContainerId dict = kWholeEntryDict | entry_index;
     Event record = entry.record;
+    std::uint32_t frames = 0;
     for (std::size_t i = 0; i < entry.memoized_count; ++i) {
       MemoEntry stored = 0;
       switch (entry.memoized[i]) {
         case ScannedEntry::Memoized::dict: stored = (memo_kind_bits(Kind::dict) << kMemoKindShift) | dict; break;
         case ScannedEntry::Memoized::text: stored = box_text(entry.text[i], entry.text_length[i]); break;
         case ScannedEntry::Memoized::frames: {
-          const ContainerId list = make_container(Kind::list);
+          const ContainerId list = kWholeEntryFrames | entry_index;
           if (entry.frame_count != 0) {
-            Container& c = tree_.containers[list];
-            c.offset = intern_frame_list(std::span<const ContainerId>(entry.frames, entry.frame_count));
-            c.shape = Shape::frame_list;
-            c.size = static_cast<std::uint32_t>(entry.frame_count);
+            frames = static_cast<std::uint32_t>(
+                intern_frame_list(std::span<const ContainerId>(entry.frames, entry.frame_count)) + 1);
           }
           record.thread = list;
           stored = (memo_kind_bits(Kind::list) << kMemoKindShift) | list;
@@ -1139,12 +1149,13 @@ class Unpickler {
       }
       memo_store(memo_count_, stored);
     }
-    Container& c = tree_.containers[dict];
-    c.shape = Shape::trace_entry;
-    c.offset = tree_.traces.size();
     record.stack = StackId{dict};
     tree_.traces.push_back(record);
-    push_container(dict);
+    tree_.entry_frames.push_back(frames);
+    Value value;
+    value.kind = Kind::dict;
+    value.length = dict;
+    push(value);
   }
 
   // --- a long trace list on several threads ------------------------------------
@@ -1231,6 +1242,7 @@ class Unpickler {
         if (done) return;
         self.tree_.containers.resize(start.containers);
         self.tree_.traces.resize(start.records);
+        self.tree_.entry_frames.resize(start.records);
         self.memo_.resize(memo_entries);
       }
     } restore{*this, start, memo_entries};
@@ -1245,8 +1257,8 @@ class Unpickler {
           auto presize = [](auto& vector, std::size_t wanted, const auto&... fill) {
             vector.resize(std::max(vector.size(), std::min(vector.capacity(), wanted)), fill...);
           };
-          presize(tree_.containers, start.containers + 2 * entries);
           presize(tree_.traces, start.records + entries);
+          presize(tree_.entry_frames, start.records + entries);
           presize(memo_, std::size_t{start.memo} + 3 * entries, kUnsetMemo);
         });
     // The run of chunks that join up: chunk k must stop exactly where chunk
@@ -1281,16 +1293,17 @@ class Unpickler {
         bases[k].frame_lists.push_back(intern_frame_list(
             std::span<const ContainerId>(chunk.frame_items.data() + list.offset, list.size)));
       }
-      next.containers += chunk.containers;
       next.records += chunk.records;
       next.memo += chunk.memo;
       next.boxes += chunk.boxes;
     }
-    if (next.containers > kMaxContainers || next.boxes > kMaxContainers || next.memo > size) {
+    if (next.containers > kMaxStoredContainers || next.boxes > kMaxContainers || next.memo > size ||
+        next.records > std::size_t{kWholeEntryIndexMask} + 1) {
       throw ParallelReadAbandoned{};
     }
     tree_.containers.resize(next.containers);
     tree_.traces.resize(next.records);
+    tree_.entry_frames.resize(next.records);
     // The memo keeps all its room: cut to the chunks alone, the next MEMOIZE
     // would double it, copying ~40 MB.
     if (memo_.size() < next.memo) memo_.resize(next.memo, kUnsetMemo);
@@ -1300,7 +1313,8 @@ class Unpickler {
     // Write, side by side; then follow the references into earlier chunks.
     // The resizes above may have moved memo_, boxed_ and the containers.
     const MemoView memo = memo_view();
-    const TreeSlots slots{tree_.containers.data(), tree_.traces.data(), memo_.data(), boxed_.data()};
+    const TreeSlots slots{tree_.containers.data(), tree_.traces.data(), tree_.entry_frames.data(), memo_.data(),
+                          boxed_.data()};
     std::vector<std::uint8_t> written(chunks.size(), 0);
     each_chunk(
         chunks.size(), [&](std::size_t k) { written[k] = chunks[k].write(data, size, memo, bases[k], slots); }, nullptr);
@@ -1325,8 +1339,9 @@ class Unpickler {
     const std::size_t added = next.records - bases[0].records;
     if (!any_appends) open_batch = added;
     const std::size_t closed = added - open_batch;
-    if (tree_.containers[list].size + closed > std::numeric_limits<std::uint32_t>::max()) throw ParallelReadAbandoned{};
-    tree_.containers[list].size += static_cast<std::uint32_t>(closed);
+    Container& run = changeable(list);
+    if (run.size + closed > std::numeric_limits<std::uint32_t>::max()) throw ParallelReadAbandoned{};
+    run.size += static_cast<std::uint32_t>(closed);
     if (chunks.back().open_at_end) {
       for (std::size_t r = next.records - open_batch; r < next.records; ++r) push_container(tree_.traces[r].stack.value);
     } else {
@@ -1507,7 +1522,7 @@ std::optional<Value> Tree::trace_value(const Event& entry, TraceField field) con
     case FieldState::absent: return std::nullopt;
     case FieldState::none: return value;
     case FieldState::container:
-      value.kind = containers[entry.thread].kind;
+      value.kind = container(entry.thread).kind;
       value.length = entry.thread;
       return value;
     case FieldState::boolean:
@@ -1527,8 +1542,18 @@ std::optional<Value> Tree::trace_value(const Event& entry, TraceField field) con
   return std::nullopt;
 }
 
+Container Tree::changed_container(ContainerId id) const noexcept {
+  const auto found = changed.find(id);
+  if (found != changed.end()) return found->second;
+  const std::uint32_t index = id & kWholeEntryIndexMask;
+  if ((id & kWholeEntryFrames) != kWholeEntryFrames) return Container{Kind::dict, Shape::trace_entry, 0, index};
+  const std::uint32_t list = entry_frames[index];
+  if (list == 0) return Container{Kind::list, Shape::items, 0, 0};
+  return Container{Kind::list, Shape::frame_list, frame_lists[list - 1].size, list - 1};
+}
+
 std::size_t Tree::size(ContainerId id) const noexcept {
-  const Container& c = containers[id];
+  const Container c = container(id);
   if (c.shape == Shape::trace_run) return c.offset + c.size <= traces.size() ? c.size : 0;  // 0: moved into the events
   if (c.shape != Shape::trace_entry) return c.size;
   if (c.offset >= traces.size()) return 0;  // already moved into the model's events
@@ -1540,7 +1565,7 @@ std::size_t Tree::size(ContainerId id) const noexcept {
 }
 
 Value Tree::item(ContainerId id, std::size_t index) const noexcept {
-  const Container& c = containers[id];
+  const Container c = container(id);
   switch (c.shape) {
     case Shape::items: return arena[c.offset + index];
     case Shape::frame_list: {
@@ -1570,7 +1595,7 @@ Value Tree::item(ContainerId id, std::size_t index) const noexcept {
 }
 
 std::optional<Value> Tree::find(ContainerId dict, std::string_view key) const noexcept {
-  const Container& c = containers[dict];
+  const Container c = container(dict);
   if (c.shape == Shape::trace_entry) {
     if (c.offset >= traces.size()) return std::nullopt;
     const int field = trace_key_of(key);
