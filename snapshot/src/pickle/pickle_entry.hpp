@@ -131,39 +131,48 @@ class FrameListTable {
     std::uint64_t hash = 0x9e3779b97f4a7c15ull ^ frames.size();
     for (const ContainerId frame : frames) hash = (hash ^ frame) * 0xff51afd7ed558ccdull;
     hash ^= hash >> 29;
-    if ((lists.size() + 1) * 2 > slots_.size()) grow(lists.size());
+    const auto hash32 = static_cast<std::uint32_t>(hash);
+    if ((lists.size() + 1) * 2 > slots_.size()) grow();
     const std::size_t mask = slots_.size() - 1;
-    for (std::size_t slot = hash & mask;; slot = (slot + 1) & mask) {
-      const std::uint32_t entry = slots_[slot];
+    for (std::size_t slot = hash32 & mask;; slot = (slot + 1) & mask) {
+      const std::uint64_t entry = slots_[slot];
       if (entry == 0) {
-        slots_[slot] = static_cast<std::uint32_t>(lists.size() + 1);
-        hashes_.push_back(hash);
+        slots_[slot] = std::uint64_t{hash32} << 32 | (lists.size() + 1);
         lists.push_back(FrameList{items.size(), static_cast<std::uint32_t>(frames.size())});
         items.insert(items.end(), frames.begin(), frames.end());
         return lists.size() - 1;
       }
-      const FrameList& known = lists[entry - 1];
-      if (hashes_[entry - 1] == hash && known.size == frames.size() &&
-          std::equal(frames.begin(), frames.end(), items.begin() + static_cast<std::ptrdiff_t>(known.offset))) {
-        return entry - 1;
-      }
+      if ((entry >> 32) != hash32) continue;
+      const std::size_t number = (entry & 0xffffffffu) - 1;
+      const FrameList& known = lists[number];
+      if (known.size == frames.size() && same_frames(frames, items.data() + known.offset)) return number;
     }
   }
 
  private:
-  void grow(std::size_t count) {
-    std::vector<std::uint32_t> slots(std::max<std::size_t>(64, slots_.size() * 2), 0);
+  // An inline loop: std::equal became a call to memcmp for 2 to 6 ids.
+  static bool same_frames(std::span<const ContainerId> frames, const ContainerId* known) noexcept {
+    for (std::size_t i = 0; i < frames.size(); ++i) {
+      if (frames[i] != known[i]) return false;
+    }
+    return true;
+  }
+  void grow() {
+    std::vector<std::uint64_t> slots(std::max<std::size_t>(64, slots_.size() * 2), 0);
     const std::size_t mask = slots.size() - 1;
-    for (std::size_t n = 0; n < count; ++n) {
-      std::size_t slot = hashes_[n] & mask;
+    for (const std::uint64_t entry : slots_) {
+      if (entry == 0) continue;
+      std::size_t slot = (entry >> 32) & mask;
       while (slots[slot] != 0) slot = (slot + 1) & mask;
-      slots[slot] = static_cast<std::uint32_t>(n + 1);
+      slots[slot] = entry;
     }
     slots_ = std::move(slots);
   }
 
-  std::vector<std::uint32_t> slots_;  // FrameList number + 1, 0 = free
-  std::vector<std::uint64_t> hashes_;
+  // The low 32 bits of the list's hash above its FrameList number + 1 (0 =
+  // free), so a probe reads one word: with the hashes in an array of their
+  // own, a look-up touched three arrays at random before it compared a frame.
+  std::vector<std::uint64_t> slots_;
 };
 
 class EntryScanner {
