@@ -60,7 +60,9 @@ const char* to_string(StackCapture capture) noexcept;
 struct HistoryOptions {
   // false: record_history() stops recording, as stop_history() does.
   bool enabled = true;
-  // Ring capacity in events (at least 1). Each slot costs sizeof(snapshot::Event) = 56 B.
+  // Ring capacity in events (at least 1): a dump keeps the newest max_entries.
+  // The ring is sized for the densest records (7 words an event), about 56 B
+  // per entry; cached-path events take about 21 B, so it usually holds more.
   std::size_t max_entries = 1'000'000;
   StackCapture stacks = StackCapture::native;
   // Innermost frames kept per stack (1..256).
