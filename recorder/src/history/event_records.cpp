@@ -3,23 +3,34 @@
 
 namespace cachealloc::detail {
 
+namespace {
+// The words a record takes, and its time: the one place the layout of
+// event_records.hpp is read, for both walks below.
+std::uint32_t record_length(std::uint64_t tag) noexcept {
+  const std::uint64_t kind = tag & kRecordKindMask;
+  if (kind == kRecordStream) return 2;
+  return 4 + (kind == kRecordSplitAlloc) + ((tag & kRecordHasStack) != 0) + ((tag & kRecordHasThread) != 0);
+}
+std::uint64_t record_ticks(std::uint64_t header, std::uint64_t base_ticks) noexcept {
+  return base_ticks + static_cast<std::uint64_t>(static_cast<std::int64_t>(header) >> 8);
+}
+}  // namespace
+
 void decode_records(const std::uint64_t* words, std::uint32_t count, std::uint64_t base_ticks, std::int32_t device,
                     std::uint32_t thread, std::vector<snapshot::Event>& out, std::uint64_t from_ticks) {
   std::uint64_t stream = 0;
-  std::uint32_t i = 0;
-  while (i < count) {
+  for (std::uint32_t i = 0; i < count; i += record_length(words[i] & kRecordTagMask)) {
     const std::uint64_t header = words[i];
     const std::uint64_t tag = header & kRecordTagMask;
     const std::uint64_t kind = tag & kRecordKindMask;
     if (kind == kRecordStream) {
       stream = words[i + 1];
-      i += 2;
       continue;
     }
     snapshot::Event event;
     event.device = device;
     event.thread = thread;
-    event.time_ns = base_ticks + static_cast<std::uint64_t>(static_cast<std::int64_t>(header) >> 8);
+    event.time_ns = record_ticks(header, base_ticks);
     event.stream = stream;
     event.address = words[i + 1];
     event.size = words[i + 2];
@@ -29,7 +40,6 @@ void decode_records(const std::uint64_t* words, std::uint32_t count, std::uint64
     if (kind == kRecordSplitAlloc) second_aux = words[next++];
     if (tag & kRecordHasStack) event.stack = snapshot::StackId{static_cast<std::uint32_t>(words[next++])};
     if (tag & kRecordHasThread) event.thread = static_cast<std::uint32_t>(words[next++]);
-    i = next;
     if (event.time_ns < from_ticks) continue;
     if (kind == kRecordSplitAlloc) {
       snapshot::Event split = event;
@@ -54,19 +64,12 @@ void decode_records(const std::uint64_t* words, std::uint32_t count, std::uint64
 
 void record_times(const std::uint64_t* words, std::uint32_t count, std::uint64_t base_ticks,
                   std::vector<std::uint64_t>& out) {
-  std::uint32_t i = 0;
-  while (i < count) {
-    const std::uint64_t header = words[i];
-    const std::uint64_t tag = header & kRecordTagMask;
-    const std::uint64_t kind = tag & kRecordKindMask;
-    if (kind == kRecordStream) {
-      i += 2;
-      continue;
-    }
-    const std::uint64_t ticks = base_ticks + static_cast<std::uint64_t>(static_cast<std::int64_t>(header) >> 8);
+  for (std::uint32_t i = 0; i < count; i += record_length(words[i] & kRecordTagMask)) {
+    const std::uint64_t kind = words[i] & kRecordKindMask;
+    if (kind == kRecordStream) continue;
+    const std::uint64_t ticks = record_ticks(words[i], base_ticks);
     out.push_back(ticks);
     if (kind == kRecordSplitAlloc || kind == kRecordFree) out.push_back(ticks);
-    i += 4 + (kind == kRecordSplitAlloc) + ((tag & kRecordHasStack) != 0) + ((tag & kRecordHasThread) != 0);
   }
 }
 
