@@ -52,7 +52,7 @@ Snapshot reference(std::span<const std::byte> bytes) { return read(bytes, false,
 std::vector<std::byte> long_trace(std::size_t allocations, std::uint64_t free_stream = 0) {
   Snapshot s;
   s.header.source = "cachealloc";
-  s.devices = {DeviceInfo{0, "", 0, 0, 0}};
+  s.devices = {DeviceInfo{}};  // device 0, nothing known of it
   for (int site = 0; site < 6; ++site) {
     s.strings.push_back("fn_" + std::to_string(site));
     s.frames.push_back(Frame{0, StringId{static_cast<std::uint32_t>(s.strings.size() - 1)}, StringId{}, 10u + site, {}});

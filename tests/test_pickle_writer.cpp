@@ -115,7 +115,9 @@ Snapshot sample() {
   Segment s2{1, 0, big, 2 * MiB, true, true, StackId{}, {}};
   s2.blocks = {Block{big, 2 * MiB, 2 * MiB - 3, BlockState::active_allocated, eval}};
   b.s.segments = {s0, s1, s2};
-  b.s.devices = {DeviceInfo{0, "", 0, 0, 0}, DeviceInfo{1, "", 0, 0, 0}};
+  DeviceInfo second;
+  second.index = 1;
+  b.s.devices = {DeviceInfo{}, second};
   b.s.settings = {{"max_split_size", "-1"},
                   {"expandable_segments", "False"},
                   {"garbage_collection_threshold", "0.0"},
