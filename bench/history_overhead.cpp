@@ -22,6 +22,7 @@ struct Mode {
   const char* name;
   bool history;
   cachealloc::StackCapture stacks;
+  cachealloc::HistoryClock clock = cachealloc::HistoryClock::precise;
 };
 
 // A few frames between main and the allocator, as in a real program.
@@ -49,6 +50,8 @@ int main(int argc, char** argv) {
       {"history off", false, cachealloc::StackCapture::none},
       {"history on, no stacks", true, cachealloc::StackCapture::none},
       {"history on, native stacks", true, cachealloc::StackCapture::native},
+      {"no stacks, coarse clock", true, cachealloc::StackCapture::none, cachealloc::HistoryClock::coarse},
+      {"native stacks, coarse clock", true, cachealloc::StackCapture::native, cachealloc::HistoryClock::coarse},
   };
   std::vector<std::unique_ptr<cachealloc::CachingAllocator>> allocators;
   std::vector<std::unique_ptr<cachealloc::HistoryRecorder>> recorders;
@@ -58,13 +61,20 @@ int main(int argc, char** argv) {
     if (mode.history) {
       cachealloc::HistoryOptions options;
       options.stacks = mode.stacks;
+      options.clock = mode.clock;
       options.max_entries = std::getenv("RING") ? std::strtoul(std::getenv("RING"), nullptr, 0) : 1u << 20;  // overflows: the steady state of a long run
       recorders.push_back(std::make_unique<cachealloc::HistoryRecorder>(*allocators.back(), options));
     }
   }
   std::vector<std::vector<double>> results(std::size(modes));
+  // ONLY=m runs mode m alone (0 off, 1 no stacks, 2 native, 3 and 4 the
+  // same with the coarse clock), for an
+  // instruction count per mode under valgrind --tool=callgrind.
+  const char* only = std::getenv("ONLY");
   for (int round = 0; round < rounds; ++round)
-    for (std::size_t m = 0; m < std::size(modes); ++m) results[m].push_back(ns_per_pair(*allocators[m], pairs_per_round));
+    for (std::size_t m = 0; m < std::size(modes); ++m)
+      results[m].push_back(only && std::strtoul(only, nullptr, 10) != m ? 1.0
+                                                                        : ns_per_pair(*allocators[m], pairs_per_round));
 
   std::printf("alloc+free pairs of 4 KiB on the cached path, one thread, %ld pairs x %d rounds\n", pairs_per_round,
               rounds);

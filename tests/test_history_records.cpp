@@ -129,3 +129,77 @@ TEST_CASE("the dump gives back every reported event field for field, folded or n
     }
   }
 }
+
+TEST_CASE("events reported in batches (on_events) dump as the same events as one on_event call each") {
+  // The allocator reports a critical section's events in one call: a split
+  // with its alloc, a free's halves with its merges. Given batches of those
+  // shapes, near misses among them (another address, size or requested
+  // count), on streams that change between batches
+  std::mt19937_64 rng(5);
+  std::vector<AllocatorEventBatch> batches;
+  std::vector<AllocatorEvent> expected;
+  std::uint64_t order = 0;
+  for (int b = 0; b < 20'000; ++b) {
+    AllocatorEventBatch batch;
+    batch.stream = Stream{rng() % 3 == 0 ? rng() : 0};
+    batch.continues_call = rng() % 4 == 0;
+    batch.order = &order;
+    const std::uint64_t address = (rng() % (1u << 20)) * 512;
+    const std::uint64_t size = (1 + rng() % 2048) * 512;
+    const std::uint64_t requested = size - rng() % 512;
+    auto near = [&](std::uint64_t value) { return rng() % 10 == 0 ? value + 512 : value; };
+    using Item = AllocatorEventBatch::Item;
+    if (rng() % 2 == 0) {
+      if (rng() % 3 != 0) batch.items[batch.count++] = Item{EventKind::split, address, size, rng() % (1u << 30)};
+      batch.items[batch.count++] = Item{EventKind::alloc, near(address), near(size), requested};
+    } else {
+      if (rng() % 3 != 0) batch.items[batch.count++] = Item{EventKind::free_requested, address, size, requested};
+      batch.items[batch.count++] = Item{EventKind::free_completed, near(address), size, near(requested)};
+      const int merges = static_cast<int>(rng() % 3);
+      for (int m = 0; m < merges; ++m)
+        batch.items[batch.count++] = Item{EventKind::merge, address - 512 * m, size + 4096, 4096};
+    }
+    for (std::uint32_t i = 0; i < batch.count; ++i) expected.push_back(batch.event(i));
+    batches.push_back(batch);
+  }
+  for (const StackCapture stacks : {StackCapture::none, StackCapture::native}) {
+    for (const bool on_free : {false, true}) {
+      CAPTURE(std::string(to_string(stacks)));
+      CAPTURE(on_free);
+      CachingAllocator allocator(test_support::simulated(64 * MiB));
+      HistoryOptions options;
+      options.stacks = stacks;
+      options.stacks_on_free = on_free;
+      options.max_entries = 1u << 20;
+      HistoryRecorder recorder(allocator, options);
+      allocator.set_observer(nullptr);  // only this test reports events
+      // When each batch is reported in one call
+      std::uint32_t stacked_allocs = 0;
+      for (const AllocatorEventBatch& batch : batches) {
+        const std::uint32_t id = recorder.on_events(batch);
+        bool has_alloc = false;
+        for (std::uint32_t i = 0; i < batch.count; ++i) has_alloc |= batch.items[i].kind == EventKind::alloc;
+        // the alloc's stack id comes back, as on_event's would
+        CHECK((id != 0) == (has_alloc && stacks != StackCapture::none));
+        stacked_allocs += id != 0;
+      }
+      // Then the dump holds every event, field for field, in the order reported
+      const snapshot::Snapshot s = recorder.take_snapshot();
+      REQUIRE(s.dropped_events == 0);
+      REQUIRE(s.events.size() == expected.size());
+      for (std::size_t i = 0; i < expected.size(); ++i) {
+        const snapshot::Event& got = s.events[i];
+        const AllocatorEvent& want = expected[i];
+        CAPTURE(i);
+        REQUIRE(got.kind == want.kind);
+        CHECK(got.stream == want.stream.handle);
+        CHECK(got.address == want.address);
+        CHECK(got.size == want.size);
+        CHECK(got.aux == want.aux);
+        CHECK((got.stack.value != 0) == (stacks != StackCapture::none && carries_stack(want.kind, on_free)));
+        if (i > 0) CHECK(got.time_ns >= s.events[i - 1].time_ns);
+      }
+      if (stacks != StackCapture::none) CHECK(stacked_allocs > 0);
+    }
+  }
+}

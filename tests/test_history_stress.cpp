@@ -39,6 +39,12 @@ int operations_per_thread() {
   return kDefaultOps;
 }
 
+// CLOCK_MONOTONIC ns, the clock snapshot times are in (steady_clock on Linux).
+std::uint64_t monotonic_now_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
 struct Counts {
   std::atomic<std::uint64_t> allocs{0}, frees{0}, ooms{0}, empty_caches{0}, record_streams{0};
 };
@@ -283,4 +289,73 @@ TEST_CASE("a block handed between two threads whose clocks disagree by a second 
   std::size_t allocs = 0;
   for (const auto& e : s.events) allocs += e.kind == EventKind::alloc;
   CHECK(allocs == 2 * kRounds);
+}
+
+TEST_CASE("with the coarse clock, 4 threads churning segments across streams still replay in the allocator's order") {
+  // CLOCK_MONOTONIC_COARSE gives every event of one kernel tick the same
+  // reading; the order words, and CLOCK_MONOTONIC after device calls, must
+  // still order them. Given a small device, so that segments are released
+  // and their addresses handed to other pools within one tick
+  const int ops = std::max(1, operations_per_thread() / 4);
+  auto device = test_support::simulated(256 * MiB);
+  CachingAllocator allocator(device);
+  std::vector<Stream> streams{Stream{}, device->create_stream(), device->create_stream()};
+  HistoryOptions options;
+  options.clock = HistoryClock::coarse;
+  options.max_entries = static_cast<std::uint64_t>(4) * ops * 8 + 100'000;
+  const std::uint64_t before = monotonic_now_ns();
+  HistoryRecorder recorder(allocator, options);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 random(77 + t);
+      std::vector<void*> live;
+      for (int i = 0; i < ops; ++i) {
+        if (random() % 2 == 0 && live.size() < 12) {
+          static constexpr std::size_t kSizes[] = {512, 4096, 1 * MiB, 3 * MiB, 24 * MiB};
+          try {
+            live.push_back(allocator.allocate(kSizes[random() % 5] + random() % 4096, streams[random() % 3]));
+          } catch (const OutOfMemoryError&) {
+          }
+        } else if (!live.empty()) {
+          const std::size_t index = random() % live.size();
+          allocator.deallocate(live[index]);
+          live[index] = live.back();
+          live.pop_back();
+        }
+        if (i % 64 == 0) allocator.empty_cache();
+      }
+      for (void* p : live) allocator.deallocate(p);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  allocator.empty_cache();
+  // When the trace is dumped and replayed
+  const snapshot::Snapshot s = recorder.take_snapshot();
+  const std::uint64_t after = monotonic_now_ns();
+  snapshot::validate(s);
+  REQUIRE(s.dropped_events == 0);
+  REQUIRE(s.events.size() > 1000);
+  analyzer::Replay replay({}, device->index(), s.stacks.size());
+  for (const auto& e : s.events) replay.apply(e);
+  // Then it replays with no anomaly to the allocator's layout and counters
+  const analyzer::ReplayAnomalies& anomalies = replay.anomalies();
+  INFO("alloc_outside_free_block " << anomalies.alloc_outside_free_block << ", free_of_unknown_block "
+       << anomalies.free_of_unknown_block << ", unknown_segment " << anomalies.unknown_segment
+       << ", segment_released_with_active_blocks " << anomalies.segment_released_with_active_blocks);
+  CHECK(anomalies.total() == 0);
+  CHECK(replay.layout() == s.segments);
+  CHECK(static_cast<std::int64_t>(replay.totals().reserved) ==
+        allocator.memory_stats().at("reserved_bytes.all.current"));
+  // and the snapshot says which clock timed it, and to what resolution
+  CHECK(s.settings.at("history.clock") == "coarse");
+  const std::uint64_t resolution = std::stoull(s.settings.at("history.clock_resolution_ns"));
+  CHECK(resolution > 0);
+  // and its times are CLOCK_MONOTONIC ns within the recording, give or
+  // take a few ticks (the coarse clock lags by one, more on a tickless
+  // kernel whose CPUs were idle)
+  MESSAGE("coarse clock resolution " << resolution << " ns; first event " << std::int64_t(before - s.events.front().time_ns)
+                                     << " ns before the recorder started");
+  CHECK(s.events.front().time_ns + 4 * resolution >= before);
+  CHECK(s.events.back().time_ns <= after + resolution);
 }

@@ -66,6 +66,34 @@ struct AllocatorEvent {
   const std::uint64_t* order_floor = nullptr;
 };
 
+// Events of one critical section of one pool (one stream, one order word):
+// a split with the alloc of its front part; a free's free_requested and
+// free_completed with the merges that follow. What AllocatorEvent holds
+// once for all, then each event's own fields. Every event after the first
+// continues the first one's call (AllocatorEvent::continues_call).
+struct AllocatorEventBatch {
+  static constexpr std::uint32_t kCapacity = 4;
+  struct Item {
+    snapshot::EventKind kind;
+    std::uintptr_t address;
+    std::size_t size;
+    std::size_t aux;
+  };
+  Stream stream;
+  bool continues_call = false;  // the first event's
+  std::uint64_t* order = nullptr;
+  const std::uint64_t* order_floor = nullptr;
+  std::uint32_t count = 0;
+  Item items[kCapacity];  // the first `count` are the events
+
+  AllocatorEvent event(std::uint32_t i) const noexcept {
+    AllocatorEvent e{items[i].kind, stream, items[i].address, items[i].size, items[i].aux, i > 0 || continues_call};
+    e.order = order;
+    e.order_floor = order_floor;
+    return e;
+  }
+};
+
 // Receives every allocator event, in order per stream, while the allocator
 // holds the lock of the pool concerned. It must not call back into the
 // allocator. For alloc events the returned id is kept with the block (the
@@ -74,6 +102,18 @@ class AllocatorObserver {
  public:
   virtual ~AllocatorObserver() = default;
   virtual std::uint32_t on_event(const AllocatorEvent& event) noexcept = 0;
+  // The events of one critical section of one pool, in the order they
+  // happened (AllocatorEventBatch), in one call instead of one per event:
+  // what the cached path reports. Returns the id of the alloc event among
+  // them (0 when none). The default reports each through on_event.
+  virtual std::uint32_t on_events(const AllocatorEventBatch& batch) noexcept {
+    std::uint32_t alloc_id = 0;
+    for (std::uint32_t i = 0; i < batch.count; ++i) {
+      const std::uint32_t id = on_event(batch.event(i));
+      if (batch.items[i].kind == snapshot::EventKind::alloc) alloc_id = id;
+    }
+    return alloc_id;
+  }
 };
 
 // A private memory pool, PyTorch's MempoolId_t: the pool a CUDA graph

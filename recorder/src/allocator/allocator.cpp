@@ -199,6 +199,7 @@ void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t s
                                        int split) {
   const bool already_split = block->is_split();
   const std::size_t type = block->small ? stat_small_pool : stat_large_pool;
+  EventBatch batch{observer.load(std::memory_order_acquire)};
   std::int64_t inactive_split_count = 0;
   std::int64_t inactive_split_bytes = 0;
   if (split < 0 ? should_split(*block, size) : (split > 0 && block->size > size)) {
@@ -216,7 +217,7 @@ void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t s
     block->next = rest;
     block->size = size;
     cache(rest);
-    emit(shard, EventKind::split, block->ptr, size, rest->size);
+    gather(batch, shard, EventKind::split, block->ptr, size, rest->size);
     if (block->expandable) {
       // Inactive split bytes exclude expandable segments, as in PyTorch:
       // their free pages can always be unmapped.
@@ -247,7 +248,8 @@ void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t s
     }
     if (block->size >= config.max_split_size) pending.oversize_allocations.increase(1);
   }
-  block->stack = emit(shard, EventKind::alloc, block->ptr, block->size, requested);
+  gather(batch, shard, EventKind::alloc, block->ptr, block->size, requested);
+  block->stack = send(batch);
   shard.live.insert(block->ptr, block);
   maybe_publish(shard);
   return reinterpret_cast<void*>(block->ptr);
@@ -307,8 +309,10 @@ FreeStatus CachingAllocator::Impl::deallocate(void* ptr) noexcept {
       std::lock_guard lock(shard.mutex);
       if (Block* block = shard.live.take(address)) {
         block->allocated = false;
-        emit(shard, EventKind::free_requested, block->ptr, block->size, block->requested);
+        EventBatch batch{observer.load(std::memory_order_acquire)};
+        gather(batch, shard, EventKind::free_requested, block->ptr, block->size, block->requested);
         if (!block->stream_uses.empty()) {
+          send(batch);
           release_allocation_stats(*block);
           if (capturing()) {
             shard.deferred_events.push_back(block);
@@ -317,7 +321,7 @@ FreeStatus CachingAllocator::Impl::deallocate(void* ptr) noexcept {
             insert_events(block);
           }
         } else {
-          free_block(block, /*also_release_allocation=*/true);
+          free_block(block, /*also_release_allocation=*/true, &batch);
         }
         maybe_publish(shard);
         return FreeStatus::ok;
@@ -434,11 +438,14 @@ void CachingAllocator::Impl::release_allocation_stats(const Block& block) {
   if (block.size >= config.max_split_size) pending.oversize_allocations.decrease(1);
 }
 
-void CachingAllocator::Impl::free_block(Block* block, bool also_release_allocation) {
+void CachingAllocator::Impl::free_block(Block* block, bool also_release_allocation, EventBatch* unsent) {
   const std::size_t original_size = block->size;
   const std::size_t requested = block->requested;
   Shard& shard = *block->shard;
-  emit(shard, EventKind::free_completed, block->ptr, block->size, requested);
+  EventBatch own;
+  EventBatch& batch = unsent ? *unsent : own;
+  if (!unsent) batch.observer = observer.load(std::memory_order_acquire);
+  gather(batch, shard, EventKind::free_completed, block->ptr, block->size, requested);
   std::int64_t split_count_change = 0;
   std::int64_t split_bytes_change = 0;
   for (int side = 0; side < 2; ++side) {
@@ -448,9 +455,10 @@ void CachingAllocator::Impl::free_block(Block* block, bool also_release_allocati
       block = merged;
       --split_count_change;
       split_bytes_change -= static_cast<std::int64_t>(absorbed);
-      emit(shard, EventKind::merge, block->ptr, block->size, absorbed);
+      gather(batch, shard, EventKind::merge, block->ptr, block->size, absorbed);
     }
   }
+  send(batch);
   block->requested = 0;
   block->stack = 0;
   cache(block);

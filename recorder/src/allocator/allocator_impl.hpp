@@ -22,6 +22,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "cachealloc/allocator.hpp"
@@ -236,7 +237,11 @@ struct CachingAllocator::Impl {
   // Returns a block whose last user is done to its pool, merging neighbours.
   // With also_release_allocation, also does release_allocation_stats under
   // the same stats lock (the common free with no stream events).
-  void free_block(Block* block, bool also_release_allocation);
+  struct EventBatch;
+  // `batch`: events of the caller's critical section not yet reported (a
+  // free_requested), sent with free_completed and the merges; null: a batch
+  // of free_block's own.
+  void free_block(Block* block, bool also_release_allocation, EventBatch* batch = nullptr);
   void release_allocation_stats(const Block& block);
   Block* try_merge(Block* dst, Block* src);
   void cache(Block* block);
@@ -261,10 +266,63 @@ struct CachingAllocator::Impl {
                      std::size_t aux) noexcept {
     AllocatorObserver* o = observer.load(std::memory_order_acquire);
     if (!o) return 0;
+    return o->on_event(pool_event(shard, kind, address, size, aux));
+  }
+  AllocatorEvent pool_event(Shard& shard, snapshot::EventKind kind, std::uintptr_t address, std::size_t size,
+                            std::size_t aux) noexcept {
     AllocatorEvent event{kind, shard.stream, address, size, aux, continues_call(kind)};
     event.order = &shard.event_order;
     event.order_floor = &event_order_all;
-    return o->on_event(event);
+    return event;
+  }
+  // The events of one critical section of one pool, gathered and reported
+  // in one observer call (AllocatorObserver::on_events): the cached path's
+  // split and alloc, a free's halves and its merges. Nothing is gathered
+  // without an observer. The observer is read once, under the pool lock:
+  // stop() clears it and then waits for every pool lock, so it stays valid
+  // until send().
+  struct EventBatch {
+    EventBatch() noexcept {}  // user-provided: the items are left uninitialized
+    explicit EventBatch(AllocatorObserver* o) noexcept : observer(o) {}
+    AllocatorObserver* observer = nullptr;
+    bool started = false;  // `events` holds the first event's fields
+    // Not initialized until the first event: a batch on the stack costs
+    // nothing with history off.
+    union Events {
+      Events() noexcept {}
+      AllocatorEventBatch batch;
+    } events;
+  };
+  __attribute__((always_inline)) void gather(EventBatch& gathered, Shard& shard, snapshot::EventKind kind,
+                                             std::uintptr_t address, std::size_t size, std::size_t aux) noexcept {
+    if (!gathered.observer) return;
+    AllocatorEventBatch& batch = gathered.events.batch;
+    if (!gathered.started) [[likely]] {
+      start_batch(gathered, shard, kind);
+    } else if (batch.count == AllocatorEventBatch::kCapacity) [[unlikely]] {
+      send(gathered);  // not on any path today: kCapacity covers them
+      start_batch(gathered, shard, kind);
+    } else {
+      ++t_call_events;
+    }
+    batch.items[batch.count++] = AllocatorEventBatch::Item{kind, address, size, aux};
+  }
+  // The batch's shared fields, from its first event.
+  __attribute__((always_inline)) void start_batch(EventBatch& gathered, Shard& shard, snapshot::EventKind kind) noexcept {
+    gathered.started = true;
+    AllocatorEventBatch& batch = *::new (static_cast<void*>(&gathered.events.batch)) AllocatorEventBatch;
+    batch.stream = shard.stream;
+    batch.continues_call = continues_call(kind);
+    batch.order = &shard.event_order;
+    batch.order_floor = &event_order_all;
+  }
+  // Reports what was gathered; returns the alloc event's id, if any.
+  static std::uint32_t send(EventBatch& gathered) noexcept {
+    if (!gathered.started) return 0;  // nothing gathered
+    gathered.started = false;
+    const AllocatorEventBatch& batch = gathered.events.batch;
+    if (batch.count == 1) return gathered.observer->on_event(batch.event(0));
+    return gathered.observer->on_events(batch);
   }
   // An event of no one pool (oom, empty_cache), with every pool lock held:
   // the allocator's order word is first raised to every pool's, so that the

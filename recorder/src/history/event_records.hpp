@@ -46,8 +46,15 @@ enum RecordTag : std::uint64_t {
 };
 
 // The longest record, a stream record before it included: a chunk with
-// fewer free words is flushed before the next event.
+// fewer free words is flushed before the next event (on_event).
 inline constexpr std::uint32_t kMaxRecordWords = 2 + 6;
+// Most events, and most words with a stream record, of one on_events call
+// written at once (the allocator's batches: a free's two halves and two
+// merges); a chunk with fewer free words is flushed first. A longer batch
+// is recorded event by event.
+inline constexpr std::uint32_t kMaxBatchEvents = 4;
+inline constexpr std::uint32_t kMaxBatchWords = 2 + 6 * kMaxBatchEvents;
+static_assert(kMaxBatchWords >= kMaxRecordWords);
 // Most words one event takes (a stream record and a 5-word event): a full
 // chunk holds at least (kWords - kMaxRecordWords + 1) / this many events.
 inline constexpr std::uint32_t kMaxWordsPerEvent = 7;

@@ -58,6 +58,12 @@ std::uint64_t monotonic_ns() noexcept {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
+std::uint64_t coarse_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
 bool tsc_is_invariant() noexcept {
   static const bool invariant = [] {
 #if defined(__x86_64__)
@@ -122,6 +128,14 @@ StackCapture parse_stack_capture(std::string_view text) {
   throw InvalidArgument("unknown stack capture '" + std::string(text) + "' (expected none, native or unwind)");
 }
 
+HistoryClock parse_history_clock(std::string_view text) {
+  if (text == "precise") return HistoryClock::precise;
+  if (text == "coarse") return HistoryClock::coarse;
+  throw InvalidArgument("unknown history clock '" + std::string(text) + "' (expected precise or coarse)");
+}
+
+const char* to_string(HistoryClock clock) noexcept { return clock == HistoryClock::coarse ? "coarse" : "precise"; }
+
 const char* to_string(StackCapture capture) noexcept {
   switch (capture) {
     case StackCapture::native: return "native";
@@ -142,6 +156,9 @@ struct ThreadState {
   std::uint64_t call_time = 0;
   std::uint64_t clock_skew = 0;  // detail::set_thread_clock_skew (tests)
   const std::uint64_t* last_order = nullptr;  // the order word of this thread's last event
+  // The tick source call_time was read from: a restart with another clock
+  // starts the thread's times afresh (TSC ticks and ns are not comparable).
+  detail::TickSource call_source = detail::TickSource::tsc;
 };
 thread_local ThreadState t_state __attribute__((tls_model("initial-exec")));
 
@@ -419,7 +436,11 @@ void HistoryRecorder::start(const HistoryOptions& options) {
     s.evicted = 0;
     s.newest_dropped = 0;
     s.max_entries = options.max_entries;
-    s.anchor = detail::TickAnchor::now(s.use_tsc);
+    s.ticks.store(options.clock == HistoryClock::coarse ? detail::TickSource::coarse
+                  : s.use_tsc                             ? detail::TickSource::tsc
+                                                          : detail::TickSource::monotonic,
+                  std::memory_order_relaxed);
+    s.anchor = detail::TickAnchor::now(s.tick_source());
   });
   {
     std::lock_guard lock(s.usage_mutex);
@@ -457,26 +478,29 @@ void HistoryRecorder::stop() noexcept {
 
 bool HistoryRecorder::recording() const noexcept { return state_->recording.load(std::memory_order_acquire); }
 
-std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
-  State& s = *state_;
-  if (!s.recording.load(std::memory_order_relaxed)) return 0;
-  ThreadSlot* slot = s.slot();
-  if (!slot) [[unlikely]]
-    return 0;
-  // The time. One clock read per critical section: the split before an
-  // alloc and the merges after a free continue the call's first event.
-  // Reading the clock costs more than the rest of an event, and the ordered
-  // read (RDTSCP) about twice the unordered one, so the order comes from
-  // the allocator's order words instead (AllocatorEvent::order): each event
-  // is later than the pool's last, than the allocator's last event of no
-  // one pool, and than this thread's last. Only a new segment or mapping,
-  // whose address the device may just have taken back from another pool,
-  // reads the ordered clock.
+// The time of an event: one clock read per critical section (the split
+// before an alloc and the merges after a free continue the call's first
+// event). Reading the clock costs more than the rest of an event, and the
+// ordered read (RDTSCP) about twice the unordered one, so the order comes
+// from the allocator's order words instead (AllocatorEvent::order): each
+// event is later than the pool's last, than the allocator's last event of
+// no one pool, and than this thread's last. Only a new segment or mapping,
+// whose address the device may just have taken back from another pool,
+// reads the ordered clock.
+static_assert(detail::kMaxBatchEvents == AllocatorEventBatch::kCapacity);
+
+inline __attribute__((always_inline)) std::uint64_t HistoryRecorder::State::event_time(
+    const AllocatorEvent& event) noexcept {
+  const detail::TickSource source = tick_source();
+  if (t_state.call_source != source) [[unlikely]] {
+    t_state.call_source = source;
+    t_state.call_time = 0;
+  }
   std::uint64_t t = t_state.call_time;
   if (!event.continues_call) {
     const bool after_device_call = event.kind == EventKind::segment_alloc || event.kind == EventKind::segment_map;
     const std::uint64_t now =
-        (after_device_call ? detail::now_ticks(s.use_tsc) : detail::now_ticks_unordered(s.use_tsc)) + t_state.clock_skew;
+        (after_device_call ? detail::now_ticks(source) : detail::now_ticks_unordered(source)) + t_state.clock_skew;
     t = std::max(t, now);
   }
   if (event.order_floor && t <= *event.order_floor) t = *event.order_floor + 1;
@@ -489,32 +513,54 @@ std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
   }
   t_state.last_order = event.order;
   t_state.call_time = t;
+  return t;
+}
 
+// Room for `words` more words of records in the slot's chunk (a new chunk
+// when it is full, or when the thread slept for months and `t` no longer
+// fits the base), and a stream record first when the stream changes.
+inline __attribute__((always_inline)) void HistoryRecorder::State::make_room(ThreadSlot& slot, std::uint64_t t,
+                                                                              std::uint64_t stream,
+                                                                              std::uint32_t words) noexcept {
+  Chunk& chunk = slot.staging;
+  if (chunk.used + words > Chunk::kWords || !detail::offset_fits(t, chunk.base_ticks)) [[unlikely]]
+    flush(slot);
+  if (chunk.empty() || slot.stream != stream) [[unlikely]] {
+    if (chunk.empty()) chunk.base_ticks = t;
+    chunk.words[chunk.used] = detail::record_header(detail::kRecordStream, t, chunk.base_ticks);
+    chunk.words[chunk.used + 1] = stream;
+    chunk.used += 2;
+    slot.stream = stream;
+    slot.last_record = ThreadSlot::kNoRecord;
+  }
+  chunk.newest_ticks = t;
+}
+
+// The calling thread's stack, interned: the thread's cache first, no lock,
+// no shared line (StackCache).
+__attribute__((noinline)) std::uint32_t HistoryRecorder::State::capture_stack(ThreadSlot& slot,
+                                                                                          StackCapture capture) noexcept {
+  std::uintptr_t frames[detail::kMaxStackFrames];
+  const std::uint32_t frame_limit = max_frames.load(std::memory_order_relaxed);
+  const std::uint32_t depth = capture == StackCapture::native ? detail::capture_native_stack(frames, frame_limit)
+                                                              : detail::capture_unwound_stack(frames, frame_limit);
+  return slot.stacks.intern(table, frames, depth);
+}
+
+inline __attribute__((always_inline)) std::uint32_t HistoryRecorder::State::record(ThreadSlot& slot_ref,
+                                                                                   const AllocatorEvent& event) noexcept {
+  State& s = *this;
+  ThreadSlot* const slot = &slot_ref;
+  const std::uint64_t t = event_time(event);
   Chunk& chunk = slot->staging;
   // Room for the longest record (and a stream record) first, so that a
   // record can be written, and the previous one extended, without checks.
-  if (chunk.used + detail::kMaxRecordWords > Chunk::kWords || !detail::offset_fits(t, chunk.base_ticks)) [[unlikely]]
-    s.flush(*slot);  // full, or the thread slept for months: a new chunk, a new base
-  if (chunk.empty() || slot->stream != event.stream.handle) [[unlikely]] {
-    if (chunk.empty()) chunk.base_ticks = t;
-    chunk.words[chunk.used] = detail::record_header(detail::kRecordStream, t, chunk.base_ticks);
-    chunk.words[chunk.used + 1] = event.stream.handle;
-    chunk.used += 2;
-    slot->stream = event.stream.handle;
-    slot->last_record = ThreadSlot::kNoRecord;
-  }
-  chunk.newest_ticks = t;
+  make_room(*slot, t, event.stream.handle, detail::kMaxRecordWords);
 
   std::uint32_t stack = 0;
   if (const StackCapture capture = s.stacks.load(std::memory_order_relaxed);
-      capture != StackCapture::none && wants_stack(event.kind, s.stacks_on_free.load(std::memory_order_relaxed))) {
-    std::uintptr_t frames[detail::kMaxStackFrames];
-    const std::uint32_t max_frames = s.max_frames.load(std::memory_order_relaxed);
-    const std::uint32_t depth = capture == StackCapture::native ? detail::capture_native_stack(frames, max_frames)
-                                                                : detail::capture_unwound_stack(frames, max_frames);
-    // The thread's cache first: no lock, no shared line (StackCache).
-    stack = slot->stacks.intern(s.table, frames, depth);
-  }
+      capture != StackCapture::none && wants_stack(event.kind, s.stacks_on_free.load(std::memory_order_relaxed)))
+    stack = capture_stack(*slot, capture);
   const std::uint64_t stack_flag = stack ? std::uint64_t{detail::kRecordHasStack} : 0;
 
   // Fold the event into the previous record of the same call where the
@@ -558,6 +604,84 @@ std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
   return stack;
 }
 
+std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
+  State& s = *state_;
+  if (!s.recording.load(std::memory_order_relaxed)) return 0;
+  ThreadSlot* slot = s.slot();
+  if (!slot) [[unlikely]]
+    return 0;
+  return s.record(*slot, event);
+}
+
+// One call for the events of one critical section of one pool: the cached
+// path's split and alloc, a free's halves and its merges. The check, the
+// slot, the time, the room and the stream once for all of them, and the
+// compounds (event_records.hpp) written whole instead of folded.
+std::uint32_t HistoryRecorder::on_events(const AllocatorEventBatch& batch) noexcept {
+  State& s = *state_;
+  if (!s.recording.load(std::memory_order_relaxed)) return 0;
+  ThreadSlot* slot = s.slot();
+  if (!slot) [[unlikely]]
+    return 0;
+  const std::uint32_t count = batch.count;
+  if (count == 0 || count > AllocatorEventBatch::kCapacity) [[unlikely]]
+    return 0;
+  // One time for all: the later events continue the call on the same order
+  // word, so event_time would give each the first one's.
+  AllocatorEvent first{batch.items[0].kind, batch.stream, 0, 0, 0, batch.continues_call};
+  first.order = batch.order;
+  first.order_floor = batch.order_floor;
+  const std::uint64_t t = s.event_time(first);
+  s.make_room(*slot, t, batch.stream.handle, detail::kMaxBatchWords);
+  Chunk& chunk = slot->staging;
+  const StackCapture capture = s.stacks.load(std::memory_order_relaxed);
+  const bool on_free = s.stacks_on_free.load(std::memory_order_relaxed);
+  std::uint32_t alloc_id = 0;
+  std::uint32_t recorded = 0;
+  std::uint64_t* record = chunk.words + chunk.used;
+  const std::uint64_t header = (t - chunk.base_ticks) << 8;
+  for (std::uint32_t i = 0; i < count;) {
+    const AllocatorEventBatch::Item& e = batch.items[i];
+    const AllocatorEventBatch::Item* next = i + 1 < count ? &batch.items[i + 1] : nullptr;
+    record[1] = e.address;
+    record[2] = e.size;
+    record[3] = e.aux;
+    if (next && e.kind == EventKind::split && next->kind == EventKind::alloc && next->address == e.address &&
+        next->size == e.size) {
+      const std::uint32_t stack = capture != StackCapture::none ? s.capture_stack(*slot, capture) : 0;
+      record[0] = header | detail::kRecordSplitAlloc | (stack ? std::uint64_t{detail::kRecordHasStack} : 0);
+      record[4] = next->aux;
+      record[5] = stack;
+      record += stack ? 6 : 5;
+      alloc_id = stack;
+      recorded += 2;
+      i += 2;
+      continue;
+    }
+    const std::uint32_t stack =
+        capture != StackCapture::none && wants_stack(e.kind, on_free) ? s.capture_stack(*slot, capture) : 0;
+    const std::uint64_t stack_flag = stack ? std::uint64_t{detail::kRecordHasStack} : 0;
+    record[4] = stack;
+    if (next && e.kind == EventKind::free_requested && next->kind == EventKind::free_completed &&
+        next->address == e.address && next->size == e.size && next->aux == e.aux) {
+      record[0] = header | detail::kRecordFree | stack_flag;
+      record += stack ? 5 : 4;
+      recorded += 2;
+      i += 2;
+      continue;
+    }
+    record[0] = header | static_cast<std::uint64_t>(e.kind) | stack_flag;
+    record += stack ? 5 : 4;
+    if (e.kind == EventKind::alloc) alloc_id = stack;
+    ++recorded;
+    ++i;
+  }
+  chunk.used = static_cast<std::uint32_t>(record - chunk.words);
+  chunk.count.store(chunk.count.load(std::memory_order_relaxed) + recorded, std::memory_order_relaxed);
+  slot->last_record = ThreadSlot::kNoRecord;
+  return alloc_id;
+}
+
 void HistoryRecorder::annotate_begin(std::string_view name) noexcept {
   State& s = *state_;
   if (!s.recording.load(std::memory_order_relaxed)) return;
@@ -568,7 +692,7 @@ void HistoryRecorder::annotate_begin(std::string_view name) noexcept {
     record.kind = EventKind::annotation_begin;
     record.device = s.device;
     record.thread = detail::thread_index();
-    record.time_ns = detail::now_ticks(s.use_tsc);
+    record.time_ns = detail::now_ticks(s.tick_source());
     record.aux = id;
     s.append_direct(record);
   } catch (...) {
@@ -588,7 +712,7 @@ void HistoryRecorder::annotate_end() noexcept {
     record.kind = EventKind::annotation_end;
     record.device = s.device;
     record.thread = detail::thread_index();
-    record.time_ns = detail::now_ticks(s.use_tsc);
+    record.time_ns = detail::now_ticks(s.tick_source());
     record.aux = id;
     s.append_direct(record);
     return;

@@ -256,7 +256,7 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
     detail::decode_records(raw_words.data() + chunk.offset, chunk.used, chunk.base, s.device, chunk.thread, events,
                            from_ticks);
   std::vector<std::uint64_t>().swap(raw_words);
-  const detail::TickAnchor dump_anchor = detail::TickAnchor::now(s.use_tsc);
+  const detail::TickAnchor dump_anchor = detail::TickAnchor::now(s.tick_source());
   // Chunks come from different threads, so the events are in time order
   // only chunk by chunk. Sort (stable: a thread's events keep their order),
   // drop what is older than an event the ring let go, so that the trace is
@@ -337,6 +337,14 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
     out.settings["history.stacks"] = to_string(options.stacks);
     out.settings["history.max_frames"] = std::to_string(options.max_frames);
     out.settings["history.stacks_on_free"] = options.stacks_on_free ? "true" : "false";
+    out.settings["history.clock"] = to_string(options.clock);
+    if (options.clock == HistoryClock::coarse) {
+      timespec resolution{};
+      if (clock_getres(CLOCK_MONOTONIC_COARSE, &resolution) == 0)
+        out.settings["history.clock_resolution_ns"] =
+            std::to_string(static_cast<std::uint64_t>(resolution.tv_sec) * 1'000'000'000u +
+                           static_cast<std::uint64_t>(resolution.tv_nsec));
+    }
   }
   out.stats = std::move(stats);
 

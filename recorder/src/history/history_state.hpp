@@ -41,13 +41,19 @@ bool tsc_is_invariant() noexcept;
 // segment or mapping): RDTSCP waits until every earlier instruction has
 // executed. A plain RDTSC may execute early, while an earlier
 // compare-and-swap still waits for its cache line.
-inline std::uint64_t now_ticks(bool use_tsc) noexcept {
+// Where event ticks come from, fixed at start() (HistoryOptions::clock).
+enum class TickSource : std::uint8_t { tsc, monotonic, coarse };
+std::uint64_t coarse_ns() noexcept;
+inline std::uint64_t now_ticks(TickSource source) noexcept {
 #if defined(__x86_64__)
-  if (use_tsc) [[likely]] {
+  if (source == TickSource::tsc) [[likely]] {
     unsigned int core;
     return __builtin_ia32_rdtscp(&core);
   }
 #endif
+  // CLOCK_MONOTONIC for coarse too: the ordered read follows a device call,
+  // and must not fall behind another pool's event in the same tick (those
+  // are at most the tick plus their count in ns, below CLOCK_MONOTONIC).
   return monotonic_ns();
 }
 // The unordered read, for events whose order the allocator's order words
@@ -56,17 +62,18 @@ inline std::uint64_t now_ticks(bool use_tsc) noexcept {
 // holder's last event, but the event's time is then raised above that
 // holder's, which the pool's word holds. RDTSCP waits for every earlier
 // instruction; on the H200 host and the dev VM it is most of an event's cost.
-inline std::uint64_t now_ticks_unordered(bool use_tsc) noexcept {
+inline std::uint64_t now_ticks_unordered(TickSource source) noexcept {
 #if defined(__x86_64__)
-  if (use_tsc) [[likely]]
+  if (source == TickSource::tsc) [[likely]]
     return __builtin_ia32_rdtsc();
 #endif
+  if (source == TickSource::coarse) return coarse_ns();
   return monotonic_ns();
 }
 struct TickAnchor {
   std::uint64_t ticks = 0;
   std::uint64_t ns = 0;
-  static TickAnchor now(bool use_tsc) noexcept { return TickAnchor{now_ticks(use_tsc), monotonic_ns()}; }
+  static TickAnchor now(TickSource source) noexcept { return TickAnchor{now_ticks(source), monotonic_ns()}; }
 };
 }  // namespace detail
 
@@ -84,7 +91,7 @@ struct TickAnchor {
 struct Chunk {
   static constexpr std::uint32_t kWords = 2048;  // 16 KiB
   // Fewest events a full chunk holds: what sizes the ring for max_entries.
-  static constexpr std::uint32_t kMinEvents = (kWords - detail::kMaxRecordWords + 1) / detail::kMaxWordsPerEvent;
+  static constexpr std::uint32_t kMinEvents = (kWords - detail::kMaxBatchWords + 1) / detail::kMaxWordsPerEvent;
   static constexpr std::uint32_t kThreadInEvents = ~std::uint32_t{0};
   alignas(64) std::uint64_t words[kWords];
   std::uint32_t used = 0;                 // words written
@@ -143,6 +150,15 @@ struct HistoryRecorder::State {
   std::size_t ring_capacity_locked() const noexcept;
   // Appends one event outside the allocator's locks (annotations: rare).
   void append_direct(const snapshot::Event& event) noexcept;
+  // Records one allocator event in the calling thread's slot (on_event's
+  // and on_events' body).
+  std::uint32_t record(ThreadSlot& slot, const AllocatorEvent& event) noexcept;
+  // record()'s parts, shared with on_events: the event's time (and its
+  // order word's update), room in the chunk with the stream record, the
+  // interned stack.
+  std::uint64_t event_time(const AllocatorEvent& event) noexcept;
+  void make_room(ThreadSlot& slot, std::uint64_t t, std::uint64_t stream, std::uint32_t words) noexcept;
+  std::uint32_t capture_stack(ThreadSlot& slot, StackCapture capture) noexcept;
   // This thread's slot, created on its first event; nullptr when out of memory.
   ThreadSlot* slot() noexcept;
   ThreadSlot* new_slot() noexcept;  // slot()'s slow path
@@ -154,7 +170,12 @@ struct HistoryRecorder::State {
   CachingAllocator& allocator;
   const std::uint64_t id;  // process-unique, keys the per-thread slot cache
   std::int32_t device = 0;
-  const bool use_tsc;  // the tick source, fixed for the recorder's life
+  const bool use_tsc;  // whether the precise clock is the TSC, fixed for the recorder's life
+  // The tick source of the current recording: set by start() while every
+  // pool lock is held, read by the hot path under one (and, racily but
+  // harmlessly, by annotations).
+  std::atomic<detail::TickSource> ticks{detail::TickSource::monotonic};
+  detail::TickSource tick_source() const noexcept { return ticks.load(std::memory_order_relaxed); }
 
   // Read on the hot path, written only by start/stop/deactivate and a dump:
   // cache lines of their own, away from ring_lock and the flush state that
