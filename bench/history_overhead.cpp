@@ -1,7 +1,9 @@
 // bench_history_overhead: what memory history costs per alloc+free pair on the
 // cached path (4 KiB, one thread), side by side in one run: history off, on
-// without stacks, on with native stacks. Each pair makes 5 events (split,
-// alloc, free_requested, free_completed, merge); only the alloc gets a stack.
+// without stacks, on with native stacks, and both again with the coarse
+// clock (HistoryClock::coarse). Each pair makes 5 events (split, alloc,
+// free_requested, free_completed, merge) in two observer calls; only the
+// alloc gets a stack.
 //
 // Rounds interleave the modes so that frequency changes and neighbours on a
 // shared machine hit all three alike; each mode reports its best round.
