@@ -80,7 +80,40 @@ bool carries_stack(EventKind kind, bool on_free) {
          (on_free && kind == EventKind::free_requested);
 }
 
+// The dump holds exactly `events`, field for field and in order, with a
+// stack where one is due and times that never go back. Returns how many
+// carry a stack.
+std::size_t check_dumped(const snapshot::Snapshot& s, const std::vector<AllocatorEvent>& events, std::int32_t device,
+                         StackCapture stacks, bool on_free) {
+  REQUIRE(s.dropped_events == 0);
+  REQUIRE(s.events.size() == events.size());
+  std::size_t stacked = 0;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const snapshot::Event& got = s.events[i];
+    const AllocatorEvent& want = events[i];
+    CAPTURE(i);
+    REQUIRE(got.kind == want.kind);
+    CHECK(got.stream == want.stream.handle);
+    CHECK(got.address == want.address);
+    CHECK(got.size == want.size);
+    CHECK(got.aux == want.aux);
+    CHECK(got.device == device);
+    CHECK((got.stack.value != 0) == (stacks != StackCapture::none && carries_stack(want.kind, on_free)));
+    stacked += got.stack.value != 0;
+    if (i > 0) CHECK(got.time_ns >= s.events[i - 1].time_ns);
+  }
+  return stacked;
+}
+
 }  // namespace
+
+TEST_CASE("history clocks parse by name, and an unknown name is refused naming it") {
+  CHECK(parse_history_clock("precise") == HistoryClock::precise);
+  CHECK(parse_history_clock("coarse") == HistoryClock::coarse);
+  CHECK(std::string(to_string(parse_history_clock(to_string(HistoryClock::coarse)))) == "coarse");
+  CHECK_THROWS_WITH_AS(parse_history_clock("fast"), doctest::Contains("'fast'"), InvalidArgument);
+  CHECK_THROWS_AS(parse_history_clock(""), InvalidArgument);
+}
 
 TEST_CASE("the dump gives back every reported event field for field, folded or not, across many chunks") {
   for (const StackCapture stacks : {StackCapture::none, StackCapture::native}) {
@@ -106,23 +139,7 @@ TEST_CASE("the dump gives back every reported event field for field, folded or n
       const snapshot::Snapshot s = recorder.take_snapshot();
       // Then the events are those reported, in order, with times that never
       // go back
-      REQUIRE(s.dropped_events == 0);
-      REQUIRE(s.events.size() == events.size());
-      std::size_t stacked = 0;
-      for (std::size_t i = 0; i < events.size(); ++i) {
-        const snapshot::Event& got = s.events[i];
-        const AllocatorEvent& want = events[i];
-        CAPTURE(i);
-        REQUIRE(got.kind == want.kind);
-        CHECK(got.stream == want.stream.handle);
-        CHECK(got.address == want.address);
-        CHECK(got.size == want.size);
-        CHECK(got.aux == want.aux);
-        CHECK(got.device == allocator.device().index());
-        CHECK((got.stack.value != 0) == (stacks != StackCapture::none && carries_stack(want.kind, on_free)));
-        stacked += got.stack.value != 0;
-        if (i > 0) CHECK(got.time_ns >= s.events[i - 1].time_ns);
-      }
+      const std::size_t stacked = check_dumped(s, events, allocator.device().index(), stacks, on_free);
       if (stacks != StackCapture::none) CHECK(stacked > 0);
       // and the order word holds the last event's time
       CHECK(order > 0);
@@ -185,20 +202,7 @@ TEST_CASE("events reported in batches (on_events) dump as the same events as one
       }
       // Then the dump holds every event, field for field, in the order reported
       const snapshot::Snapshot s = recorder.take_snapshot();
-      REQUIRE(s.dropped_events == 0);
-      REQUIRE(s.events.size() == expected.size());
-      for (std::size_t i = 0; i < expected.size(); ++i) {
-        const snapshot::Event& got = s.events[i];
-        const AllocatorEvent& want = expected[i];
-        CAPTURE(i);
-        REQUIRE(got.kind == want.kind);
-        CHECK(got.stream == want.stream.handle);
-        CHECK(got.address == want.address);
-        CHECK(got.size == want.size);
-        CHECK(got.aux == want.aux);
-        CHECK((got.stack.value != 0) == (stacks != StackCapture::none && carries_stack(want.kind, on_free)));
-        if (i > 0) CHECK(got.time_ns >= s.events[i - 1].time_ns);
-      }
+      check_dumped(s, expected, allocator.device().index(), stacks, on_free);
       if (stacks != StackCapture::none) CHECK(stacked_allocs > 0);
     }
   }

@@ -45,6 +45,20 @@ std::uint64_t monotonic_now_ns() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 
+// Replays `s` from nothing and checks it goes through with no anomaly to
+// the snapshot's own layout; returns the replay's totals.
+analyzer::Totals replay_without_anomalies(const snapshot::Snapshot& s, std::int32_t device) {
+  analyzer::Replay replay({}, device, s.stacks.size());
+  for (const auto& e : s.events) replay.apply(e);
+  const analyzer::ReplayAnomalies& anomalies = replay.anomalies();
+  INFO("alloc_outside_free_block " << anomalies.alloc_outside_free_block << ", free_of_unknown_block "
+       << anomalies.free_of_unknown_block << ", unknown_segment " << anomalies.unknown_segment
+       << ", segment_released_with_active_blocks " << anomalies.segment_released_with_active_blocks);
+  CHECK(anomalies.total() == 0);
+  CHECK(replay.layout() == s.segments);
+  return replay.totals();
+}
+
 struct Counts {
   std::atomic<std::uint64_t> allocs{0}, frees{0}, ooms{0}, empty_caches{0}, record_streams{0};
 };
@@ -149,18 +163,11 @@ TEST_CASE("8 threads x 100k operations with recording on: every event is recorde
   CHECK(by_kind[static_cast<int>(EventKind::oom)] == counts.ooms.load());
   CHECK(by_kind[static_cast<int>(EventKind::empty_cache)] == counts.empty_caches.load());
   // and it replays from nothing to the final layout, with the allocator's own counters
-  analyzer::Replay replay({}, device->index(), s.stacks.size());
-  for (const auto& e : s.events) replay.apply(e);
-  const analyzer::ReplayAnomalies& anomalies = replay.anomalies();
-  INFO("alloc_outside_free_block " << anomalies.alloc_outside_free_block << ", free_of_unknown_block "
-       << anomalies.free_of_unknown_block << ", unknown_segment " << anomalies.unknown_segment
-       << ", segment_released_with_active_blocks " << anomalies.segment_released_with_active_blocks);
-  CHECK(anomalies.total() == 0);
-  CHECK(replay.layout() == s.segments);
+  const analyzer::Totals totals = replay_without_anomalies(s, device->index());
   const auto stats = allocator.memory_stats();
-  CHECK(replay.totals().allocated == 0);
+  CHECK(totals.allocated == 0);
   CHECK(stats.at("allocated_bytes.all.current") == 0);
-  CHECK(static_cast<std::int64_t>(replay.totals().reserved) == stats.at("reserved_bytes.all.current"));
+  CHECK(static_cast<std::int64_t>(totals.reserved) == stats.at("reserved_bytes.all.current"));
   CHECK(stats.at("num_ooms") == static_cast<std::int64_t>(counts.ooms.load()));
 }
 
@@ -336,16 +343,9 @@ TEST_CASE("with the coarse clock, 4 threads churning segments across streams sti
   snapshot::validate(s);
   REQUIRE(s.dropped_events == 0);
   REQUIRE(s.events.size() > 1000);
-  analyzer::Replay replay({}, device->index(), s.stacks.size());
-  for (const auto& e : s.events) replay.apply(e);
   // Then it replays with no anomaly to the allocator's layout and counters
-  const analyzer::ReplayAnomalies& anomalies = replay.anomalies();
-  INFO("alloc_outside_free_block " << anomalies.alloc_outside_free_block << ", free_of_unknown_block "
-       << anomalies.free_of_unknown_block << ", unknown_segment " << anomalies.unknown_segment
-       << ", segment_released_with_active_blocks " << anomalies.segment_released_with_active_blocks);
-  CHECK(anomalies.total() == 0);
-  CHECK(replay.layout() == s.segments);
-  CHECK(static_cast<std::int64_t>(replay.totals().reserved) ==
+  const analyzer::Totals totals = replay_without_anomalies(s, device->index());
+  CHECK(static_cast<std::int64_t>(totals.reserved) ==
         allocator.memory_stats().at("reserved_bytes.all.current"));
   // and the snapshot says which clock timed it, and to what resolution
   CHECK(s.settings.at("history.clock") == "coarse");

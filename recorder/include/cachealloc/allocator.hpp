@@ -70,7 +70,8 @@ struct AllocatorEvent {
 // a split with the alloc of its front part; a free's free_requested and
 // free_completed with the merges that follow. What AllocatorEvent holds
 // once for all, then each event's own fields. Every event after the first
-// continues the first one's call (AllocatorEvent::continues_call).
+// continues the first one's call (AllocatorEvent::continues_call). Never
+// an oom or empty_cache: those are reported alone, through on_event.
 struct AllocatorEventBatch {
   static constexpr std::uint32_t kCapacity = 4;
   struct Item {

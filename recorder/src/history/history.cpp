@@ -48,21 +48,22 @@ std::vector<std::uint64_t> registered_threads() {
   return g_threads;
 }
 
+namespace {
+std::uint64_t clock_ns(clockid_t clock) noexcept {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+}  // namespace
+
 // CLOCK_MONOTONIC through the vDSO: ~20 ns and no system call, the clock the
 // snapshot model names, comparable across processes and with other tools'
 // traces, and immune to the TSC calibration and migration questions that an
 // rdtsc-based clock would raise for a gain of ~10 ns per event.
-std::uint64_t monotonic_ns() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
-}
+std::uint64_t monotonic_ns() noexcept { return clock_ns(CLOCK_MONOTONIC); }
 
-std::uint64_t coarse_ns() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
-}
+// The kernel's last tick, read from the vDSO's data page: ~1-3 ns, no TSC.
+std::uint64_t coarse_ns() noexcept { return clock_ns(CLOCK_MONOTONIC_COARSE); }
 
 bool tsc_is_invariant() noexcept {
   static const bool invariant = [] {
