@@ -15,6 +15,8 @@
 //   - the same with blocks decoded ahead on FileEvents::default_decode_threads()
 //     threads (what cachealloc-analyze does by default), the analysis itself
 //     still on one core;
+//   - decode + analysis in ranges on ANALYSIS_THREADS threads (default: one
+//     per core), each decoding its own blocks (AnalysisOptions::threads);
 //   - decode + analysis, load everything: snapshot::load(), then analyze();
 //   - analysis alone: analyze() over a snapshot already in memory;
 //   - decode alone: every block of the file decoded, nothing analyzed.
@@ -31,6 +33,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
@@ -65,9 +68,16 @@ double seconds_best_of_3(const std::function<void()>& run) {
 // Keeps the optimizer from dropping an analysis whose result is unused.
 volatile std::uint64_t g_sink = 0;
 
-void streaming_run(const char* path, unsigned decode_threads = 0) {
+void streaming_run(const char* path, unsigned decode_threads = 0, unsigned analysis_threads = 1) {
   analyzer::FileEvents source(path, decode_threads);
-  g_sink = g_sink + analyzer::analyze(source, one_pass_options()).peak_allocated.bytes;
+  analyzer::AnalysisOptions options = one_pass_options();
+  options.threads = analysis_threads;
+  const analyzer::Analysis a = analyzer::analyze(source, options);
+  if (analysis_threads > 1 && a.threads != analysis_threads) {
+    std::fprintf(stderr, "the parallel analysis ran on %u threads, not %u\n", a.threads, analysis_threads);
+    std::exit(1);
+  }
+  g_sink = g_sink + a.peak_allocated.bytes;
 }
 
 void load_everything_run(const char* path) {
@@ -121,9 +131,9 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (argc != 2 && argc != 3) {
+  if (argc < 2 || argc > 4) {
     std::fprintf(stderr,
-                 "usage: %s SNAPSHOT [DECODE_THREADS]\n"
+                 "usage: %s SNAPSHOT [DECODE_THREADS [ANALYSIS_THREADS]]\n"
                  "       %s --rewrite 5|6 SNAPSHOT OUT\n"
                  "  make one with: cachealloc-synthetic --events 3000000 --seed 1 --stacks native --threads 1 -o "
                  "/tmp/s3m.bin\n",
@@ -146,6 +156,9 @@ int main(int argc, char** argv) {
     const unsigned helpers = argc > 2 ? static_cast<unsigned>(std::atoi(argv[2]))
                                       : analyzer::FileEvents::default_decode_threads();
     const double prefetched = seconds_best_of_3([&] { streaming_run(path, helpers); });
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const unsigned ranges = argc > 3 ? static_cast<unsigned>(std::atoi(argv[3])) : cores;
+    const double in_ranges = seconds_best_of_3([&] { streaming_run(path, 0, ranges); });
     const double loading = seconds_best_of_3([&] { load_everything_run(path); });
     const double decode_only = seconds_best_of_3([&] {
       analyzer::FileEvents source(path);
@@ -163,6 +176,9 @@ int main(int argc, char** argv) {
     std::printf("%-46s %8.3f s  %6.1f M events/s\n",
                 ("decode on " + std::to_string(helpers) + " more threads, analysis on one").c_str(), prefetched,
                 events / prefetched / 1e6);
+    std::printf("%-46s %8.3f s  %6.1f M events/s\n",
+                ("decode + analysis in ranges on " + std::to_string(ranges) + " threads").c_str(), in_ranges,
+                events / in_ranges / 1e6);
     line("decode + analysis, load everything first", loading);
     line("decode alone (every block, no analysis)", decode_only);
     line("analysis alone (snapshot in memory)", analysis_only);

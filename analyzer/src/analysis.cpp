@@ -5,10 +5,13 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/snapshot/ring_start.hpp"
+#include "analysis_pass.hpp"
+#include "analysis_parallel.hpp"
 #include "replay_hot.hpp"
 
 namespace cachealloc::analyzer {
@@ -17,6 +20,7 @@ using snapshot::Event;
 using snapshot::EventKind;
 using snapshot::Segment;
 using snapshot::Snapshot;
+using pass::counts_for;
 
 namespace {
 
@@ -27,89 +31,6 @@ std::vector<Segment> stored_layout(const Snapshot& snapshot, std::int32_t device
   }
   std::sort(result.begin(), result.end(), [](const Segment& a, const Segment& b) { return a.address < b.address; });
   return result;
-}
-
-// Tracks per-site bytes at the moment of one peak without copying the live
-// set at every new maximum: only sites touched since the last maximum are
-// refreshed. Invariant: at_peak[s] == live[s] for every s not in `touched`.
-class SitePeakTracker {
- public:
-  void start(const Replay& replay) {
-    bytes_ = replay.live_bytes_by_stack();
-    blocks_ = replay.live_blocks_by_stack();
-    touched_flag_.assign(bytes_.size(), 0);
-  }
-  // Inline: most events touch a site already touched since the last peak.
-  void touch(snapshot::StackId stack) {
-    if (stack.value < touched_flag_.size() && touched_flag_[stack.value]) [[likely]]
-      return;
-    first_touch(stack);
-  }
-  void new_peak(const Replay& replay) {
-    const auto& live_bytes = replay.live_bytes_by_stack();
-    const auto& live_blocks = replay.live_blocks_by_stack();
-    for (std::uint32_t s : touched_) {
-      bytes_[s] = s < live_bytes.size() ? live_bytes[s] : 0;
-      blocks_[s] = s < live_blocks.size() ? live_blocks[s] : 0;
-      touched_flag_[s] = 0;
-    }
-    touched_.clear();
-  }
-  const std::vector<std::uint64_t>& bytes() const { return bytes_; }
-  const std::vector<std::uint32_t>& blocks() const { return blocks_; }
-
- private:
-  [[gnu::noinline]] void first_touch(snapshot::StackId stack) {
-    if (stack.value >= touched_flag_.size()) {
-      touched_flag_.resize(stack.value + 1, 0);
-      bytes_.resize(stack.value + 1, 0);
-      blocks_.resize(stack.value + 1, 0);
-    }
-    if (!touched_flag_[stack.value]) {
-      touched_flag_[stack.value] = 1;
-      touched_.push_back(stack.value);
-    }
-  }
-
-  std::vector<std::uint64_t> bytes_;
-  std::vector<std::uint32_t> blocks_;
-  std::vector<std::uint8_t> touched_flag_;
-  std::vector<std::uint32_t> touched_;
-};
-
-void record_peak(Peak& peak, std::uint64_t bytes, std::size_t event, std::uint64_t time_ns, const Replay& replay) {
-  peak.bytes = bytes;
-  peak.event = event;
-  peak.time_ns = time_ns;
-  peak.phase.assign(replay.open_annotations().begin(), replay.open_annotations().end());
-}
-
-void grow_max(Totals& max, const Totals& now) {
-  max.allocated = std::max(max.allocated, now.allocated);
-  max.requested = std::max(max.requested, now.requested);
-  max.active = std::max(max.active, now.active);
-  max.reserved = std::max(max.reserved, now.reserved);
-  max.inactive_split = std::max(max.inactive_split, now.inactive_split);
-  max.segments = std::max(max.segments, now.segments);
-}
-
-// Whether replaying the event can change Replay::totals(): split, merge and
-// the purely informative kinds never do, and make up a third of a trace.
-bool may_change_totals(EventKind kind) {
-  constexpr unsigned kChanging = (1u << static_cast<unsigned>(EventKind::alloc)) |
-                                 (1u << static_cast<unsigned>(EventKind::free_requested)) |
-                                 (1u << static_cast<unsigned>(EventKind::free_completed)) |
-                                 (1u << static_cast<unsigned>(EventKind::segment_alloc)) |
-                                 (1u << static_cast<unsigned>(EventKind::segment_release)) |
-                                 (1u << static_cast<unsigned>(EventKind::segment_map)) |
-                                 (1u << static_cast<unsigned>(EventKind::segment_unmap));
-  const auto bit = static_cast<unsigned>(kind);
-  return bit < 32 && ((kChanging >> bit) & 1u) != 0;
-}
-
-bool counts_for(const Event& event, std::int32_t device) {
-  return event.device == device || event.kind == EventKind::annotation_begin ||
-         event.kind == EventKind::annotation_end;
 }
 
 }  // namespace
@@ -233,148 +154,59 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   a.blocks_from_before_ring = initial.blocks_from_before_ring;
   a.starts_mid_run = !initial.segments.empty();
   a.unplaced_blocks = initial.unplaced_blocks;
+  a.sites.resize(head.stacks.size());
+
+  // What follows the pass, serial or parallel: the state at the end, the
+  // sites' figures at the peaks and at the end, and the layout check.
+  auto finish = [&](Analysis& out, Replay& replay, const pass::SitePeakTracker& at_peak_allocated,
+                    const pass::SitePeakTracker& at_peak_reserved) {
+    out.totals_at_end = replay.totals();
+    out.cache_at_end = replay.cache_figures();
+    if (options.at_end) options.at_end(replay);
+    const auto& live = replay.live_bytes_by_stack();
+    const auto& live_blocks = replay.live_blocks_by_stack();
+    if (out.sites.size() < live.size()) out.sites.resize(live.size());
+    for (std::uint32_t s = 0; s < out.sites.size(); ++s) {
+      SiteFigures& site = out.sites[s];
+      site.stack = snapshot::StackId{s};
+      if (s < live.size()) {
+        site.live_bytes_at_end = live[s];
+        site.live_blocks_at_end = live_blocks[s];
+      }
+      if (s < at_peak_allocated.bytes().size()) {
+        site.bytes_at_peak_allocated = at_peak_allocated.bytes()[s];
+        site.blocks_at_peak_allocated = at_peak_allocated.blocks()[s];
+      }
+      if (s < at_peak_reserved.bytes().size()) {
+        site.bytes_at_peak_reserved = at_peak_reserved.bytes()[s];
+        site.blocks_at_peak_reserved = at_peak_reserved.blocks()[s];
+      }
+    }
+    out.anomalies = replay.anomalies();
+    std::vector<Segment> replayed = replay.layout();
+    out.segments_at_end = replayed.size();
+    if (out.window.end == n) {
+      out.layout_check.checked = true;
+      out.layout_check.first_differences =
+          compare_layouts(replayed, stored_layout(head, out.device), 5, out.layout_check.differences);
+      if (start_explains != nullptr)
+        *start_explains = out.anomalies.total() == 0 && out.layout_check.differences == 0;
+    } else if (start_explains != nullptr) {
+      replay_range(source, replay, out.window.end, n, {});
+      *start_explains = explains_the_trace(replay, head, out.device);
+    }
+  };
+
+  const unsigned threads = options.threads == 0 ? std::max(1u, std::thread::hardware_concurrency()) : options.threads;
+  if (threads > 1) {
+    Analysis parallel_a = a;
+    if (parallel::run(source, options, initial, threads, parallel_a, finish)) return parallel_a;
+  }
+
   Replay replay(initial.segments, a.device, head.stacks.size());
   initial.segments.clear();
   initial.segments.shrink_to_fit();
-
-  a.sites.resize(head.stacks.size());
-  SitePeakTracker at_peak_allocated;
-  SitePeakTracker at_peak_reserved;
-  const bool per_event = options.timeline == AnalysisOptions::Timeline::per_event;
-  const std::size_t window_size = a.window.end - a.window.begin;
-  const std::size_t buckets = options.timeline == AnalysisOptions::Timeline::buckets
-                                  ? std::max<std::size_t>(1, std::min(options.buckets, std::max<std::size_t>(window_size, 1)))
-                                  : 0;
-  std::size_t bucket = 0;
-  std::size_t bucket_end = buckets ? a.window.begin + window_size / buckets : 0;
-  TimelineRow row;
-  row.first_event = a.window.begin;
-
-  // The state at the window's start; `start_time` is the time of its first
-  // event, or of events[0] when the window starts past the end.
-  auto start_window = [&](std::uint64_t start_time) {
-    a.totals_at_start = replay.totals();
-    a.cache_at_start = replay.cache_figures();
-    a.cache_at_peak_reserved = replay.cache_figures(true);
-    record_peak(a.peak_allocated, a.totals_at_start.allocated, kNoEvent, start_time, replay);
-    record_peak(a.peak_reserved, a.totals_at_start.reserved, kNoEvent, start_time, replay);
-    record_peak(a.peak_active, a.totals_at_start.active, kNoEvent, start_time, replay);
-    record_peak(a.peak_requested, a.totals_at_start.requested, kNoEvent, start_time, replay);
-    record_peak(a.peak_inactive_split, a.totals_at_start.inactive_split, kNoEvent, start_time, replay);
-    a.peak_segments = a.totals_at_start.segments;
-    at_peak_allocated.start(replay);
-    at_peak_reserved.start(replay);
-    if (options.timeline != AnalysisOptions::Timeline::none) {
-      TimelineRow start;
-      start.time_ns = start_time;
-      start.at_end = start.max = a.totals_at_start;
-      if (options.sample_fragmentation) start.cache = a.cache_at_start;
-      a.timeline.reserve(per_event ? window_size + 1 : buckets + 1);
-      a.timeline.push_back(start);
-    }
-  };
-
-  auto on_oom = [&](std::size_t i, const Event& e) {
-    OomRecord oom{i, e.time_ns, replay.open_annotations(), e.size, e.address, e.aux, replay.totals(),
-                  replay.cache_figures(), {}};
-    const auto& live = replay.live_bytes_by_stack();
-    const auto& blocks = replay.live_blocks_by_stack();
-    for (std::uint32_t s = 0; s < live.size(); ++s) {
-      if (live[s] != 0) oom.top_sites.push_back(SiteBytes{snapshot::StackId{s}, live[s], blocks[s]});
-    }
-    const std::size_t keep = std::min(options.oom_sites, oom.top_sites.size());
-    std::partial_sort(oom.top_sites.begin(), oom.top_sites.begin() + static_cast<std::ptrdiff_t>(keep),
-                      oom.top_sites.end(), [](const SiteBytes& x, const SiteBytes& y) {
-                        return x.bytes != y.bytes ? x.bytes > y.bytes : x.stack < y.stack;
-                      });
-    oom.top_sites.resize(keep);
-    a.ooms.push_back(std::move(oom));
-  };
-
-  // The largest free block at the reserved peak, as replay and diff take it:
-  // after the call that reached the peak (its segment, split and alloc), at
-  // the next request. Searching the segments costs O(segments), once per
-  // new peak of reserved bytes.
-  bool peak_cache_pending = false, peak_call_done = false;
-  auto is_request = [](EventKind kind) {
-    return kind == EventKind::alloc || kind == EventKind::oom || kind == EventKind::free_requested ||
-           kind == EventKind::empty_cache;
-  };
-
-  // One event inside the window: the per-event cost of the whole tool.
-  auto step = [&](std::size_t i, const Event& e) {
-    if (peak_cache_pending && e.device == a.device && is_request(e.kind)) [[unlikely]] {
-      if (peak_call_done) {
-        a.cache_at_peak_reserved = replay.cache_figures(true);
-        peak_cache_pending = false;
-      } else {
-        peak_call_done = true;
-      }
-    }
-    replay.apply_inline(e);
-    if (counts_for(e, a.device)) {
-      const auto kind = static_cast<std::size_t>(e.kind);
-      if (kind < a.counts.size()) ++a.counts[kind];
-      if (e.kind == EventKind::alloc && e.stack.value < a.sites.size()) {
-        SiteFigures& site = a.sites[e.stack.value];
-        ++site.allocs;
-        site.alloc_bytes += e.size;
-        site.requested_bytes += e.aux;
-      } else if (e.kind == EventKind::oom && e.device == a.device) {
-        on_oom(i, e);
-      }
-    }
-    // Totals that did not change cannot make a peak: the previous event, or
-    // start_window, already compared them.
-    const bool changed = may_change_totals(e.kind);
-    const Totals& t = replay.totals();
-    if (changed) {
-      if (const std::optional<snapshot::StackId> touched = replay.last_touched_stack()) {
-        at_peak_allocated.touch(*touched);
-        at_peak_reserved.touch(*touched);
-      }
-      if (t.allocated > a.peak_allocated.bytes) {
-        record_peak(a.peak_allocated, t.allocated, i, e.time_ns, replay);
-        at_peak_allocated.new_peak(replay);
-      }
-      if (t.reserved > a.peak_reserved.bytes) {
-        record_peak(a.peak_reserved, t.reserved, i, e.time_ns, replay);
-        at_peak_reserved.new_peak(replay);
-        a.cache_at_peak_reserved = replay.cache_figures(false);
-        peak_cache_pending = true;
-        peak_call_done = false;
-      }
-      if (t.active > a.peak_active.bytes) record_peak(a.peak_active, t.active, i, e.time_ns, replay);
-      if (t.requested > a.peak_requested.bytes) record_peak(a.peak_requested, t.requested, i, e.time_ns, replay);
-      if (t.inactive_split > a.peak_inactive_split.bytes)
-        record_peak(a.peak_inactive_split, t.inactive_split, i, e.time_ns, replay);
-      if (t.segments > a.peak_segments) a.peak_segments = t.segments;
-    }
-
-    if (per_event) {
-      TimelineRow r;
-      r.first_event = r.last_event = i;
-      r.time_ns = e.time_ns;
-      r.kind = e.kind;
-      r.at_end = r.max = t;
-      a.timeline.push_back(r);
-    } else if (buckets) {
-      if (changed || row.first_event == i) grow_max(row.max, t);  // a row starts from zero
-      if (i + 1 >= bucket_end) {
-        row.last_event = i;
-        row.time_ns = e.time_ns;
-        row.kind = e.kind;
-        row.at_end = t;
-        if (options.sample_fragmentation) row.cache = replay.cache_figures();
-        a.timeline.push_back(row);
-        ++bucket;
-        bucket_end = a.window.begin + (window_size * (bucket + 1)) / buckets;
-        row = TimelineRow{};
-        row.first_event = i + 1;
-        row.max = Totals{};
-      }
-    }
-  };
+  pass::WindowPass pass(options, a, replay);
 
   // Events before the window only build up state; reading stops after the
   // window's last event.
@@ -389,52 +221,18 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
     const std::size_t before = a.window.begin > base ? std::min(a.window.begin - base, length) : 0;
     for (; j < before; ++j) replay.apply_inline(events[j]);
     if (!started && a.window.begin < base + length) {
-      start_window(events[a.window.begin - base].time_ns);
+      pass.start_window(events[a.window.begin - base].time_ns);
       started = true;
     }
     const std::size_t inside = a.window.end > base ? std::min(a.window.end - base, length) : 0;
-    for (; j < inside; ++j) step(base + j, events[j]);
+    for (; j < inside; ++j) pass.step(base + j, events[j]);
     if (options.progress) options.progress(base + length, n);
   }
-  if (!started) start_window(a.time_origin_ns);
-  if (peak_cache_pending) a.cache_at_peak_reserved = replay.cache_figures(true);
+  if (!started) pass.start_window(a.time_origin_ns);
+  pass.finish();
   if (options.progress) options.progress(n, n);
 
-  a.totals_at_end = replay.totals();
-  a.cache_at_end = replay.cache_figures();
-  if (options.at_end) options.at_end(replay);
-  const auto& live = replay.live_bytes_by_stack();
-  const auto& live_blocks = replay.live_blocks_by_stack();
-  if (a.sites.size() < live.size()) a.sites.resize(live.size());
-  for (std::uint32_t s = 0; s < a.sites.size(); ++s) {
-    SiteFigures& site = a.sites[s];
-    site.stack = snapshot::StackId{s};
-    if (s < live.size()) {
-      site.live_bytes_at_end = live[s];
-      site.live_blocks_at_end = live_blocks[s];
-    }
-    if (s < at_peak_allocated.bytes().size()) {
-      site.bytes_at_peak_allocated = at_peak_allocated.bytes()[s];
-      site.blocks_at_peak_allocated = at_peak_allocated.blocks()[s];
-    }
-    if (s < at_peak_reserved.bytes().size()) {
-      site.bytes_at_peak_reserved = at_peak_reserved.bytes()[s];
-      site.blocks_at_peak_reserved = at_peak_reserved.blocks()[s];
-    }
-  }
-  a.anomalies = replay.anomalies();
-  std::vector<Segment> replayed = replay.layout();
-  a.segments_at_end = replayed.size();
-  if (a.window.end == n) {
-    a.layout_check.checked = true;
-    a.layout_check.first_differences =
-        compare_layouts(replayed, stored_layout(head, a.device), 5, a.layout_check.differences);
-    if (start_explains != nullptr)
-      *start_explains = a.anomalies.total() == 0 && a.layout_check.differences == 0;
-  } else if (start_explains != nullptr) {
-    replay_range(source, replay, a.window.end, n, {});
-    *start_explains = explains_the_trace(replay, head, a.device);
-  }
+  finish(a, replay, pass.at_peak_allocated, pass.at_peak_reserved);
   return a;
 }
 

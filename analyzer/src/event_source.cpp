@@ -118,6 +118,33 @@ FileEvents::FileEvents(const std::filesystem::path& path, unsigned decode_thread
 
 FileEvents::~FileEvents() = default;
 
+namespace {
+
+// The events of a FileEvents that holds them all in memory, for another
+// thread: SnapshotReader::loaded_block() only reads.
+class LoadedEvents final : public EventSource {
+ public:
+  explicit LoadedEvents(const snapshot::SnapshotReader& reader) : reader_(reader) {}
+  const snapshot::Snapshot& head() const override { return reader_.head(); }
+  std::size_t event_count() const override { return static_cast<std::size_t>(reader_.event_count()); }
+  std::size_t block_count() const override { return reader_.block_count(); }
+  std::size_t block_begin(std::size_t block) const override {
+    return static_cast<std::size_t>(reader_.block_first_event(block));
+  }
+  std::span<const snapshot::Event> block(std::size_t block) override { return reader_.loaded_block(block); }
+  std::unique_ptr<EventSource> open_another() override { return std::make_unique<LoadedEvents>(reader_); }
+
+ private:
+  const snapshot::SnapshotReader& reader_;
+};
+
+}  // namespace
+
+std::unique_ptr<EventSource> FileEvents::open_another() {
+  if (!reader_.streaming()) return std::make_unique<LoadedEvents>(reader_);
+  return std::make_unique<FileEvents>(path_, 0);
+}
+
 unsigned FileEvents::default_decode_threads() noexcept {
   const unsigned cores = std::thread::hardware_concurrency();
   return cores <= 1 ? 0 : std::min(cores - 1, 4u);

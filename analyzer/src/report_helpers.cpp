@@ -13,6 +13,7 @@ AnalysisOptions analysis_options(const ReportOptions& options) {
   result.device = options.device;
   result.window = options.window;
   result.progress = options.progress;
+  result.threads = options.threads;
   return result;
 }
 

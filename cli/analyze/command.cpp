@@ -114,6 +114,11 @@ void add_common_options(CLI::App& command, CommonOptions& options) {
                      "threads decoding the file's blocks ahead of the analysis (0: decode on the analysis thread)")
       ->check(whole_number(0, 64))
       ->capture_default_str();
+  command.add_option("--analysis-threads", options.analysis_threads,
+                     "threads analysing a whole trace in ranges of events, with the one-thread answer (0: one per core; "
+                     "1: one, with --decode-threads decoding ahead)")
+      ->check(whole_number(0, 256))
+      ->capture_default_str();
   command.add_option("--frames", options.sites.frames, "frames shown per stack, from the site outwards (0: all)")
       ->check(whole_number(0, 1000))
       ->capture_default_str();
@@ -195,6 +200,7 @@ void Runner::run() const {
   analyzer::ReportOptions options;
   options.device = common.device;
   options.sites = common.sites;
+  options.threads = common.analysis_threads;
   try {
     const analyzer::SiteNamer check(source.head(), common.sites);
   } catch (const std::regex_error& error) {

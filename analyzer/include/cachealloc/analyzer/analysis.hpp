@@ -67,6 +67,19 @@ struct AnalysisOptions {
   // analyze() tries a start it must then confirm, the call waits for that
   // (on a copy of the state) and is never made for a start that failed.
   std::function<void(const Replay&)> at_end;
+  // Threads for the events of a window that covers the whole trace (0: one
+  // per core). With more than one, the trace is cut into that many ranges of
+  // blocks: one scan per range finds what it leaves behind (the blocks and
+  // segments it adds, changes and removes, the annotations it opens and
+  // closes), the state at each range's start follows from those, and each
+  // range is then replayed on its own thread, the figures merged in event
+  // order. The answer is the serial one, event for event; a trace the
+  // parallel pass does not cover (expandable segments, events the state
+  // cannot explain, a layout whose free blocks are not merged, a timeline of
+  // one row per event, a window that is not the whole trace, a source
+  // without open_another()) is analysed on the calling thread alone.
+  // Memory: one Replay and one set of per-site counters per thread.
+  unsigned threads = 1;
 };
 
 // Where a figure reached its maximum.
@@ -148,6 +161,9 @@ struct Analysis {
   std::vector<TimelineRow> timeline;
   ReplayAnomalies anomalies;
   LayoutCheck layout_check;
+  // Threads the events were analysed on: AnalysisOptions::threads where the
+  // parallel pass covered the trace, else 1.
+  unsigned threads = 1;
 
   // The allocator already held memory when the ring began (the history was
   // switched on mid-run, or a PyTorch ring overflowed without saying so).

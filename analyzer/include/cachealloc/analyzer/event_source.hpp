@@ -10,6 +10,7 @@
 // Thread safety: none; a source and the spans it returns belong to one thread.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <filesystem>
 #include <memory>
@@ -32,26 +33,37 @@ class EventSource {
   // The events of `block`, valid until the next call. Throws SnapshotError
   // when a file's block is damaged.
   virtual std::span<const snapshot::Event> block(std::size_t block) = 0;
+  // Another source over the same events for another thread, which reads
+  // its blocks while this one reads its own (the parallel analysis), or
+  // nullptr when there is none. It shares head() with this one and must not
+  // outlive it. Called on this source's thread, before the others start.
+  virtual std::unique_ptr<EventSource> open_another() { return nullptr; }
 };
 
-// A snapshot already in memory; blocks are views of its events, no copy.
+// A snapshot already in memory; blocks are views of its events, no copy,
+// of `block_events` events each (> 0; tests cut them small).
 class SnapshotEvents final : public EventSource {
  public:
-  explicit SnapshotEvents(const snapshot::Snapshot& snapshot) : snapshot_(snapshot) {}
+  explicit SnapshotEvents(const snapshot::Snapshot& snapshot, std::size_t block_events = kBlock)
+      : snapshot_(snapshot), block_(std::max<std::size_t>(block_events, 1)) {}
   const snapshot::Snapshot& head() const override { return snapshot_; }
   std::size_t event_count() const override { return snapshot_.events.size(); }
-  std::size_t block_count() const override { return (snapshot_.events.size() + kBlock - 1) / kBlock; }
+  std::size_t block_count() const override { return (snapshot_.events.size() + block_ - 1) / block_; }
   std::size_t block_begin(std::size_t block) const override {
-    return std::min(block * kBlock, snapshot_.events.size());
+    return std::min(block * block_, snapshot_.events.size());
   }
   std::span<const snapshot::Event> block(std::size_t block) override {
     const std::size_t begin = block_begin(block);
     return std::span<const snapshot::Event>(snapshot_.events).subspan(begin, block_begin(block + 1) - begin);
   }
+  std::unique_ptr<EventSource> open_another() override {
+    return std::make_unique<SnapshotEvents>(snapshot_, block_);
+  }
 
  private:
   static constexpr std::size_t kBlock = std::size_t{1} << 16;
   const snapshot::Snapshot& snapshot_;
+  std::size_t block_;
 };
 
 // A file, read through snapshot::SnapshotReader: for format version 3 or
@@ -78,6 +90,10 @@ class FileEvents final : public EventSource {
     return static_cast<std::size_t>(reader_.block_first_event(block));
   }
   std::span<const snapshot::Event> block(std::size_t block) override;
+  // A streamed file: a reader of its own on the same file (the head decoded
+  // again, then one block at a time, nothing decoded ahead); a file held in
+  // memory: a view of this one's events.
+  std::unique_ptr<EventSource> open_another() override;
   bool streaming() const noexcept { return reader_.streaming(); }
 
   // What the command line offers by default: one decoding thread per spare

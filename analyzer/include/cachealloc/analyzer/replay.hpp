@@ -152,6 +152,14 @@ class Replay {
   // own loops avoid a call per event. Callable only from analyzer/src.
   inline void apply_inline(const snapshot::Event& event);
 
+  // For a Replay that starts inside a trace (the parallel analysis): the
+  // index of the next event it applies (error messages count from it) and
+  // the annotations open there, outermost first.
+  void resume_at(std::uint64_t next_event, std::vector<snapshot::StringId> open_annotations) {
+    applied_ = next_event;
+    annotations_ = std::move(open_annotations);
+  }
+
   std::int32_t device() const noexcept { return device_; }
   const Totals& totals() const noexcept { return totals_; }
   const ReplayAnomalies& anomalies() const noexcept { return anomalies_; }

@@ -92,6 +92,7 @@ struct ReportOptions {
   std::vector<snapshot::EventKind> kinds;  // events: empty = all
   enum class SiteOrder { bytes, count, peak } order = SiteOrder::bytes;  // top
   std::function<void(std::size_t, std::size_t)> progress;
+  unsigned threads = 1;  // AnalysisOptions::threads
 };
 
 // Each builder reads the events through an EventSource (event_source.hpp),
