@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <stdexcept>
+#include <thread>
 
 #include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/reader.hpp"
@@ -104,6 +106,45 @@ TEST_CASE("blocks read in any order decode the same") {
     const auto first = original.events.begin() + static_cast<std::ptrdiff_t>(reader.block_first_event(b));
     CHECK(std::equal(block.begin(), block.end(), first));
   }
+  fs::remove(path);
+}
+
+TEST_CASE("a sibling reader decodes the same blocks on another thread, with the first reader's head") {
+  // Given a streamed file of several blocks
+  const Snapshot original = make_trace(200000);
+  const fs::path path = scratch_file("sibling.bin");
+  write_snapshot(original, path);
+  SnapshotReader reader(path);
+  REQUIRE(reader.block_count() >= 3);
+  // When a sibling opens it and each reads every block, on two threads
+  SnapshotReader sibling;
+  sibling.open_sibling(reader);
+  CHECK(sibling.streaming());
+  CHECK(&sibling.head() == &reader.head());
+  CHECK(sibling.block_count() == reader.block_count());
+  bool sibling_same = true;
+  std::thread other([&] {
+    std::vector<Event> block;
+    for (std::size_t b = sibling.block_count(); b-- > 0;) {
+      sibling.read_block(b, block);
+      const auto first = original.events.begin() + static_cast<std::ptrdiff_t>(sibling.block_first_event(b));
+      sibling_same = sibling_same && std::equal(block.begin(), block.end(), first);
+    }
+  });
+  std::vector<Event> block;
+  for (std::size_t b = 0; b < reader.block_count(); ++b) {
+    reader.read_block(b, block);
+    const auto first = original.events.begin() + static_cast<std::ptrdiff_t>(reader.block_first_event(b));
+    CHECK(std::equal(block.begin(), block.end(), first));
+  }
+  other.join();
+  // Then both decode the file's events
+  CHECK(sibling_same);
+  // And a reader that holds its file in memory has no sibling
+  SnapshotReader loaded(fs::path(CACHEALLOC_SOURCE_DIR) / "analyzer" / "testdata" / "small_step.bin");
+  REQUIRE_FALSE(loaded.streaming());
+  SnapshotReader none;
+  CHECK_THROWS_AS(none.open_sibling(loaded), std::logic_error);
   fs::remove(path);
 }
 

@@ -142,8 +142,10 @@ class LoadedEvents final : public EventSource {
 
 std::unique_ptr<EventSource> FileEvents::open_another() {
   if (!reader_.streaming()) return std::make_unique<LoadedEvents>(reader_);
-  return std::make_unique<FileEvents>(path_, 0);
+  return std::unique_ptr<EventSource>(new FileEvents(*this, Sibling{}));
 }
+
+FileEvents::FileEvents(const FileEvents& other, Sibling) : path_(other.path_) { reader_.open_sibling(other.reader_); }
 
 unsigned FileEvents::default_decode_threads() noexcept {
   const unsigned cores = std::thread::hardware_concurrency();

@@ -83,6 +83,17 @@ int main(int argc, char** argv) {
       }
       status = 1;
       print_mismatch(file, result);
+      if (result.free_at_mismatch != 0) {
+        const long long elsewhere = static_cast<long long>(result.device_free) -
+                                    static_cast<long long>(result.reserved_at_mismatch) -
+                                    static_cast<long long>(result.free_at_mismatch);
+        std::fprintf(stderr,
+                     "note: %s: at the mismatch %llu bytes were free; the hold left %llu and the allocator "
+                     "reserved %llu, so %lld bytes went elsewhere during the replay\n",
+                     file.c_str(), static_cast<unsigned long long>(result.free_at_mismatch),
+                     static_cast<unsigned long long>(result.device_free),
+                     static_cast<unsigned long long>(result.reserved_at_mismatch), elsewhere);
+      }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s: error: %s\n", kProgram, e.what());
       return 2;

@@ -279,6 +279,10 @@ Result replay(const Sequence& sequence, const ReplayOptions& replay_options,
       mismatch.bytes = row.bytes;
       mismatch.note = note;
       result.first_mismatch = std::move(mismatch);
+      if (result.device_free != 0) {
+        result.free_at_mismatch = device->memory_info().free;
+        result.reserved_at_mismatch = static_cast<std::uint64_t>(s.reserved_bytes[stat_all].current);
+      }
       return result;
     }
     ++result.matched;

@@ -69,6 +69,12 @@ struct Result {
   // once the rest was held, which can exceed device_free by up to 2 MiB
   // (the driver's granule). 0 otherwise.
   std::uint64_t device_free = 0;
+  // The same device, at the first mismatch: the free memory then, and what
+  // the allocator reserved then. device_free - reserved - free_at_mismatch
+  // is memory that went elsewhere during the replay (the driver, another
+  // process). 0 otherwise.
+  std::uint64_t free_at_mismatch = 0;
+  std::uint64_t reserved_at_mismatch = 0;
 };
 
 struct ReplayOptions {

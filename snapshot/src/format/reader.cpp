@@ -5,6 +5,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "cachealloc/snapshot/format.hpp"
@@ -42,6 +43,7 @@ void SnapshotReader::open(const std::filesystem::path& path) {
   if (file_ != nullptr) std::fclose(file_);
   file_ = nullptr;
   head_ = Snapshot{};
+  shared_head_ = nullptr;
   path_ = path;
   event_count_ = 0;
   block_first_.clear();
@@ -80,6 +82,23 @@ void SnapshotReader::open(const std::filesystem::path& path) {
   head_.events = {};
   event_count_ = events_.size();
   for (std::uint64_t first = 0; first < event_count_; first += kLoadedBlockEvents) block_first_.push_back(first);
+}
+
+void SnapshotReader::open_sibling(const SnapshotReader& other) {
+  if (!other.streaming()) throw std::logic_error("open_sibling: the other reader does not stream a file");
+  if (file_ != nullptr) std::fclose(file_);
+  file_ = nullptr;
+  head_ = Snapshot{};
+  events_.clear();
+  next_ = 0;
+  path_ = other.path_;
+  file_ = std::fopen(path_.c_str(), "rb");
+  if (file_ == nullptr) io_error("open snapshot", path_, errno);
+  shared_head_ = &other.head();
+  event_count_ = other.event_count_;
+  block_first_ = other.block_first_;
+  block_offset_ = other.block_offset_;
+  block_size_ = other.block_size_;
 }
 
 void SnapshotReader::read_exactly(void* data, std::size_t size, std::uint64_t offset) {
@@ -165,9 +184,9 @@ void SnapshotReader::read_block(std::size_t block, std::vector<Event>& out) {
   }
   bytes_.resize(block_size_[block]);
   read_exactly(bytes_.data(), bytes_.size(), block_offset_[block]);
-  detail::EventScreen screen = detail::event_screen(head_);
+  detail::EventScreen screen = detail::event_screen(head());
   detail::decode_block(bytes_, block_offset_[block], block, count, columns_->value, out, &screen);
-  if (screen.flagged) detail::validate_events(head_, out, first);
+  if (screen.flagged) detail::validate_events(head(), out, first);
 }
 
 bool SnapshotReader::next_block(std::vector<Event>& out) {

@@ -90,9 +90,10 @@ class FileEvents final : public EventSource {
     return static_cast<std::size_t>(reader_.block_first_event(block));
   }
   std::span<const snapshot::Event> block(std::size_t block) override;
-  // A streamed file: a reader of its own on the same file (the head decoded
-  // again, then one block at a time, nothing decoded ahead); a file held in
-  // memory: a view of this one's events.
+  // A streamed file: a reader of its own on the same file, sharing this
+  // one's head and block index (SnapshotReader::open_sibling), one block at
+  // a time, nothing decoded ahead; a file held in memory: a view of this
+  // one's events.
   std::unique_ptr<EventSource> open_another() override;
   bool streaming() const noexcept { return reader_.streaming(); }
 
@@ -102,6 +103,8 @@ class FileEvents final : public EventSource {
   static unsigned default_decode_threads() noexcept;
 
  private:
+  struct Sibling {};
+  FileEvents(const FileEvents& other, Sibling);
   class Prefetch;
   std::filesystem::path path_;
   snapshot::SnapshotReader reader_;

@@ -45,10 +45,15 @@ class SnapshotReader {
   // Opens `path`, reads and validates everything but the events, and
   // indexes the blocks. Throws SnapshotError; the reader is then closed.
   void open(const std::filesystem::path& path);
+  // Opens the file `other` streams (other.streaming()) for reading on
+  // another thread, with other's head and block index instead of reading and
+  // checking them again: a file handle and block buffers of its own, nothing
+  // else. `other` must stay open, and outlive this reader.
+  void open_sibling(const SnapshotReader& other);
 
   // Everything except the events: Snapshot::events is empty.
   // header.format_version is the version read.
-  const Snapshot& head() const noexcept { return head_; }
+  const Snapshot& head() const noexcept { return shared_head_ != nullptr ? *shared_head_ : head_; }
   // False when the whole file was loaded into memory (see the top).
   bool streaming() const noexcept { return file_ != nullptr; }
 
@@ -80,6 +85,7 @@ class SnapshotReader {
   void read_exactly(void* data, std::size_t size, std::uint64_t offset);
 
   Snapshot head_;
+  const Snapshot* shared_head_ = nullptr;  // open_sibling(): the other reader's head
   std::filesystem::path path_;
   std::FILE* file_ = nullptr;
   std::uint64_t event_count_ = 0;
