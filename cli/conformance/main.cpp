@@ -93,6 +93,20 @@ int main(int argc, char** argv) {
                      file.c_str(), static_cast<unsigned long long>(result.free_at_mismatch),
                      static_cast<unsigned long long>(result.device_free),
                      static_cast<unsigned long long>(result.reserved_at_mismatch), elsewhere);
+        if (result.refused_bytes != 0) {
+          const double spare_mib = (static_cast<double>(result.refused_with_free) -
+                                    static_cast<double>(result.refused_bytes)) / 1048576.0;
+          std::fprintf(stderr,
+                       "note: %s: the last cudaMalloc the driver refused asked %llu bytes with %llu free (%.3f MiB to "
+                       "spare)%s\n",
+                       file.c_str(), static_cast<unsigned long long>(result.refused_bytes),
+                       static_cast<unsigned long long>(result.refused_with_free), spare_mib,
+                       spare_mib > 1.0 && spare_mib < 8.0
+                           ? ": near a full device the driver grants such a request in some processes and refuses it "
+                             "in others, so PyTorch's row there is one draw (docs/VERIFICATION.md, \"The driver's "
+                             "margin near a full device varies between processes\")"
+                           : "");
+        }
       }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s: error: %s\n", kProgram, e.what());

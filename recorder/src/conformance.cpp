@@ -125,6 +125,8 @@ Sequence read_sequence(const std::filesystem::path& path) {
 namespace {
 
 // Forwards to a device and notes every address it reserves.
+// Records the addresses the device hands out, and the last reservation it
+// refused with the free memory just after.
 class AddressRecorder final : public ForwardingDevice {
  public:
   AddressRecorder(std::shared_ptr<Device> inner, std::vector<std::uintptr_t>* out)
@@ -132,8 +134,14 @@ class AddressRecorder final : public ForwardingDevice {
   void* reserve(std::size_t bytes) override {
     void* ptr = inner_->reserve(bytes);
     if (ptr && out_) out_->push_back(reinterpret_cast<std::uintptr_t>(ptr));
+    if (ptr == nullptr) {
+      refused_bytes = bytes;
+      refused_with_free = inner_->memory_info().free;
+    }
     return ptr;
   }
+  std::uint64_t refused_bytes = 0;
+  std::uint64_t refused_with_free = 0;
 
  private:
   std::vector<std::uintptr_t>* out_;
@@ -202,7 +210,8 @@ Result replay(const Sequence& sequence, const ReplayOptions& replay_options,
     options.address_script = replay_options.address_script;
     device = make_simulated_device(options);
   }
-  CachingAllocator allocator(std::make_shared<AddressRecorder>(device, reserved_addresses), config);
+  const auto recorder = std::make_shared<AddressRecorder>(device, reserved_addresses);
+  CachingAllocator allocator(recorder, config);
   // make_sequence.py's preamble: torch.empty(1) (4 bytes), empty_cache(),
   // reset_peak_memory_stats(). The device alloc/free counters are cumulative,
   // so the rows carry this one segment's reservation and release.
@@ -282,6 +291,8 @@ Result replay(const Sequence& sequence, const ReplayOptions& replay_options,
       if (result.device_free != 0) {
         result.free_at_mismatch = device->memory_info().free;
         result.reserved_at_mismatch = static_cast<std::uint64_t>(s.reserved_bytes[stat_all].current);
+        result.refused_bytes = recorder->refused_bytes;
+        result.refused_with_free = recorder->refused_with_free;
       }
       return result;
     }

@@ -75,6 +75,10 @@ struct Result {
   // process). 0 otherwise.
   std::uint64_t free_at_mismatch = 0;
   std::uint64_t reserved_at_mismatch = 0;
+  // The last device reservation refused up to the first mismatch (0: none)
+  // and the free memory just after it; with device_free, as above.
+  std::uint64_t refused_bytes = 0;
+  std::uint64_t refused_with_free = 0;
 };
 
 struct ReplayOptions {
