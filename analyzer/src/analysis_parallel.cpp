@@ -62,6 +62,8 @@ struct BlockChange {
   // The range freed or released the block that was at the address when it
   // began, which must then be there.
   bool uses_incoming = false;
+  // absent with !uses_incoming: allocated and freed inside the range, no
+  // change at all (the builder reuses such records).
   enum class Final : std::uint8_t { absent, active, incoming_pending } final = Final::absent;
   ActiveBlock block;  // when final == active
 };
@@ -111,6 +113,15 @@ class EffectBuilder {
         BlockChange& c = block(e.address, true);
         if (c.final == BlockChange::Final::absent) return fail();
         c.final = BlockChange::Final::absent;
+        // A block born and gone inside the range changes nothing: drop its
+        // record, so that the index holds about the live blocks, not every
+        // address the range ever used (a lookup in an index of every address
+        // missed the cache: 45-60 ns per event on the dev VM).
+        if (!c.uses_incoming) {
+          const auto id = static_cast<std::uint32_t>(&c - effect_.blocks.data());
+          block_index_.erase(e.address);
+          spare_blocks_.push_back(id);
+        }
         return true;
       }
       case EventKind::segment_alloc: {
@@ -146,8 +157,17 @@ class EffectBuilder {
   BlockChange& block(std::uint64_t address, bool from_incoming = false) {
     const std::uint32_t found = block_index_.find(address);
     if (found != detail::FlatHashMap::kMissing) return effect_.blocks[found];
-    block_index_.insert(address, static_cast<std::uint32_t>(effect_.blocks.size()));
-    BlockChange& c = effect_.blocks.emplace_back();
+    std::uint32_t id;
+    if (!spare_blocks_.empty()) {
+      id = spare_blocks_.back();
+      spare_blocks_.pop_back();
+      effect_.blocks[id] = BlockChange{};
+    } else {
+      id = static_cast<std::uint32_t>(effect_.blocks.size());
+      effect_.blocks.emplace_back();
+    }
+    block_index_.insert(address, id);
+    BlockChange& c = effect_.blocks[id];
     c.address = address;
     if (from_incoming) {
       c.uses_incoming = true;
@@ -168,6 +188,7 @@ class EffectBuilder {
 
   std::int32_t device_;
   Effect effect_;
+  std::vector<std::uint32_t> spare_blocks_;  // records of blocks born and gone in the range
   detail::FlatHashMap block_index_;
   detail::FlatHashMap segment_index_;
 };
@@ -208,6 +229,7 @@ class State {
       if (c.present) segments_[c.address] = c.info;
     }
     for (const BlockChange& c : effect.blocks) {
+      if (!c.uses_incoming && c.final == BlockChange::Final::absent) continue;  // no change
       const auto it = blocks_.find(c.address);
       if (c.uses_incoming) {
         if (it == blocks_.end()) return false;
