@@ -1,5 +1,7 @@
 #include "cachealloc/analyzer/analysis.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -124,6 +126,23 @@ bool explains_the_trace(const Replay& replay, const Snapshot& head, std::int32_t
   return differences == 0;
 }
 
+// AnalysisOptions::threads == 0: one thread per core this process may run on
+// (its CPU affinity mask, not every online core), from kRangesFromCores
+// cores up; below that, one, since the one-thread pass with its blocks
+// decoded ahead on the other cores (FileEvents) is faster there: ranges
+// decode every event twice (docs/PERFORMANCE.md, session 12: on the H200
+// host 4 threads in ranges gave 33.6 M events/s against 45 for one thread
+// with 4 decoding, 8 threads 62.7; on the 2-core dev VM 31-32 against 35-47).
+constexpr unsigned kRangesFromCores = 6;
+unsigned automatic_threads() noexcept {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  unsigned cores = 0;
+  if (::sched_getaffinity(0, sizeof(mask), &mask) == 0) cores = static_cast<unsigned>(CPU_COUNT(&mask));
+  if (cores == 0) cores = std::thread::hardware_concurrency();
+  return cores >= kRangesFromCores ? cores : 1;
+}
+
 // `start_explains`, when not null, is set to whether the trace replayed from
 // `initial` explains itself to its end (explains_the_trace); a window that
 // ends early then costs a replay of the rest, which leaves the Analysis as
@@ -197,7 +216,7 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
     }
   };
 
-  const unsigned threads = options.threads == 0 ? std::max(1u, std::thread::hardware_concurrency()) : options.threads;
+  const unsigned threads = options.threads == 0 ? automatic_threads() : options.threads;
   if (threads > 1) {
     Analysis parallel_a = a;
     if (parallel::run(source, options, initial, threads, parallel_a, finish)) return parallel_a;

@@ -68,7 +68,9 @@ struct AnalysisOptions {
   // (on a copy of the state) and is never made for a start that failed.
   std::function<void(const Replay&)> at_end;
   // Threads for the events of a window that covers the whole trace (0: one
-  // per core). With more than one, the trace is cut into that many ranges of
+  // per core the process may run on, from 6 cores up, else one; below 6 the
+  // one-thread pass with FileEvents decoding ahead is faster). With more
+  // than one, the trace is cut into that many ranges of
   // blocks: one scan per range finds what it leaves behind (the blocks and
   // segments it adds, changes and removes, the annotations it opens and
   // closes), the state at each range's start follows from those, and each
