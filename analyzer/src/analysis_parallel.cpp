@@ -323,7 +323,6 @@ void merge_peak(Peak& into, std::size_t& winner, const Peak& candidate, std::siz
   }
 }
 
-
 }  // namespace
 
 bool run(EventSource& source, const AnalysisOptions& options, const InitialLayout& initial, unsigned threads,
