@@ -35,12 +35,14 @@
 #include <string>
 #include <thread>
 
+#include "best_of.hpp"
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/load.hpp"
 
 using namespace cachealloc;
+using bench::seconds_best_of_3;
 
 namespace {
 
@@ -52,17 +54,6 @@ analyzer::AnalysisOptions one_pass_options() {
   options.buckets = 20;
   options.sample_fragmentation = true;
   return options;
-}
-
-double seconds_best_of_3(const std::function<void()>& run) {
-  double best = 1e30;
-  for (int i = 0; i < 3; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    run();
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    best = std::min(best, took.count());
-  }
-  return best;
 }
 
 // Keeps the optimizer from dropping an analysis whose result is unused.

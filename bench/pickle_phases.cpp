@@ -12,23 +12,14 @@
 #include <memory>
 #include <thread>
 
+#include "best_of.hpp"
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 
 using namespace cachealloc;
+using bench::seconds_best_of_3;
 
 namespace {
-
-double seconds_best_of_3(const std::function<void()>& run) {
-  double best = 1e30;
-  for (int i = 0; i < 3; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    run();
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    best = std::min(best, took.count());
-  }
-  return best;
-}
 
 volatile std::uint64_t g_sink = 0;
 
