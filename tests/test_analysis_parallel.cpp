@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../analyzer/testing/parsers.hpp"
@@ -306,4 +308,96 @@ TEST_CASE("on real PyTorch runs the parallel analysis gives PyTorch's figures at
   }
   // (expandable segments run serially; the rest are cut into ranges)
   CHECK(parallel_runs >= 8);
+}
+
+namespace {
+
+snapshot::Event event_of(snapshot::EventKind kind, std::uint64_t address, std::uint64_t size, std::uint64_t aux = 0,
+                         std::uint32_t stack = 0) {
+  static std::uint64_t time = 1000;
+  snapshot::Event e;
+  e.kind = kind;
+  e.address = address;
+  e.size = size;
+  e.aux = aux;
+  e.stack = snapshot::StackId{stack};
+  e.time_ns = time += 10;
+  return e;
+}
+
+snapshot::Snapshot bare_snapshot() {
+  snapshot::Snapshot s;
+  s.devices.push_back(snapshot::DeviceInfo{});
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("damaged traces the ranges cannot start from are analysed serially, with the serial figures") {
+  using snapshot::EventKind;
+  // Given three in-memory traces a file could not hold or a replay only
+  // follows by its own history (found in review):
+  // overlapping segments, the higher made first, and an alloc in both
+  snapshot::Snapshot overlap = bare_snapshot();
+  overlap.events = {event_of(EventKind::segment_alloc, 0x500, 0x2000), event_of(EventKind::segment_alloc, 0x0, 0x1000),
+                    event_of(EventKind::alloc, 0x700, 0x100, 0x100), event_of(EventKind::empty_cache, 0, 0)};
+  // a stack id past the stack table, in the first range only
+  snapshot::Snapshot far_stack = bare_snapshot();
+  far_stack.events = {event_of(EventKind::segment_alloc, 0x0, 0x1000),
+                      event_of(EventKind::alloc, 0x0, 0x100, 0x100, 5),
+                      event_of(EventKind::free_completed, 0x0, 0x100, 0x100, 5),
+                      event_of(EventKind::empty_cache, 0, 0),
+                      event_of(EventKind::alloc, 0x0, 0x100, 0x100, 0),
+                      event_of(EventKind::empty_cache, 0, 0)};
+  // a ring start whose blocks do not cover their segment
+  snapshot::Snapshot untiled = bare_snapshot();
+  untiled.dropped_events = 5;
+  snapshot::Segment segment{0, 0, 0x0, 0x1000, true, false, {}, {}};
+  segment.blocks.push_back(snapshot::Block{0x0, 0x100, 0x100, snapshot::BlockState::active_allocated, {}});
+  untiled.ring_start.push_back(snapshot::RingStart{0, {segment}, 0, 0});
+  untiled.segments = {segment};
+  untiled.events = {event_of(EventKind::empty_cache, 0, 0), event_of(EventKind::empty_cache, 0, 0),
+                    event_of(EventKind::empty_cache, 0, 0), event_of(EventKind::empty_cache, 0, 0)};
+  // (the far stack is within what the ranges cover: its site is sized as
+  // the serial pass sizes it)
+  for (const auto& [name, snap, block, threads] :
+       {std::tuple{std::string("overlapping segments"), &overlap, std::size_t{2}, 1u},
+        std::tuple{std::string("a stack past the table"), &far_stack, std::size_t{3}, 2u},
+        std::tuple{std::string("an untiled ring start"), &untiled, std::size_t{2}, 1u}}) {
+    CAPTURE(name);
+    // When each is analysed on one thread and on two
+    analyzer::SnapshotEvents one(*snap, block);
+    analyzer::SnapshotEvents two(*snap, block);
+    const analyzer::Analysis serial = analyzer::analyze(one, with_rows(3, 1));
+    const analyzer::Analysis parallel = analyzer::analyze(two, with_rows(3, 2));
+    // Then the ranges gave way where they must, and both give the same figures
+    CHECK(parallel.threads == threads);
+    same_analysis(parallel, serial);
+  }
+}
+
+TEST_CASE("a file that cannot be opened again, and a progress callback that throws, leave the parallel pass cleanly") {
+  // Given a streamed file of several blocks, opened, then removed
+  const snapshot::Snapshot snap = analyzer::testing::random_trace(8, 200000, 16, 5);
+  const fs::path path = fs::temp_directory_path() / ("cachealloc-parallel-gone-" + std::to_string(::getpid()) + ".bin");
+  snapshot::write_snapshot(snap, path);
+  analyzer::FileEvents reference(path);
+  const analyzer::Analysis serial = analyzer::analyze(reference, with_rows(6, 1));
+  analyzer::FileEvents source(path);
+  REQUIRE(source.block_count() >= 3);
+  fs::remove(path);
+  // When it is analysed on 4 threads, each reading it through the open file
+  const analyzer::Analysis parallel = analyzer::analyze(source, with_rows(6, 4));
+  // Then the ranges ran, and the answer is the serial one
+  CHECK(parallel.threads == 4);
+  same_analysis(parallel, serial);
+  // And an exception from the progress callback reaches the caller once
+  // the threads are done, instead of ending the process
+  analyzer::SnapshotEvents events(snap, 5000);
+  analyzer::AnalysisOptions options = with_rows(6, 4);
+  int calls = 0;
+  options.progress = [&](std::size_t, std::size_t) {
+    if (++calls == 1) throw std::runtime_error("stop");
+  };
+  CHECK_THROWS_WITH_AS(analyzer::analyze(events, options), "stop", std::runtime_error);
 }

@@ -204,14 +204,22 @@ class State {
       if (segment.device != device || segment.total_size == 0) continue;
       if (segment.expandable || segments_.count(segment.address) != 0) return false;
       segments_[segment.address] = SegmentInfo{segment.total_size, segment.stream, segment.large_pool, segment.stack};
+      // The blocks must tile the segment in address order, as a file's
+      // layouts do (an in-memory Snapshot's need not): Replay::load takes
+      // the listed blocks as they are, this state the gaps between active
+      // ones.
       bool previous_free = false;
+      std::uint64_t at = segment.address;
       for (const snapshot::Block& b : segment.blocks) {
         const bool free = b.state == BlockState::inactive;
         if (b.state == BlockState::unmapped || (free && (previous_free || b.requested != 0 || b.stack != StackId{})))
           return false;
+        if (b.address != at || b.size == 0 || b.size > segment.address + segment.total_size - at) return false;
+        at += b.size;
         previous_free = free;
         if (!free) blocks_[b.address] = ActiveBlock{b.size, b.requested, b.stack, b.state == BlockState::active_pending_free};
       }
+      if (!segment.blocks.empty() && at != segment.address + segment.total_size) return false;
     }
     return true;
   }
@@ -274,7 +282,12 @@ class State {
     std::vector<Segment> result;
     result.reserve(segments.size());
     std::size_t next = 0;
+    std::uint64_t previous_end = 0;
     for (const auto& [address, info] : segments) {
+      // Segments that overlap (a damaged trace; Replay finds a block's
+      // segment by its own history there) are not a state to start from.
+      if (address < previous_end || info->total_size > UINT64_MAX - address) return std::nullopt;
+      previous_end = address + info->total_size;
       if (next < blocks.size() && blocks[next].first < address) return std::nullopt;
       Segment segment{device, info->stream, address, info->total_size, info->large_pool, false, info->stack, {}};
       const std::uint64_t end = address + info->total_size;
@@ -349,7 +362,11 @@ bool run(EventSource& source, const AnalysisOptions& options, const InitialLayou
     r.end_block = (k + 1) * blocks / ranges;
     r.first_event = source.block_begin(r.first_block);
     r.end_event = source.block_begin(r.end_block);
-    r.source = source.open_another();
+    try {
+      r.source = source.open_another();
+    } catch (...) {  // the file cannot be opened again (gone, out of descriptors): one thread reads it
+      return false;
+    }
     if (!r.source) return false;
   }
 
@@ -378,9 +395,9 @@ bool run(EventSource& source, const AnalysisOptions& options, const InitialLayou
         }
         for (std::size_t j = 0; j < events.size(); ++j) r.pass->step(base + j, events[j]);
         done.fetch_add(events.size(), std::memory_order_relaxed);
-        if (r.replay->anomalies().total() != 0) break;
+        if (r.replay->anomalies().total() != 0 || r.replay->overlapping_segments() != 0) break;
       }
-      if (r.replay->anomalies().total() != 0) {
+      if (r.replay->anomalies().total() != 0 || r.replay->overlapping_segments() != 0) {
         give_up = true;
         return;
       }
@@ -440,7 +457,7 @@ bool run(EventSource& source, const AnalysisOptions& options, const InitialLayou
   for (std::size_t k = 0; k < ranges; ++k) {
     try {
       workers.emplace_back(work, k);
-    } catch (const std::system_error&) {
+    } catch (...) {
       // No thread to be had: the ones started finish as soon as they can.
       give_up = true;
       const std::lock_guard<std::mutex> lock(mutex);
@@ -451,10 +468,20 @@ bool run(EventSource& source, const AnalysisOptions& options, const InitialLayou
       break;
     }
   }
+  // Nothing may leave this thread while the workers run (a joinable
+  // std::thread destroyed is std::terminate): an exception here (the
+  // progress callback's, no memory for the states) is kept, the workers are
+  // told to stop, and it is rethrown once they are joined.
+  std::exception_ptr error_here;
   auto report = [&](std::unique_lock<std::mutex>& lock) {
-    if (!options.progress) return;
+    if (!options.progress || error_here) return;
     lock.unlock();
-    options.progress(std::min(done.load(std::memory_order_relaxed), n), n);
+    try {
+      options.progress(std::min(done.load(std::memory_order_relaxed), n), n);
+    } catch (...) {
+      error_here = std::current_exception();
+      give_up = true;
+    }
     lock.lock();
   };
   {
@@ -466,16 +493,21 @@ bool run(EventSource& source, const AnalysisOptions& options, const InitialLayou
     if (!give_up) {
       // Step 2: the state at each range's start.
       lock.unlock();
-      for (std::size_t k = 1; k < ranges && !give_up; ++k) {
-        std::optional<std::vector<Segment>> layout;
-        if (state.apply(effects[k - 1])) layout = state.layout(a.device);
-        effects[k - 1] = Effect{};
-        if (!layout) {
-          give_up = true;
-          break;
+      try {
+        for (std::size_t k = 1; k < ranges && !give_up; ++k) {
+          std::optional<std::vector<Segment>> layout;
+          if (state.apply(effects[k - 1])) layout = state.layout(a.device);
+          effects[k - 1] = Effect{};
+          if (!layout) {
+            give_up = true;
+            break;
+          }
+          starts[k] = std::move(*layout);
+          open_at[k] = state.annotations();
         }
-        starts[k] = std::move(*layout);
-        open_at[k] = state.annotations();
+      } catch (...) {
+        error_here = std::current_exception();
+        give_up = true;
       }
       lock.lock();
     }
@@ -487,6 +519,7 @@ bool run(EventSource& source, const AnalysisOptions& options, const InitialLayou
     }
   }
   for (std::thread& worker : workers) worker.join();
+  if (error_here) std::rethrow_exception(error_here);
   if (give_up) return false;
 
   // The merge, in event order.
@@ -554,6 +587,12 @@ bool run(EventSource& source, const AnalysisOptions& options, const InitialLayou
   }
   a.cache_at_peak_reserved = winner.part.cache_at_peak_reserved;
 
+  // The serial pass ends with a per-site entry for every stack any alloc
+  // named (Replay grows its counters for ids past the table); each range's
+  // Replay grew only for its own.
+  for (const RangePass& r : passes) {
+    if (a.sites.size() < r.replay->live_bytes_by_stack().size()) a.sites.resize(r.replay->live_bytes_by_stack().size());
+  }
   a.threads = static_cast<unsigned>(ranges);
   RangePass& last = passes.back();
   if (options.progress) options.progress(n, n);

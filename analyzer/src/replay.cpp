@@ -137,6 +137,14 @@ void Replay::on_segment_alloc(std::uint64_t address, std::uint64_t size, std::ui
     on_segment_release(address);
   }
   if (size == 0) return;
+  for (const SegmentNode& other : segments_) {  // O(segments), per segment_alloc only
+    const bool overlaps = (address >= other.address && address - other.address < other.total_size) ||
+                          (other.address >= address && other.address - address < size);
+    if (other.live && overlaps) {
+      ++overlapping_segments_;
+      break;
+    }
+  }
   const std::uint32_t sid = new_segment();
   const std::uint32_t bid = new_block();
   SegmentNode& s = segments_[sid];

@@ -92,8 +92,23 @@ void SnapshotReader::open_sibling(const SnapshotReader& other) {
   events_.clear();
   next_ = 0;
   path_ = other.path_;
-  file_ = std::fopen(path_.c_str(), "rb");
-  if (file_ == nullptr) io_error("open snapshot", path_, errno);
+  // The file the other reader has open, not whatever the path names now
+  // (the file may have been replaced or removed since): a new open file
+  // description of it through /proc, so that the two readers' offsets are
+  // their own; without /proc, the path, if it is still the same file.
+  const std::string own = "/proc/self/fd/" + std::to_string(::fileno(other.file_));
+  file_ = std::fopen(own.c_str(), "rb");
+  if (file_ == nullptr) {
+    file_ = std::fopen(path_.c_str(), "rb");
+    if (file_ == nullptr) io_error("open snapshot", path_, errno);
+    struct stat mine {}, theirs {};
+    if (::fstat(::fileno(file_), &mine) != 0 || ::fstat(::fileno(other.file_), &theirs) != 0 ||
+        mine.st_dev != theirs.st_dev || mine.st_ino != theirs.st_ino) {
+      std::fclose(file_);
+      file_ = nullptr;
+      throw SnapshotError(ErrorCode::io, "cannot read " + path_.string() + " again: it is not the file opened");
+    }
+  }
   shared_head_ = &other.head();
   event_count_ = other.event_count_;
   block_first_ = other.block_first_;

@@ -163,6 +163,11 @@ class Replay {
   std::int32_t device() const noexcept { return device_; }
   const Totals& totals() const noexcept { return totals_; }
   const ReplayAnomalies& anomalies() const noexcept { return anomalies_; }
+  // segment_alloc events whose range overlapped a live segment: a damaged
+  // trace, which the replay still follows (not an anomaly), but where which
+  // segment an alloc lands in depends on the order segments were made; the
+  // parallel analysis gives way to the serial one when it sees one.
+  std::uint64_t overlapping_segments() const noexcept { return overlapping_segments_; }
 
   // The fragmentation figures now. O(1) without the largest free block
   // (left 0); with it, O(segments) plus a walk of the blocks of each segment
@@ -271,6 +276,7 @@ class Replay {
   std::int32_t device_;
   Totals totals_;
   ReplayAnomalies anomalies_;
+  std::uint64_t overlapping_segments_ = 0;
   std::uint64_t cached_unsplit_ = 0;
   std::vector<BlockNode> blocks_;
   std::vector<std::uint32_t> free_blocks_;
