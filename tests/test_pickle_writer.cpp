@@ -326,3 +326,37 @@ TEST_CASE("a snapshot that fails validation is not written") {
   CHECK_THROWS_AS(write_pytorch_pickle(s, path), SnapshotError);
   CHECK_FALSE(std::filesystem::exists(path));
 }
+
+TEST_CASE("a recording's allocator settings are written as PyTorch 2.11's allocator_settings, and read back as such") {
+  // Given a snapshot of ours: the recorder keeps its canonical CACHEALLOC_CONF pairs
+  Snapshot s = sample();
+  s.settings = {{"config", "max_split_size_mb:40,roundup_power2_divisions:[256:1,512:2,1024:4,>:8]"},
+                {"max_split_size_mb", "40"},
+                {"roundup_power2_divisions", "[1:0,2:0,4:0,8:0,16:0,32:0,64:0,128:0,256:1,512:2,1024:4,2048:8,"
+                                             "4096:8,8192:8,16384:8,32768:8]"},
+                {"device.backend", "simulated"}};
+  // When written as a pickle and read back
+  const Snapshot back = decode_pytorch_pickle(encode_pytorch_pickle(s));
+  // Then PyTorch's names hold the parsed values, which the block sizes and the what-if replay read
+  CHECK(back.settings.at("PYTORCH_CUDA_ALLOC_CONF") == s.settings.at("config"));
+  CHECK(back.settings.at("max_split_size") == std::to_string(40 * MiB));
+  CHECK(back.settings.at("expandable_segments") == "False");
+  CHECK(back.settings.at("garbage_collection_threshold") == "0.0");
+  CHECK(back.settings.at("roundup_power2_divisions.128") == "0");
+  CHECK(back.settings.at("roundup_power2_divisions.512") == "2");
+  CHECK(back.settings.at("roundup_power2_divisions.32768") == "8");
+  CHECK(back.settings.count("roundup_power2_divisions") == 0);
+  CHECK(back.settings.at("device.backend") == "simulated");
+  // and Python sees the shape PyTorch writes: integers, a nested dict of divisions
+  if (have_python()) {
+    const std::filesystem::path path = temp_path("settings.pickle");
+    write_pytorch_pickle(s, path);
+    CHECK(run_python("import pickle,sys; a=pickle.load(open(sys.argv[1],'rb'))['allocator_settings'];"
+                     " print(a['max_split_size'], a['expandable_segments'], a['roundup_power2_divisions']['1024'])",
+                     path) == std::to_string(40 * MiB) + " False 4\n");
+    std::filesystem::remove(path);
+  }
+  // A PyTorch snapshot's own settings are written as they are
+  Snapshot pytorch = sample();
+  CHECK(decode_pytorch_pickle(encode_pytorch_pickle(pytorch)).settings.count("config") == 0);
+}

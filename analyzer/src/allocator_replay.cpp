@@ -220,9 +220,9 @@ AllocatorConfig recorded_config(const snapshot::Snapshot& head, bool& known) {
     config.roundup_power2_divisions[i] = divisions;
   }
   if (const std::string all = setting(head, "roundup_power2_divisions"); !all.empty()) {
-    std::size_t divisions = 0;
-    std::from_chars(all.data(), all.data() + all.size(), divisions);
-    config.roundup_power2_divisions.fill(divisions);
+    std::size_t divisions = 0;  // older PyTorch: one value for every size
+    if (std::from_chars(all.data(), all.data() + all.size(), divisions).ptr == all.data() + all.size())
+      config.roundup_power2_divisions.fill(divisions);
   }
   return config;
 }

@@ -23,12 +23,15 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "cachealloc/snapshot/detail/flat_map.hpp"
+#include "cachealloc/snapshot/model.hpp"
 
 namespace cachealloc::snapshot::detail {
 
@@ -213,5 +216,42 @@ class BlockSizer {
   FlatMap<std::uint32_t> starts_;  // block start -> block
   FlatMap<std::uint32_t> ends_;    // block end -> block, expandable segments only
 };
+
+// What the inference needs besides the events.
+struct BlockSizeInput {
+  BlockPolicy policy;
+  // The final layout of the trace's device (the snapshot's 'segments').
+  std::span<const Segment* const> segments;
+  // Also raise each event's time to at least the one before.
+  bool clamp_time = false;
+  // Threads for the per-segment pass (below); 1 runs the one-thread pass.
+  unsigned threads = 1;
+  // The fewest events for the per-segment pass to start threads.
+  std::size_t min_parallel_events = std::size_t{1} << 16;
+};
+
+// How the sizes were found (the snapshot's block_sizes.* settings).
+struct BlockSizeFacts {
+  std::uint64_t inferred = 0;      // allocations the layout could not explain: their rounded request
+  std::uint64_t contradicted = 0;  // exact sizes the final layout contradicts
+  bool begins_mid_run = false;     // a free or release of something the trace never made
+  bool per_segment = false;        // the per-segment pass gave the answer (else the one-thread pass)
+};
+
+// Gives each alloc and free of one device's trace the size of its block, and
+// each segment_alloc and segment_map its pool flags, in place. In order of
+// trust: the final layout's block for an allocation still alive at the end;
+// BlockSizer's block; the rounded request.
+//
+// With threads, the trace is first cut by segment: while a segment lives,
+// only its own allocations change its blocks, so each segment's events are
+// sized on their own, side by side (the usual trace: 3M events over a few
+// dozen segments). Where that does not hold — expandable segments, an
+// allocation or free outside every segment the trace made, segments that
+// overlap, a segment released with blocks still allocated, a free of a
+// block never allocated — the one-thread pass sizes the whole trace, so the
+// answer is always the one-thread pass's. Fields other than the sizes, the
+// segments' flags and (with clamp_time) the times are never written.
+BlockSizeFacts infer_block_sizes(std::vector<Event>& events, const BlockSizeInput& input);
 
 }  // namespace cachealloc::snapshot::detail

@@ -38,7 +38,6 @@ using pickle::Value;
 
 // PyTorch CUDACachingAllocator constants.
 constexpr std::uint64_t kMinBlockSize = 512;          // every block is a multiple of this
-constexpr std::uint64_t kLargePage = 20ull << 20;     // expandable segments of the large pool map this much at a time
 constexpr std::uint64_t kSmallBuffer = 2ull << 20;    // the size of every small-pool segment
 
 [[noreturn]] void bad(const std::string& what) {
@@ -54,92 +53,6 @@ std::string python_repr(double value) {
   if (out.find_first_of(".eninf") == std::string::npos) out += ".0";
   return out;
 }
-
-// Address -> value for the block-size inference, which touches one entry
-// per trace event: open addressing with linear probing and backward-shift
-// erase (no tombstones). std::unordered_map spent ~15% of reading a 3M-event
-// trace in node allocation and rehashing.
-class AddressMap {
- public:
-  bool empty() const noexcept { return count_ == 0; }
-  // The value at `key`, inserted as `fallback` when absent; `inserted` says which.
-  std::uint64_t& at(std::uint64_t key, bool& inserted, std::uint64_t fallback = 0) {
-    if ((count_ + 1) * 2 > slots_.size()) grow();
-    for (std::size_t i = home(key);; i = (i + 1) & mask_) {
-      Slot& slot = slots_[i];
-      if (!slot.used) {
-        slot = Slot{key, fallback, true};
-        ++count_;
-        inserted = true;
-        return slot.value;
-      }
-      if (slot.key == key) {
-        inserted = false;
-        return slot.value;
-      }
-    }
-  }
-  std::uint64_t& operator[](std::uint64_t key) {
-    bool inserted = false;
-    return at(key, inserted);
-  }
-  bool insert(std::uint64_t key) {
-    bool inserted = false;
-    at(key, inserted);
-    return inserted;
-  }
-  std::uint64_t* find(std::uint64_t key) {
-    if (count_ == 0) return nullptr;
-    for (std::size_t i = home(key);; i = (i + 1) & mask_) {
-      if (!slots_[i].used) return nullptr;
-      if (slots_[i].key == key) return &slots_[i].value;
-    }
-  }
-  bool erase(std::uint64_t key) {
-    if (count_ == 0) return false;
-    std::size_t hole = home(key);
-    for (;; hole = (hole + 1) & mask_) {
-      if (!slots_[hole].used) return false;
-      if (slots_[hole].key == key) break;
-    }
-    // Pull back every later entry of the run that may sit in the hole.
-    for (std::size_t next = (hole + 1) & mask_; slots_[next].used; next = (next + 1) & mask_) {
-      const std::size_t want = home(slots_[next].key);
-      if (((next - want) & mask_) >= ((next - hole) & mask_)) {
-        slots_[hole] = slots_[next];
-        hole = next;
-      }
-    }
-    slots_[hole].used = false;
-    --count_;
-    return true;
-  }
-
- private:
-  struct Slot {
-    std::uint64_t key = 0;
-    std::uint64_t value = 0;
-    bool used = false;
-  };
-  std::size_t home(std::uint64_t key) const noexcept {
-    return static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ull) >> shift_) & mask_;
-  }
-  void grow() {
-    std::vector<Slot> old = std::move(slots_);
-    const std::size_t size = std::max<std::size_t>(64, old.size() * 2);
-    slots_.assign(size, Slot{});
-    mask_ = size - 1;
-    shift_ = 64 - std::countr_zero(size);
-    count_ = 0;
-    for (const Slot& slot : old) {
-      if (slot.used) (*this)[slot.key] = slot.value;
-    }
-  }
-  std::vector<Slot> slots_;
-  std::size_t mask_ = 0;
-  int shift_ = 64;
-  std::size_t count_ = 0;
-};
 
 // The place a message names ("segment 3", "device_traces[0][17]"), built
 // only when there is something to say: formatting it for each of millions
@@ -160,8 +73,8 @@ class Where {
 
 class Mapper {
  public:
-  Mapper(Tree& tree, std::size_t input_bytes, unsigned threads)
-      : tree_(tree), budget_(input_bytes), threads_(std::max(threads, 1u)) {}
+  Mapper(Tree& tree, std::size_t input_bytes, const detail::PickleReadOptions& options)
+      : tree_(tree), budget_(input_bytes), threads_(std::max(options.threads, 1u)), options_(options) {}
 
   Snapshot run() {
     const Value root = tree_.root;
@@ -393,8 +306,8 @@ class Mapper {
     }
     if (const auto found = out_.settings.find("roundup_power2_divisions"); found != out_.settings.end()) {
       std::uint64_t all = 0;  // older PyTorch: one value for every size
-      std::from_chars(found->second.data(), found->second.data() + found->second.size(), all);
-      divisions_.fill(all);
+      const char* end = found->second.data() + found->second.size();
+      if (std::from_chars(found->second.data(), end, all).ptr == end) divisions_.fill(all);
     }
     if (const auto found = out_.settings.find("max_split_size"); found != out_.settings.end()) {
       std::int64_t value = -1;
@@ -789,138 +702,23 @@ class Mapper {
 
   // --- block sizes ----------------------------------------------------------
 
-  // PyTorch's trace records requested bytes; the model wants the block size.
-  // In order of trust: the final layout's block for an allocation still alive
-  // at dump time; the whole fresh segment when PyTorch would not split it;
-  // round_size() otherwise. Frees carry the size of their allocation.
-  // `clamp_time`: also raise each time to at least the one before.
+  // PyTorch's trace records requested bytes; the model wants the block size
+  // (pickle_block_sizes.hpp). `clamp_time`: also raise each time to at least
+  // the one before.
   void infer_block_sizes(std::vector<Event>& events, const std::vector<const Segment*>& segments, bool clamp_time) {
-    // address -> the Block still in use at dump time (the first one listed there)
-    AddressMap final_blocks;
-    std::unordered_map<std::uint64_t, const Segment*> final_segments;
-    for (const Segment* segment_pointer : segments) {
-      const Segment& segment = *segment_pointer;
-      final_segments.emplace(segment.address, &segment);
-      for (const Block& block : segment.blocks) {
-        bool inserted = false;
-        if (block.state != BlockState::inactive && block.state != BlockState::unmapped)
-          final_blocks.at(block.address, inserted, reinterpret_cast<std::uintptr_t>(&block));
-      }
-    }
-    const auto final_block = [&final_blocks](std::uint64_t address) -> const Block* {
-      const std::uint64_t* found = final_blocks.find(address);
-      return found == nullptr ? nullptr : reinterpret_cast<const Block*>(static_cast<std::uintptr_t>(*found));
-    };
-    // Backward: allocations never freed in the trace are the final blocks,
-    // and take their size. Only addresses of final blocks can change
-    // anything, so only they are tracked: the set stays as small as the
-    // final layout, and with no final block there is nothing to walk.
-    std::vector<std::pair<std::size_t, std::uint64_t>> sized_at_end;  // event, block size; last event first
-    if (!final_blocks.empty()) {
-      AddressMap freed_later;
-      for (std::size_t i = events.size(); i-- > 0;) {
-        const Event& event = events[i];
-        if (event.kind != EventKind::free_completed && event.kind != EventKind::alloc) continue;
-        const Block* block = final_block(event.address);
-        if (block == nullptr) continue;
-        if (event.kind == EventKind::free_completed) freed_later.insert(event.address);
-        if (event.kind != EventKind::alloc) continue;
-        if (freed_later.insert(event.address)) {  // the last alloc at this address, still alive
-          if (block->requested == event.aux) sized_at_end.emplace_back(i, block->size);
-        }
-      }
-    }
-    // Forward, one pass: segment flags; each allocation's size by the
-    // rounding rules (unless it lives to the end); frees take their
-    // allocation's size; a free of a block the trace never allocated means
-    // the trace does not start at the beginning.
-    AddressMap live;  // address -> block size
-    AddressMap segments_seen;
-    detail::BlockSizer sizer(policy());
-    std::uint64_t inferred = 0;       // allocations the layout could not explain
-    std::uint64_t disagreements = 0;  // exact sizes the final layout contradicts
-    bool begins_mid_run = false;
-    std::uint64_t last_time = 0;
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      Event& event = events[i];
-      if (clamp_time) {
-        event.time_ns = std::max(event.time_ns, last_time);
-        last_time = event.time_ns;
-      }
-      switch (event.kind) {
-        case EventKind::segment_alloc: {
-          const auto found = final_segments.find(event.address);
-          const bool large = found != final_segments.end() && found->second->total_size == event.size
-                                 ? found->second->large_pool
-                                 : event.size > kSmallBuffer;
-          event.aux = large ? std::uint64_t{segment_flag_large_pool} : std::uint64_t{0};
-          segments_seen.insert(event.address);
-          sizer.segment_alloc(event.address, event.size, !large);
-          break;
-        }
-        case EventKind::segment_map: {
-          // The pool of the expandable segment this maps into: the final
-          // layout's word where a segment there survives, else the page size
-          // (the large pool maps 20 MiB pages, the small pool 2 MiB ones).
-          bool large = event.size % kLargePage == 0;
-          for (const Segment* segment : segments) {
-            if (segment->expandable && event.address >= segment->address &&
-                event.address - segment->address < segment->total_size) {
-              large = segment->large_pool;
-              break;
-            }
-          }
-          event.aux = std::uint64_t{segment_flag_expandable} | (large ? std::uint64_t{segment_flag_large_pool} : 0);
-          sizer.segment_map(event.address, event.size);
-          break;
-        }
-        case EventKind::segment_unmap: sizer.segment_unmap(event.address, event.size); break;
-        case EventKind::alloc: {
-          const std::uint64_t rounded = detail::pytorch_round_size(event.aux, divisions_);
-          const std::optional<std::uint64_t> exact = sizer.alloc(event.address, rounded);
-          const bool alive_at_end = !sized_at_end.empty() && sized_at_end.back().first == i;
-          if (alive_at_end) {
-            // The final layout is PyTorch's own word for this block.
-            event.size = sized_at_end.back().second;
-            sized_at_end.pop_back();
-            if (exact && *exact != event.size) ++disagreements;
-          } else if (exact) {
-            event.size = *exact;
-          } else {
-            ++inferred;  // at least the rounded request
-            event.size = rounded;
-          }
-          live[event.address] = event.size;
-          break;
-        }
-        case EventKind::free_requested:
-        case EventKind::free_completed: {
-          if (event.kind == EventKind::free_completed) sizer.free_completed(event.address);
-          if (const std::uint64_t* found = live.find(event.address)) {
-            event.size = *found;
-            if (event.kind == EventKind::free_completed) live.erase(event.address);
-          } else {
-            begins_mid_run = true;
-            const Block* block = final_block(event.address);
-            event.size = block != nullptr && block->requested == event.aux
-                             ? block->size
-                             : detail::pytorch_round_size(event.aux, divisions_);
-            if (event.kind == EventKind::free_requested) live[event.address] = event.size;
-          }
-          break;
-        }
-        case EventKind::segment_release:
-          if (!segments_seen.erase(event.address)) begins_mid_run = true;
-          sizer.segment_release(event.address);
-          break;
-        default: break;
-      }
-    }
-    if (begins_mid_run) out_.settings["trace_may_begin_mid_run"] = "true";
+    detail::BlockSizeInput input;
+    input.policy = policy();
+    input.segments = segments;
+    input.clamp_time = clamp_time;
+    input.threads = threads_;
+    input.min_parallel_events = options_.min_parallel_sizing_events;
+    const detail::BlockSizeFacts facts = detail::infer_block_sizes(events, input);
+    if (facts.per_segment && options_.stats != nullptr) ++options_.stats->block_sizes_per_segment;
+    if (facts.begins_mid_run) out_.settings["trace_may_begin_mid_run"] = "true";
     // How the block sizes were found, for the analyzer's bounds
     // (analyzer/src/report_helpers.cpp reads these keys).
-    out_.settings["block_sizes.inferred"] = std::to_string(inferred);
-    out_.settings["block_sizes.contradicted"] = std::to_string(disagreements);
+    out_.settings["block_sizes.inferred"] = std::to_string(facts.inferred);
+    out_.settings["block_sizes.contradicted"] = std::to_string(facts.contradicted);
     out_.settings["block_sizes.policy"] = settings_known_ ? "allocator_settings" : "defaults (no allocator_settings)";
   }
 
@@ -1007,6 +805,7 @@ class Mapper {
   bool settings_known_ = false;
   std::uint64_t skipped_records_ = 0;
   unsigned threads_ = 1;
+  const detail::PickleReadOptions& options_;
   mutable std::unordered_map<ContainerId, std::unordered_map<std::string_view, Value>> dict_index_;
   // Keys view the input or static text, both alive until run() returns.
   std::unordered_map<std::string_view, std::uint32_t> string_ids_;
@@ -1053,7 +852,7 @@ Snapshot detail::decode_pytorch_pickle(std::span<const std::byte> bytes, const P
   PickleReadOptions settings = options;
   if (settings.threads == 0) settings.threads = detail::usable_cores();
   pickle::Tree tree = pickle::parse(bytes, settings);
-  Snapshot snapshot = Mapper(tree, bytes.size(), settings.threads).run();
+  Snapshot snapshot = Mapper(tree, bytes.size(), settings).run();
   // The rules our format's reader holds its files to too (invariants.hpp).
   if (const std::optional<std::string> problem = layout_problem(snapshot)) bad(*problem);
   return snapshot;

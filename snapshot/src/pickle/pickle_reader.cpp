@@ -233,13 +233,6 @@ struct ParallelReadAbandoned {};
 // Inputs from which the tree's big arrays ask for huge pages.
 constexpr std::size_t kHugePagesFrom = std::size_t{32} << 20;
 
-void advise_huge_pages(const void* data, std::size_t bytes) noexcept {
-  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  const auto from = (reinterpret_cast<std::uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
-  const auto to = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(kHuge - 1);
-  if (from < to) ::madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE);
-}
-
 // Whether a text equals the last one boxed: PyTorch memoizes a fresh 'N/A'
 // in every trace entry, and equal scalars in a row share one box. Inline,
 // since it runs per entry; the texts are a few bytes.
@@ -480,10 +473,10 @@ class Unpickler {
     // come 2 MiB at a time. A hint: refused, nothing changes. (One VM seen
     // here backs a guest's first huge pages slowly; once, not per run.)
     if (bytes.size() >= kHugePagesFrom) {
-      advise_huge_pages(tree_.traces.data(), tree_.traces.capacity() * sizeof(Event));
-      advise_huge_pages(tree_.entry_frames.data(), tree_.entry_frames.capacity() * sizeof(std::uint32_t));
-      advise_huge_pages(tree_.containers.data(), tree_.containers.capacity() * sizeof(Container));
-      advise_huge_pages(memo_.data(), memo_.capacity() * sizeof(MemoEntry));
+      detail::advise_huge_pages(tree_.traces.data(), tree_.traces.capacity() * sizeof(Event));
+      detail::advise_huge_pages(tree_.entry_frames.data(), tree_.entry_frames.capacity() * sizeof(std::uint32_t));
+      detail::advise_huge_pages(tree_.containers.data(), tree_.containers.capacity() * sizeof(Container));
+      detail::advise_huge_pages(memo_.data(), memo_.capacity() * sizeof(MemoEntry));
     }
   }
 

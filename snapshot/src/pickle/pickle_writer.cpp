@@ -4,6 +4,7 @@
 // same way).
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <charconv>
 #include <cstring>
 #include <map>
@@ -414,16 +415,57 @@ class SnapshotPickler {
     });
   }
 
+  // Our recorder keeps its CACHEALLOC_CONF pairs (the canonical text's: max_split_size_mb:N,
+  // roundup_power2_divisions:[1:a,2:b,...], garbage_collection_threshold:X,
+  // expandable_segments:True); PyTorch 2.11's allocator_settings hold the
+  // parsed values under its own names, which its tools and our reader
+  // (the block sizes, the what-if replay) read. Ours get both.
+  static std::map<std::string, std::string> with_pytorch_settings(std::map<std::string, std::string> settings) {
+    const auto config = settings.find("config");
+    if (config == settings.end() || settings.count("PYTORCH_CUDA_ALLOC_CONF") != 0) return settings;
+    settings["PYTORCH_CUDA_ALLOC_CONF"] = config->second;
+    std::uint64_t mib = 0;
+    const auto split = settings.find("max_split_size_mb");
+    const bool has_split = split != settings.end() &&
+                           std::from_chars(split->second.data(), split->second.data() + split->second.size(), mib).ec ==
+                               std::errc{};
+    settings["max_split_size"] = has_split ? std::to_string(mib << 20) : "-1";
+    if (settings.count("garbage_collection_threshold") == 0) settings["garbage_collection_threshold"] = "0.0";
+    if (settings.count("expandable_segments") == 0) settings["expandable_segments"] = "False";
+    std::array<std::uint64_t, 16> divisions{};
+    if (const auto roundup = settings.find("roundup_power2_divisions"); roundup != settings.end()) {
+      const std::string& text = roundup->second;  // "[1:a,2:b,...]" or one number
+      std::uint64_t all = 0;
+      if (std::from_chars(text.data(), text.data() + text.size(), all).ptr == text.data() + text.size()) divisions.fill(all);
+      for (std::size_t at = text.find('['); at != std::string::npos && at < text.size(); at = text.find(',', at)) {
+        ++at;
+        std::uint64_t interval = 0;
+        std::uint64_t value = 0;
+        const auto [colon, e1] = std::from_chars(text.data() + at, text.data() + text.size(), interval);
+        if (e1 != std::errc{} || colon == text.data() + text.size() || *colon != ':' || !std::has_single_bit(interval))
+          continue;
+        if (std::from_chars(colon + 1, text.data() + text.size(), value).ec != std::errc{}) continue;
+        const auto index = static_cast<std::size_t>(std::countr_zero(interval));
+        if (index < divisions.size()) divisions[index] = value;
+      }
+      settings.erase(roundup);
+    }
+    for (std::size_t i = 0; i < divisions.size(); ++i)
+      settings["roundup_power2_divisions." + std::to_string(std::uint64_t{1} << i)] = std::to_string(divisions[i]);
+    return settings;
+  }
+
   void write_settings() {
     SettingNode root;
-    for (const auto& [key, value] : s_.settings) {
+    const std::map<std::string, std::string> all = with_pytorch_settings(s_.settings);
+    for (const auto& [key, value] : all) {
       // Nest only where no plain value sits at the prefix already.
       SettingNode* node = &root;
       std::size_t start = 0;
       for (std::size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', start)) {
         const std::string part = key.substr(start, dot - start);
-        const auto plain = s_.settings.find(key.substr(0, dot));
-        if (part.empty() || plain != s_.settings.end()) break;
+        const auto plain = all.find(key.substr(0, dot));
+        if (part.empty() || plain != all.end()) break;
         node = &node->children[part];
         start = dot + 1;
       }

@@ -104,6 +104,7 @@ struct PickleReadStats {
   std::uint64_t chunks = 0;            // chunks read side by side and kept, over all parallel runs
   std::uint64_t parallel_restarts = 0;  // parallel reads abandoned for a one-thread read
   std::uint64_t parallel_tries = 0;     // parallel reads started, kept or not
+  std::uint64_t block_sizes_per_segment = 0;  // devices whose block sizes the per-segment pass gave, on threads
 };
 struct PickleReadOptions {
   // Read each of PyTorch's trace entries whole, in one step, rather than one
@@ -114,6 +115,9 @@ struct PickleReadOptions {
   unsigned threads = 0;
   // The least bytes of trace each thread should get for threads to start.
   std::size_t min_chunk_bytes = std::size_t{4} << 20;
+  // The fewest events of a device's trace for its block sizes to be inferred
+  // per segment, on threads.
+  std::size_t min_parallel_sizing_events = std::size_t{1} << 16;
   // Filled when set.
   PickleReadStats* stats = nullptr;
 };
