@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "allocator_support.hpp"
+#include "file_bytes.hpp"
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/history.hpp"
 #include "cachealloc/snapshot/pickle.hpp"
@@ -28,14 +29,6 @@ using test_support::MiB;
 namespace {
 
 const std::filesystem::path kPytorch = std::filesystem::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "pytorch";
-
-std::vector<std::byte> read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> bytes(raw.size());
-  std::memcpy(bytes.data(), raw.data(), raw.size());
-  return bytes;
-}
 
 struct Read {
   snapshot::Snapshot snapshot;
@@ -178,7 +171,7 @@ TEST_CASE("every real PyTorch snapshot gets the one-thread pass's block sizes on
       if (file.path().extension() != ".pickle") continue;
       CAPTURE(file.path().string());
       // given a pickle PyTorch wrote
-      const std::vector<std::byte> bytes = read_file(file.path());
+      const std::vector<std::byte> bytes = test_support::file_bytes(file.path());
       // when read on one thread and on four, then the block sizes agree
       const bool split = same_on_threads(bytes);
       per_segment += split ? 1 : 0;
@@ -346,6 +339,6 @@ TEST_CASE("a trace the split cannot vouch for is sized by the one-thread pass") 
 TEST_CASE("real PyTorch runs with expandable segments are sized by the one-thread pass") {
   for (const char* name : {"corpus/expandable.pickle", "corpus/expandable_maxsplit.pickle", "varlen_expandable_maxsplit.pickle"}) {
     CAPTURE(name);
-    CHECK_FALSE(same_on_threads(read_file(kPytorch / name)));
+    CHECK_FALSE(same_on_threads(test_support::file_bytes(kPytorch / name)));
   }
 }

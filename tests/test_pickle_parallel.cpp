@@ -13,6 +13,7 @@
 
 #include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/pickle.hpp"
+#include "file_bytes.hpp"
 
 using namespace cachealloc::snapshot;
 
@@ -20,14 +21,6 @@ namespace {
 
 const std::filesystem::path kData = std::filesystem::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "pytorch";
 constexpr std::uint64_t MiB = 1ull << 20;
-
-std::vector<std::byte> read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> bytes(raw.size());
-  std::memcpy(bytes.data(), raw.data(), raw.size());
-  return bytes;
-}
 
 Snapshot read(std::span<const std::byte> bytes, bool whole_entries, unsigned threads, std::size_t min_chunk_bytes,
               detail::PickleReadStats* stats = nullptr) {
@@ -109,7 +102,7 @@ TEST_CASE("every real PyTorch snapshot reads the same opcode by opcode, entry by
   for (const auto& file : std::filesystem::directory_iterator(kData)) {
     if (file.path().extension() != ".pickle") continue;
     CAPTURE(file.path().filename().string());
-    const std::vector<std::byte> bytes = read_file(file.path());
+    const std::vector<std::byte> bytes = test_support::file_bytes(file.path());
     const Snapshot expected = reference(bytes);
     detail::PickleReadStats whole;
     CHECK(read(bytes, true, 1, 4 * MiB, &whole) == expected);
@@ -173,7 +166,7 @@ TEST_CASE("an entry read whole and changed later through the memo reads as one o
 TEST_CASE("a parallel read whose chunks grow the memo and the boxes reads as one thread does") {
   // given a real PyTorch pickle with a trace long enough for threads, whose
   // entries box new values in every chunk
-  const std::vector<std::byte> bytes = read_file(kData / "varlen_expandable_maxsplit.pickle");
+  const std::vector<std::byte> bytes = test_support::file_bytes(kData / "varlen_expandable_maxsplit.pickle");
   const Snapshot expected = reference(bytes);
   for (const unsigned threads : {3u, 7u, 16u}) {
     CAPTURE(threads);
