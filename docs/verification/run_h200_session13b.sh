@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 13 on the H200, second call: the sizing of the pickle reader's big
+# Session 13 on the H200, third call: the sizing of the pickle reader's big
 # arrays faulted in on every core (MADV_POPULATE_WRITE slices, build-h200/pop)
 # against the same code without it (build-h200/rel), rounds alternating, on
 # the 3M-entry PyTorch pickle; the code before this session (fb2cee8,
