@@ -221,8 +221,8 @@ AllocatorConfig recorded_config(const snapshot::Snapshot& head, bool& known) {
   }
   if (const std::string all = setting(head, "roundup_power2_divisions"); !all.empty()) {
     std::size_t divisions = 0;  // older PyTorch: one value for every size
-    if (std::from_chars(all.data(), all.data() + all.size(), divisions).ptr == all.data() + all.size())
-      config.roundup_power2_divisions.fill(divisions);
+    const auto [stop, error] = std::from_chars(all.data(), all.data() + all.size(), divisions);
+    if (error == std::errc{} && stop == all.data() + all.size()) config.roundup_power2_divisions.fill(divisions);
   }
   return config;
 }

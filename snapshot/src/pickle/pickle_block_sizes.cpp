@@ -317,6 +317,14 @@ struct SegmentLife {
   std::size_t count = 0;
 };
 
+// The most segments alive at once, and in all, for the per-segment pass: a
+// segment's arrival and departure cost time in the number alive (a sorted
+// array), and each range keeps a count per segment. Real runs have a few
+// dozen alive and thousands in all; a trace past either is sized on one
+// thread, whose cost does not grow with them.
+constexpr std::size_t kMaxLiveSegments = 4096;
+constexpr std::size_t kMaxSegmentLives = std::size_t{1} << 20;
+
 // The segments alive at one point, by address, for finding the one that
 // holds an address: a sorted array (a few dozen segments, changed rarely).
 class LiveSegments {
@@ -326,6 +334,12 @@ class LiveSegments {
     std::uint64_t end;
     std::uint32_t life;
   };
+  std::size_t size() const noexcept { return entries_.size(); }
+  // Entries in any order, sorted once.
+  void assign(std::vector<Entry> entries) {
+    entries_ = std::move(entries);
+    std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.start < b.start; });
+  }
   void add(const SegmentLife& life, std::uint32_t id) {
     const auto at = std::upper_bound(entries_.begin(), entries_.end(), life.start,
                                      [](std::uint64_t a, const Entry& e) { return a < e.start; });
@@ -429,7 +443,7 @@ std::optional<BlockSizeFacts> infer_per_segment(std::vector<Event>& events, cons
           if (event.size == 0) continue;  // BlockSizer makes nothing of it
           if (event.address + event.size < event.address || alive.overlaps(event.address, event.address + event.size))
             return std::nullopt;  // reported twice, or overlapping: the one-thread pass's rules
-          if (lives.size() >= kNoSegment - 1) return std::nullopt;
+          if (lives.size() >= kMaxSegmentLives || alive.size() >= kMaxLiveSegments) return std::nullopt;
           lives.push_back(SegmentLife{event.address, event.address + event.size, !large, i});
           alive.add(lives.back(), static_cast<std::uint32_t>(lives.size() - 1));
         } else {
@@ -458,9 +472,12 @@ std::optional<BlockSizeFacts> infer_per_segment(std::vector<Event>& events, cons
     count.assign(lives.size(), 0);
     LiveSegments alive;
     const std::size_t begin = cut[r];
+    std::vector<LiveSegments::Entry> at_begin;
     for (std::size_t s = 0; s < lives.size(); ++s) {
-      if (lives[s].born < begin && lives[s].died >= begin) alive.add(lives[s], static_cast<std::uint32_t>(s));
+      if (lives[s].born < begin && lives[s].died >= begin)
+        at_begin.push_back(LiveSegments::Entry{lives[s].start, lives[s].end, static_cast<std::uint32_t>(s)});
     }
+    alive.assign(std::move(at_begin));
     std::uint64_t last_time = floor[r];
     const LiveSegments::Entry* last = nullptr;
     for (std::size_t i = begin; i < cut[r + 1]; ++i) {

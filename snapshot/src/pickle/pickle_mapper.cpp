@@ -307,7 +307,8 @@ class Mapper {
     if (const auto found = out_.settings.find("roundup_power2_divisions"); found != out_.settings.end()) {
       std::uint64_t all = 0;  // older PyTorch: one value for every size
       const char* end = found->second.data() + found->second.size();
-      if (std::from_chars(found->second.data(), end, all).ptr == end) divisions_.fill(all);
+      const auto [stop, error] = std::from_chars(found->second.data(), end, all);
+      if (error == std::errc{} && stop == end && stop != found->second.data()) divisions_.fill(all);
     }
     if (const auto found = out_.settings.find("max_split_size"); found != out_.settings.end()) {
       std::int64_t value = -1;

@@ -426,9 +426,13 @@ class SnapshotPickler {
     settings["PYTORCH_CUDA_ALLOC_CONF"] = config->second;
     std::uint64_t mib = 0;
     const auto split = settings.find("max_split_size_mb");
-    const bool has_split = split != settings.end() &&
-                           std::from_chars(split->second.data(), split->second.data() + split->second.size(), mib).ec ==
-                               std::errc{};
+    // A whole number of MiB that fits in bytes (the recorder writes nothing else).
+    const bool has_split = [&] {
+      if (split == settings.end()) return false;
+      const char* end = split->second.data() + split->second.size();
+      const auto [stop, error] = std::from_chars(split->second.data(), end, mib);
+      return error == std::errc{} && stop == end && mib < (std::uint64_t{1} << 43);
+    }();
     settings["max_split_size"] = has_split ? std::to_string(mib << 20) : "-1";
     if (settings.count("garbage_collection_threshold") == 0) settings["garbage_collection_threshold"] = "0.0";
     if (settings.count("expandable_segments") == 0) settings["expandable_segments"] = "False";
@@ -436,7 +440,8 @@ class SnapshotPickler {
     if (const auto roundup = settings.find("roundup_power2_divisions"); roundup != settings.end()) {
       const std::string& text = roundup->second;  // "[1:a,2:b,...]" or one number
       std::uint64_t all = 0;
-      if (std::from_chars(text.data(), text.data() + text.size(), all).ptr == text.data() + text.size()) divisions.fill(all);
+      const auto [stop, error] = std::from_chars(text.data(), text.data() + text.size(), all);
+      if (error == std::errc{} && stop == text.data() + text.size() && !text.empty()) divisions.fill(all);
       for (std::size_t at = text.find('['); at != std::string::npos && at < text.size(); at = text.find(',', at)) {
         ++at;
         std::uint64_t interval = 0;
