@@ -336,29 +336,30 @@ TEST_CASE("a trace the split cannot vouch for is sized by the one-thread pass") 
   }
 }
 
-TEST_CASE("thousands of segments alive at once are sized by the one-thread pass, whose cost does not grow with them") {
-  // given more segments alive at once than the per-segment pass follows
-  // (each arrival costs it time in the number alive), at falling addresses
+namespace {
+
+// `count` 2 MiB segments, at falling addresses, all alive at once, each with
+// one allocation freed again.
+HandTrace segments_alive_at_once(std::uint64_t count) {
   HandTrace t;
-  for (std::uint64_t k = 5000; k-- > 0;) {
+  for (std::uint64_t k = count; k-- > 0;) {
     t.segment(kBase + k * 4 * MiB, 2 * MiB);
     t.alloc(kBase + k * 4 * MiB, 4096, 4000);
     t.free(kBase + k * 4 * MiB, 4096, 4000);
   }
-  for (std::uint64_t k = 0; k < 5000; ++k) t.final_free_segment(kBase + k * 4 * MiB, 2 * MiB);
-  std::sort(t.s.segments.begin(), t.s.segments.end(),
-            [](const snapshot::Segment& a, const snapshot::Segment& b) { return a.address < b.address; });
-  // when read on threads, then the one-thread pass answers, and alike
-  CHECK_FALSE(same_on_threads(t.pickle()));
+  for (std::uint64_t k = 0; k < count; ++k) t.final_free_segment(kBase + k * 4 * MiB, 2 * MiB);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("thousands of segments alive at once are sized by the one-thread pass, whose cost does not grow with them") {
+  // given more segments alive at once than the per-segment pass follows
+  // (each arrival costs it time in the number alive), when read on threads,
+  // then the one-thread pass answers, and alike
+  CHECK_FALSE(same_on_threads(segments_alive_at_once(5000).pickle()));
   // and a few hundred alive at once still take the per-segment pass
-  HandTrace fewer;
-  for (std::uint64_t k = 300; k-- > 0;) {
-    fewer.segment(kBase + k * 4 * MiB, 2 * MiB);
-    fewer.alloc(kBase + k * 4 * MiB, 4096, 4000);
-    fewer.free(kBase + k * 4 * MiB, 4096, 4000);
-  }
-  for (std::uint64_t k = 0; k < 300; ++k) fewer.final_free_segment(kBase + k * 4 * MiB, 2 * MiB);
-  CHECK(same_on_threads(fewer.pickle()));
+  CHECK(same_on_threads(segments_alive_at_once(300).pickle()));
 }
 
 TEST_CASE("real PyTorch runs with expandable segments are sized by the one-thread pass") {
