@@ -153,7 +153,7 @@ Block* CachingAllocator::Impl::new_block(Shard& shard) {
 
 void CachingAllocator::Impl::recycle(Block* block) {
   Shard& shard = *block->shard;
-  *block = Block{};
+  block->reset();
   shard.spare_blocks.push_back(block);
 }
 

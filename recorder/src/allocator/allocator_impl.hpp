@@ -75,7 +75,24 @@ struct Block {
 
   bool is_split() const noexcept { return prev != nullptr || next != nullptr; }
   bool pending() const noexcept { return !allocated && event_count > 0; }
+  // As new, keeping stream_uses' capacity: a recycled block on the cached
+  // path (a merge) pays neither a vector move nor a free.
+  void reset() noexcept {
+    ptr = 0;
+    size = requested = 0;
+    prev = next = nullptr;
+    shard = nullptr;
+    small = allocated = false;
+    mapped = true;
+    expandable = nullptr;
+    event_count = 0;
+    stream_uses.clear();
+    gc_count_base = 0;
+    stack = segment_stack = 0;
+  }
 };
+// reset() names every field: a new one must be added there.
+static_assert(sizeof(void*) != 8 || sizeof(Block) == 144, "a field was added to Block: reset() must reset it");
 
 // Cached blocks of one pool of one stream, ordered by size, then address:
 // lower_bound(size) is best fit.
@@ -105,9 +122,10 @@ using UnmappedSet = boost::intrusive::multiset<
 
 // A change to one Stat not yet folded into the allocator-wide stats: the net
 // change, the highest the running net change reached (for the peak), and
-// the cumulative increases and decreases.
+// the cumulative increases. The cumulative decreases are up - net, so a
+// decrease is one subtraction.
 struct StatDelta {
-  std::int64_t net = 0, high = 0, up = 0, down = 0;
+  std::int64_t net = 0, high = 0, up = 0;
   void increase(std::int64_t amount) noexcept {
     net += amount;
     up += amount;
@@ -115,15 +133,16 @@ struct StatDelta {
   }
   void decrease(std::int64_t amount) noexcept {
     net -= amount;
-    down += amount;
   }
   void fold_into(Stat& stat) noexcept {
-    // An untouched stat leaves its cache line of the shared figures alone.
-    if ((up | down) == 0) return;
+    // An untouched stat leaves its cache line of the shared figures alone
+    // (amounts are never negative: with no increase, no net change means
+    // every decrease was 0).
+    if ((up | net) == 0) return;
     if (stat.current + high > stat.peak) stat.peak = stat.current + high;
     stat.current += net;
     stat.allocated += up;
-    stat.freed += down;
+    stat.freed += up - net;
     *this = StatDelta{};
   }
 };

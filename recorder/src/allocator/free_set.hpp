@@ -108,11 +108,11 @@ class BinnedFreeSet {
     ++size_;
     if (in_bins(block.size)) {
       const std::size_t bin = bin_of(block.size);
-      bins_[bin].insert(block);
+      add(bins_[bin], block);
       words_[bin >> 6] |= std::uint64_t{1} << (bin & 63);
       summary_ |= std::uint64_t{1} << (bin >> 6);
     } else {
-      tree_.insert(block);
+      add(tree_, block);
     }
   }
 
@@ -123,14 +123,13 @@ class BinnedFreeSet {
     if (in_bins(block.size)) {
       const std::size_t bin = bin_of(block.size);
       Tree& tree = bins_[bin];
-      tree.erase(Tree::s_iterator_to(block));
-      if (tree.empty()) {
+      if (remove(tree, block)) {
         std::uint64_t& word = words_[bin >> 6];
         word &= ~(std::uint64_t{1} << (bin & 63));
         if (word == 0) summary_ &= ~(std::uint64_t{1} << (bin >> 6));
       }
     } else {
-      tree_.erase(Tree::s_iterator_to(block));
+      remove(tree_, block);
     }
   }
 
@@ -168,6 +167,34 @@ class BinnedFreeSet {
   }
 
  private:
+  // Most bins hold one block or none (a bin is one size), and a block freed
+  // last often has the highest address: both skip the tree's search and
+  // rebalancing. push_back needs the block to order last; clear() of a
+  // normal_link tree only resets its header.
+  // (The header's left and right are the tree's first and last nodes, the
+  // header itself when it is empty: Tree's rbegin() would walk to it.)
+  using NodeTraits = typename Tree::node_traits;
+  using ValueTraits = typename Tree::value_traits;
+  static void add(Tree& tree, value_type& block) noexcept {
+    const auto header = tree.end().pointed_node();
+    const auto last = NodeTraits::get_right(header);
+    if (last == header || !tree.value_comp()(block, *ValueTraits::to_value_ptr(last)))
+      tree.push_back(block);
+    else
+      tree.insert(block);
+  }
+  // Returns whether the tree is now empty.
+  static bool remove(Tree& tree, value_type& block) noexcept {
+    const auto header = tree.end().pointed_node();
+    const auto node = ValueTraits::to_node_ptr(block);
+    if (NodeTraits::get_left(header) == node && NodeTraits::get_right(header) == node) {  // the only one
+      tree.clear();
+      return true;
+    }
+    tree.erase(Tree::s_iterator_to(block));
+    return false;
+  }
+
   bool in_bins(std::size_t size) const noexcept { return bins_ && size <= kMaxBinned; }
   static std::size_t bin_of(std::size_t size) noexcept { return size == 0 ? 0 : (size - 1) / kBinWidth; }
   Tree& tree() const noexcept { return const_cast<Tree&>(tree_); }
