@@ -93,7 +93,7 @@ CachingAllocator::Impl::~Impl() {
 
 // Rule: sizes below 512 B round to 512; others to a multiple of 512, or with
 // roundup_power2_divisions to the next of N equal steps between powers of two.
-std::size_t CachingAllocator::Impl::round_size(std::size_t size) const noexcept {
+inline std::size_t CachingAllocator::Impl::round_size(std::size_t size) const noexcept {
   if (size < kMinBlockSize) return kMinBlockSize;
   if (roundup_configured) {
     const std::size_t divisions = roundup_divisions_for(config, size);
@@ -142,57 +142,6 @@ PoolId CachingAllocator::Impl::capture_pool(Stream stream) {
     if (filter(stream)) return pool;
   }
   return PoolId{};
-}
-
-Block* CachingAllocator::Impl::new_block(Shard& shard) {
-  if (shard.spare_blocks.empty()) return new Block;
-  Block* block = shard.spare_blocks.back();
-  shard.spare_blocks.pop_back();
-  return block;
-}
-
-void CachingAllocator::Impl::recycle(Block* block) {
-  Shard& shard = *block->shard;
-  block->reset();
-  shard.spare_blocks.push_back(block);
-}
-
-void CachingAllocator::Impl::cache(Block* block) {
-  block->gc_count_base = free_block_calls[block->small].load(std::memory_order_relaxed);
-  block->shard->pool(block->small).insert(*block);
-}
-
-// Rule: best fit on the same stream; oversize blocks (>= max_split_size) serve
-// only requests that are themselves oversize and within
-// max_non_split_rounding of the block's size.
-Block* CachingAllocator::Impl::get_free_block(Shard& shard, bool small, std::size_t size, bool count_for_gc) {
-  if (count_for_gc && gc_active()) free_block_calls[small].fetch_add(1, std::memory_order_relaxed);
-  FreeSet& pool = shard.pool(small);
-  auto it = pool.lower_bound(size, SizeKey{});
-  if (it == pool.end()) return nullptr;
-  if (it->expandable) {
-    // Rule (expandable segments): a block at the end of a segment's mapped
-    // part counts as large as it could grow, so best fit prefers later blocks
-    // that would fit more snugly.
-    auto expandable_size = [](const Block& b) { return b.size + (b.next && !b.next->mapped ? b.next->size : 0); };
-    for (auto next = std::next(it); it->expandable && next != pool.end() && expandable_size(*next) < expandable_size(*it);
-         ++next)
-      it = next;
-  }
-  const std::size_t max_split = config.max_split_size;
-  if (size < max_split && it->size >= max_split) return nullptr;
-  if (size >= max_split && it->size >= size + config.max_non_split_rounding) return nullptr;
-  Block* block = &*it;
-  pool.erase(it);
-  return block;
-}
-
-// Rule: the small pool splits when at least 512 B remain; the large pool
-// when more than 1 MiB remains and the request is below max_split_size.
-bool CachingAllocator::Impl::should_split(const Block& block, std::size_t size) const noexcept {
-  const std::size_t remaining = block.size - size;
-  if (block.small || config.expandable_segments) return remaining >= kMinBlockSize;
-  return size < config.max_split_size && remaining > kSmallSize;
 }
 
 void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t size, std::size_t requested,
@@ -400,32 +349,6 @@ void CachingAllocator::Impl::process_events(Shard& shard) {
   }
 }
 
-// Merges `src` into `dst` when src is a free, settled neighbour. Returns the
-// surviving block (the lower-addressed one), or nullptr when no merge happened.
-Block* CachingAllocator::Impl::try_merge(Block* dst, Block* src) {
-  if (!src || src->allocated || src->event_count > 0 || !src->stream_uses.empty() || src->mapped != dst->mapped)
-    return nullptr;
-  Shard& shard = *dst->shard;
-  if (src->mapped)
-    shard.pool(src->small).erase(FreeSet::s_iterator_to(*src));
-  else
-    shard.unmapped(src->small).erase(UnmappedSet::s_iterator_to(*src));
-  Block* low = dst->prev == src ? src : dst;
-  Block* high = low == src ? dst : src;
-  // `low` survives so that a segment's head block object never changes.
-  low->size += high->size;
-  low->next = high->next;
-  if (low->next) low->next->prev = low;
-  low->requested = dst->requested;
-  low->stack = dst->stack;
-  if (low == src) {
-    low->allocated = dst->allocated;
-    low->event_count = dst->event_count;
-  }
-  recycle(high);
-  return low;
-}
-
 // The allocation part of a free: allocated drops at once, even when the
 // block waits for stream events before it is reusable.
 void CachingAllocator::Impl::release_allocation_stats(const Block& block) {
@@ -513,7 +436,7 @@ void CachingAllocator::Impl::publish(Shard& shard) noexcept {
   shard.unpublished.fold_into(stats);
 }
 
-void CachingAllocator::Impl::maybe_publish(Shard& shard) noexcept {
+inline void CachingAllocator::Impl::maybe_publish(Shard& shard) noexcept {
   t_pending = ThreadPending{generation, &shard};
   PendingStats& pending = shard.unpublished;
   if (++pending.operations < kPublishBatch) [[likely]]

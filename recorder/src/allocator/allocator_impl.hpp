@@ -490,4 +490,83 @@ struct CachingAllocator::Impl {
   MemoryStats stats;  // published figures, under stats_lock
 };
 
+// The cached path's small steps, here so that every file of the allocator
+// inlines them (out of line they were a quarter of a cached pair's calls).
+inline Block* CachingAllocator::Impl::new_block(Shard& shard) {
+  if (shard.spare_blocks.empty()) return new Block;
+  Block* block = shard.spare_blocks.back();
+  shard.spare_blocks.pop_back();
+  return block;
+}
+
+inline void CachingAllocator::Impl::recycle(Block* block) {
+  Shard& shard = *block->shard;
+  block->reset();
+  shard.spare_blocks.push_back(block);
+}
+
+inline void CachingAllocator::Impl::cache(Block* block) {
+  block->gc_count_base = free_block_calls[block->small].load(std::memory_order_relaxed);
+  block->shard->pool(block->small).insert(*block);
+}
+
+// Rule: the small pool splits when at least 512 B remain; the large pool
+// when more than 1 MiB remains and the request is below max_split_size.
+inline bool CachingAllocator::Impl::should_split(const Block& block, std::size_t size) const noexcept {
+  const std::size_t remaining = block.size - size;
+  if (block.small || config.expandable_segments) return remaining >= kMinBlockSize;
+  return size < config.max_split_size && remaining > kSmallSize;
+}
+
+// Rule: best fit on the same stream; oversize blocks (>= max_split_size) serve
+// only requests that are themselves oversize and within
+// max_non_split_rounding of the block's size.
+inline Block* CachingAllocator::Impl::get_free_block(Shard& shard, bool small, std::size_t size, bool count_for_gc) {
+  if (count_for_gc && gc_active()) free_block_calls[small].fetch_add(1, std::memory_order_relaxed);
+  FreeSet& pool = shard.pool(small);
+  auto it = pool.lower_bound(size, SizeKey{});
+  if (it == pool.end()) return nullptr;
+  if (it->expandable) {
+    // Rule (expandable segments): a block at the end of a segment's mapped
+    // part counts as large as it could grow, so best fit prefers later blocks
+    // that would fit more snugly.
+    auto expandable_size = [](const Block& b) { return b.size + (b.next && !b.next->mapped ? b.next->size : 0); };
+    for (auto next = std::next(it); it->expandable && next != pool.end() && expandable_size(*next) < expandable_size(*it);
+         ++next)
+      it = next;
+  }
+  const std::size_t max_split = config.max_split_size;
+  if (size < max_split && it->size >= max_split) return nullptr;
+  if (size >= max_split && it->size >= size + config.max_non_split_rounding) return nullptr;
+  Block* block = &*it;
+  pool.erase(it);
+  return block;
+}
+
+// Merges `src` into `dst` when src is a free, settled neighbour. Returns the
+// surviving block (the lower-addressed one), or nullptr when no merge happened.
+inline Block* CachingAllocator::Impl::try_merge(Block* dst, Block* src) {
+  if (!src || src->allocated || src->event_count > 0 || !src->stream_uses.empty() || src->mapped != dst->mapped)
+    return nullptr;
+  Shard& shard = *dst->shard;
+  if (src->mapped)
+    shard.pool(src->small).erase(FreeSet::s_iterator_to(*src));
+  else
+    shard.unmapped(src->small).erase(UnmappedSet::s_iterator_to(*src));
+  Block* low = dst->prev == src ? src : dst;
+  Block* high = low == src ? dst : src;
+  // `low` survives so that a segment's head block object never changes.
+  low->size += high->size;
+  low->next = high->next;
+  if (low->next) low->next->prev = low;
+  low->requested = dst->requested;
+  low->stack = dst->stack;
+  if (low == src) {
+    low->allocated = dst->allocated;
+    low->event_count = dst->event_count;
+  }
+  recycle(high);
+  return low;
+}
+
 }  // namespace cachealloc
