@@ -4,6 +4,8 @@
 // the lock once it is free.
 #include <doctest/doctest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
 #include <atomic>
@@ -71,9 +73,9 @@ TEST_CASE("the pool lock: a waiter sleeps while the holder keeps it, and gets it
   for (std::thread& waiter : waiters) waiter.join();
   CHECK(acquired.load() == kWaiters);
   // Spinning through 300 ms would cost each waiter about 300 ms of CPU; a
-  // sleeper wakes every kSleepLimitNs (0.1 ms) at worst, a few microseconds
-  // of CPU each time.
-  for (double seconds : cpu) CHECK(seconds < 0.1);
+  // sleeper wakes at most every 0.1 ms, then less and less often (2 ms),
+  // a few microseconds of CPU each time.
+  for (double seconds : cpu) CHECK(seconds < 0.15);
   // And try_lock fails while held, succeeds when free.
   mutex.lock();
   std::thread other([&] { CHECK_FALSE(mutex.try_lock()); });
@@ -83,20 +85,64 @@ TEST_CASE("the pool lock: a waiter sleeps while the holder keeps it, and gets it
   mutex.unlock();
 }
 
-TEST_CASE("the pool lock hands over between two threads a million times without stalling for good") {
-  // Alternating holders make the unlock-meets-sleeper window as frequent as
-  // it gets; a wake that is missed costs the sleeper its timeout, never the
-  // run. The loop ends, and its count is exact.
+#if defined(__linux__) && defined(__LP64__)
+TEST_CASE("the pool lock: unlock wakes a sleeping waiter (its sleeps here are 10 s: only the wake ends one early)") {
+  using cachealloc::detail::BasicFutexMutex;
+  BasicFutexMutex<10'000'000'000, 10'000'000'000> mutex;
+  mutex.lock();
+  std::atomic<bool> got{false};
+  std::chrono::steady_clock::time_point acquired_at;
+  std::thread waiter([&] {
+    mutex.lock();
+    acquired_at = std::chrono::steady_clock::now();
+    got = true;
+    mutex.unlock();
+  });
+  // Long enough for the waiter to spin out and fall asleep.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_FALSE(got.load());
+  const auto released_at = std::chrono::steady_clock::now();
+  mutex.unlock();
+  waiter.join();
+  const double seconds = std::chrono::duration<double>(acquired_at - released_at).count();
+  // A woken waiter runs within milliseconds; without the wake it would
+  // sleep out its 10 s.
+  CHECK(seconds < 2.0);
+}
+#endif
+
+TEST_CASE("the pool lock hands over between two threads in strict turns, and the run ends") {
+  // Each thread takes the lock until it is its turn, so the lock changes
+  // hands at every turn and waiters go to sleep and are woken all the time:
+  // the window where an unlock misses a sleeper comes up as often as it can.
+  // A missed wake costs the sleeper its timeout, never the run; a watchdog
+  // fails the test rather than letting it hang.
   FutexMutex mutex;
-  long turns = 0;
-  auto worker = [&] {
-    for (int i = 0; i < 500'000; ++i) {
+  constexpr long kTurns = 100'000;
+  long turn = 0;  // even: thread 0's, odd: thread 1's; under the lock
+  long handed = 0;
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 1200 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!done.load()) {
+      std::fprintf(stderr, "test_pool_mutex: strict turns still running after 120 s: a waiter is stranded\n");
+      std::abort();
+    }
+  });
+  auto worker = [&](long me) {
+    for (long mine = 0; mine < kTurns;) {
       std::lock_guard lock(mutex);
-      ++turns;
+      if ((turn & 1) != me) continue;
+      ++turn;
+      ++handed;
+      ++mine;
     }
   };
-  std::thread a(worker), b(worker);
+  std::thread a(worker, 0), b(worker, 1);
   a.join();
   b.join();
-  CHECK(turns == 1'000'000);
+  done = true;
+  watchdog.join();
+  CHECK(turn == 2 * kTurns);
+  CHECK(handed == 2 * kTurns);
 }

@@ -3,6 +3,7 @@
 // mutex would cost more than the work it guards.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <thread>
@@ -51,17 +52,26 @@ namespace cachealloc::detail {
 // 16%). A waiter spins briefly, then sleeps on the lock word (a futex),
 // because the slow path holds a pool's lock across device calls.
 //
-// The unlock's store and its read of `sleepers_` may pass each other (x86
-// and Arm both let a load overtake an earlier store), so an unlock can miss a
-// waiter that went to sleep in that instant. Waiters therefore sleep with a
-// timeout (kSleepLimit) and look again: a missed wake delays a waiter by at
-// most that, never forever. A fence in unlock would close the window and
-// cost what the exchange did.
-#if defined(__linux__)
-class FutexMutex {
- public:
-  static constexpr long kSleepLimitNs = 100'000;
+// The unlock reads `sleepers_` with no fence after its store: the C++
+// memory model lets that read come first and see a stale 0, and x86 and Arm
+// do let a load pass an earlier store, for an instant. An unlock can then
+// miss a waiter going to sleep. What guarantees progress is that waiters
+// sleep with a timeout and look again: a missed wake delays a waiter, never
+// strands it. The first sleep is kFirstSleepNs; each one that times out
+// doubles, up to kMaxSleepNs, so that a waiter on a lock held across a long
+// device call does not poll it ten thousand times a second. A fence in
+// unlock would close the window and cost what the exchange did.
+//
+// Only where the futex takes a 64-bit timespec (LP64 Linux); the test
+// instantiates long sleeps, so that only unlock's wake can end them.
+#if defined(__linux__) && defined(__LP64__)
+// The futex calls, out of line (spinlock.cpp); errno is kept.
+bool futex_sleep(std::atomic<int>& word, int expected, long ns) noexcept;  // false: timed out
+void futex_wake_one(std::atomic<int>& word) noexcept;
 
+template <long kFirstSleepNs, long kMaxSleepNs>
+class BasicFutexMutex {
+ public:
   void lock() noexcept {
     int expected = 0;
     if (!state_.compare_exchange_strong(expected, 1, std::memory_order_acquire)) [[unlikely]]
@@ -74,16 +84,39 @@ class FutexMutex {
   void unlock() noexcept {
     state_.store(0, std::memory_order_release);
     if (sleepers_.load(std::memory_order_relaxed) != 0) [[unlikely]]
-      wake_one();
+      futex_wake_one(state_);
   }
 
  private:
-  void lock_contended() noexcept;
-  void wake_one() noexcept;
+  [[gnu::noinline]] void lock_contended() noexcept {
+    for (int spins = 0; spins < 256; ++spins) {
+      CACHEALLOC_CPU_RELAX();
+      if (grab()) return;
+    }
+    long sleep_ns = kFirstSleepNs;
+    for (;;) {
+      // Counted before the lock word is read again: an unlock whose read of
+      // sleepers_ comes after this wakes us; one whose read came first may
+      // not, and then the timeout does.
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      bool timed_out = false;
+      if (state_.load(std::memory_order_seq_cst) != 0) timed_out = !futex_sleep(state_, 1, sleep_ns);
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      if (grab()) return;
+      if (timed_out && sleep_ns < kMaxSleepNs) sleep_ns = std::min(2 * sleep_ns, kMaxSleepNs);
+    }
+  }
+  bool grab() noexcept {
+    int expected = 0;
+    return state_.load(std::memory_order_relaxed) == 0 &&
+           state_.compare_exchange_strong(expected, 1, std::memory_order_acquire);
+  }
 
   std::atomic<int> state_{0};     // 0 free, 1 held
   std::atomic<int> sleepers_{0};  // waiters asleep on state_, or about to be
 };
+// First sleep 0.1 ms, then up to 2 ms.
+using FutexMutex = BasicFutexMutex<100'000, 2'000'000>;
 #else
 // Elsewhere (no futex with a timeout): unlock by exchange, so that it sees
 // every sleeper (Drepper, "Futexes Are Tricky", mutex 2). State: 0 free,
