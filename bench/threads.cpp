@@ -1,7 +1,10 @@
 // Aggregate cost of an alloc+free pair when T threads work at once, each on
 // its own stream (the case where one global lock serializes PyTorch).
 //
-//   bench_threads [threads=16] [pairs per thread=200000] [history: off|none|native|malloc]
+//   bench_threads [threads=16] [pairs per thread=200000] [history: off|none|native|malloc] [own|shared]
+//
+// `shared` puts every thread on one stream, so all of them take one pool
+// lock: the contended case, where waiters spin, then sleep on the lock.
 //
 // Runs on the device CACHEALLOC_DEVICE selects; the cached path never calls
 // the device, so the figure is the allocator's own. `malloc` is the control:
@@ -25,8 +28,10 @@ int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 16;
   const long pairs = argc > 2 ? std::atol(argv[2]) : 200'000;
   const std::string history = argc > 3 ? argv[3] : "off";
-  if (threads < 1 || pairs < 1 || (history != "off" && history != "none" && history != "native" && history != "malloc")) {
-    std::fprintf(stderr, "usage: bench_threads [threads] [pairs per thread] [off|none|native|malloc]\n");
+  const std::string streams_mode = argc > 4 ? argv[4] : "own";
+  if (threads < 1 || pairs < 1 || (history != "off" && history != "none" && history != "native" && history != "malloc") ||
+      (streams_mode != "own" && streams_mode != "shared") || argc > 5) {
+    std::fprintf(stderr, "usage: bench_threads [threads] [pairs per thread] [off|none|native|malloc] [own|shared]\n");
     return 2;
   }
   auto device = cachealloc::make_device_from_environment();
@@ -48,7 +53,7 @@ int main(int argc, char** argv) {
   std::vector<double> own_ns(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
-      const cachealloc::Stream stream = streams[static_cast<std::size_t>(t)];
+      const cachealloc::Stream stream = streams[streams_mode == "shared" ? 0 : static_cast<std::size_t>(t)];
       allocator.deallocate(allocator.allocate(4096, stream));  // warm: the segment exists
       ready.fetch_add(1);
       while (!go.load()) std::this_thread::yield();
@@ -83,7 +88,8 @@ int main(int argc, char** argv) {
   const double total = static_cast<double>(pairs) * threads;
   std::printf("%s %s: %d threads x %ld pairs (%s, history %s): %.1f ns per pair in aggregate, %.1f ns per pair per thread\n",
               control ? "glibc malloc (control)" : "cachealloc", device->backend(), threads, pairs,
-              control ? "256 B, no stream" : "4 KiB, own stream each", history.c_str(), ns / total, ns / static_cast<double>(pairs));
+              control ? "256 B, no stream" : streams_mode == "shared" ? "4 KiB, one stream shared" : "4 KiB, own stream each",
+              history.c_str(), ns / total, ns / static_cast<double>(pairs));
   std::sort(own_ns.begin(), own_ns.end());
   const double per_pair = static_cast<double>(pairs);
   std::printf("  per thread, ns per pair: fastest %.1f, median %.1f, slowest %.1f\n", own_ns.front() / per_pair,

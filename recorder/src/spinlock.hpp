@@ -93,6 +93,13 @@ class BasicFutexMutex {
       CACHEALLOC_CPU_RELAX();
       if (grab()) return;
     }
+    // Then give the core away a few times before sleeping: with more
+    // threads than cores the holder may be waiting for one, and a yield
+    // lets it finish without the futex's two context switches.
+    for (int yields = 0; yields < 16; ++yields) {
+      std::this_thread::yield();
+      if (grab()) return;
+    }
     long sleep_ns = kFirstSleepNs;
     for (;;) {
       // Counted before the lock word is read again: an unlock whose read of
