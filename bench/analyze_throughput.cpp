@@ -19,7 +19,8 @@
 //     per core), each decoding its own blocks (AnalysisOptions::threads);
 //   - decode + analysis, load everything: snapshot::load(), then analyze();
 //   - analysis alone: analyze() over a snapshot already in memory;
-//   - decode alone: every block of the file decoded, nothing analyzed.
+//   - decode alone: every block of the file decoded, nothing analyzed; where
+//     the decoder merges varints with PEXT, again with the portable merge.
 // and the peak RSS (getrusage ru_maxrss) of one streaming run and one
 // load-everything run, each in a fresh process (this binary re-executed with
 // --child), so neither inherits the other's pages.
@@ -155,6 +156,18 @@ int main(int argc, char** argv) {
       analyzer::FileEvents source(path);
       for (std::size_t b = 0; b < source.block_count(); ++b) g_sink = g_sink + source.block(b).size();
     });
+    // The same with the decoder's portable varint merge, where it uses PEXT
+    // (snapshot::detail::varint_pext): the two side by side, one run.
+    const bool pext = snapshot::detail::varint_pext();
+    double decode_portable = 0;
+    if (pext) {
+      snapshot::detail::set_varint_pext(false);
+      decode_portable = seconds_best_of_3([&] {
+        analyzer::FileEvents source(path);
+        for (std::size_t b = 0; b < source.block_count(); ++b) g_sink = g_sink + source.block(b).size();
+      });
+      snapshot::detail::set_varint_pext(true);
+    }
     const snapshot::Snapshot snapshot = snapshot::load(path);
     const double analysis_only = seconds_best_of_3(
         [&] { g_sink = g_sink + analyzer::analyze(snapshot, one_pass_options()).peak_allocated.bytes; });
@@ -171,7 +184,8 @@ int main(int argc, char** argv) {
                 ("decode + analysis in ranges on " + std::to_string(ranges) + " threads").c_str(), in_ranges,
                 events / in_ranges / 1e6);
     line("decode + analysis, load everything first", loading);
-    line("decode alone (every block, no analysis)", decode_only);
+    line(pext ? "decode alone (every block, no analysis), PEXT" : "decode alone (every block, no analysis)", decode_only);
+    if (pext) line("decode alone, portable varint merge", decode_portable);
     line("analysis alone (snapshot in memory)", analysis_only);
     std::printf("peak RSS, fresh process each:\n");
     std::printf("%-46s %8.1f MiB\n", "streaming, one core", static_cast<double>(streaming_kib) / 1024.0);

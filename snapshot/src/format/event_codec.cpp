@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstring>
 #include <string>
@@ -9,6 +10,10 @@
 
 #include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/detail/flat_map.hpp"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 // The encoder and the decoder run the same predictor over the events they
 // have seen so far, so both sides agree on every prediction without storing
@@ -56,6 +61,42 @@ std::uint64_t le64(std::uint64_t loaded) {
   return loaded;
 }
 
+// The payload bits of a varint of up to 8 bytes, already cut after its last
+// byte, side by side: PEXT with 0x7f in every byte, one instruction where the
+// portable merge is six. As inline assembly so that no function needs a
+// target attribute: only the decoder that varint_pext() picked runs it.
+#if defined(__x86_64__)
+inline std::uint64_t gather_payload_pext(std::uint64_t cut) {
+  std::uint64_t out;
+  asm("pextq %2, %1, %0" : "=r"(out) : "r"(cut), "r"(std::uint64_t{0x7f7f7f7f7f7f7f7full}));
+  return out;
+}
+#else
+inline std::uint64_t gather_payload_pext(std::uint64_t) { __builtin_unreachable(); }
+#endif
+
+// Whether this CPU's PEXT is fast: BMI2 on Intel, or on AMD from family 0x19
+// (Zen 3); Zen 1 and 2 (family 0x17) run it in microcode, hundreds of cycles.
+bool pext_is_fast() noexcept {
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  if ((ebx & (1u << 8)) == 0) return false;  // BMI2
+  __cpuid(0, eax, ebx, ecx, edx);
+  const bool intel = ebx == 0x756e6547 && edx == 0x49656e69 && ecx == 0x6c65746e;  // "GenuineIntel"
+  if (intel) return true;
+  __cpuid(1, eax, ebx, ecx, edx);
+  unsigned family = (eax >> 8) & 0xf;
+  if (family == 0xf) family += (eax >> 20) & 0xff;
+  return family >= 0x19;
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool> g_varint_pext{pext_is_fast()};
+
 [[noreturn, gnu::cold, gnu::noinline]] void fail(const std::string& what) {
   throw SnapshotError(ErrorCode::inconsistent, "inconsistent snapshot: " + what);
 }
@@ -81,6 +122,10 @@ class ColumnReader {
   // The bound is one compare against fast_end_, and the mask and the first
   // merge step are 3 operations fewer than the general form in long_varint:
   // the decoder reads about two varints per event (session 10).
+  //
+  // kPext: the merge is one PEXT (gather_payload_pext), for the decoder
+  // varint_pext() picked; the values are the same.
+  template <bool kPext = false>
   std::uint64_t varint(std::uint64_t event) {
     if (position_ < fast_end_) [[likely]] {
       std::uint64_t word;
@@ -92,11 +137,12 @@ class ColumnReader {
       }
       if (const std::uint64_t stops = ~word & 0x8080808080808080ull; stops != 0) [[likely]] {
         const auto last_bit = static_cast<unsigned>(std::countr_zero(stops));  // 8 * (length - 1) + 7
+        position_ += (last_bit + 1) / 8;
+        if constexpr (kPext) return gather_payload_pext(word & (~std::uint64_t{0} >> (63 - last_bit)));
         std::uint64_t x = word & (~std::uint64_t{0} >> (63 - last_bit)) & 0x7f7f7f7f7f7f7f7full;
         x -= (x & 0x7f007f007f007f00ull) >> 1;  // each 16-bit lane: low + 128 * high
         x = ((x & 0x3fff00003fff0000ull) >> 2) | (x & 0x00003fff00003fffull);
         x = ((x & 0x0fffffff00000000ull) >> 4) | (x & 0x000000000fffffffull);
-        position_ += (last_bit + 1) / 8;
         return x;
       }
       return long_varint(event);
@@ -200,8 +246,9 @@ struct ColumnReaders {
   ColumnReader context, time, address, detail, stack, size, aux;
 };
 
+template <bool kPext = false>
 StackId read_stack_id(ColumnReader& column, std::uint64_t event) {
-  const std::uint64_t stack = column.varint(event);
+  const std::uint64_t stack = column.template varint<kPext>(event);
   if (stack > UINT32_MAX) fail_at(event, "has a stack id past 32 bits");
   return StackId{static_cast<std::uint32_t>(stack)};
 }
@@ -1107,6 +1154,7 @@ EventColumns encode(std::span<const Event> events) {
   return columns;
 }
 
+template <bool kPext>
 void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen* screen) {
   ColumnReaders read(columns);
   // Sized once and written in place: a streaming reader hands the same
@@ -1161,24 +1209,24 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
       }
       kind = static_cast<std::uint8_t>(context & kKindMask);
       if (context & kThreadChanged) {
-        const std::uint64_t thread = read.context.varint(index);
+        const std::uint64_t thread = read.context.template varint<kPext>(index);
         if (thread > UINT32_MAX) fail_at(index, "has a thread index past 32 bits");
         event.thread = static_cast<std::uint32_t>(thread);
         flagged |= thread >= thread_limit;
       }
       if (context & kDeviceChanged) {
-        const std::int64_t device = unzigzag(read.context.varint(index));
+        const std::int64_t device = unzigzag(read.context.template varint<kPext>(index));
         if (device < INT32_MIN || device > INT32_MAX) fail_at(index, "has a device index past 32 bits");
         event.device = static_cast<std::int32_t>(device);
       }
-      if (context & kStreamChanged) event.stream = read.context.varint(index);
+      if (context & kStreamChanged) event.stream = read.context.template varint<kPext>(index);
     }
     event.kind = static_cast<EventKind>(kind);  // validate() rejects kinds past the last one
-    if (!(flags & kSameTime)) event.time_ns += read.time.varint(index);
+    if (!(flags & kSameTime)) event.time_ns += read.time.template varint<kPext>(index);
 
     const Event* reference = index == 0 ? &kNoPrevious : out + (index - 1);
     if (flags & kHasReference) {
-      const std::uint64_t distance = read.address.varint(index);
+      const std::uint64_t distance = read.address.template varint<kPext>(index);
       if (distance == 0 || distance > index) [[unlikely]]
         fail_at(index, "refers to the event " + std::to_string(distance) + " before it, outside its block");
       reference = out + (index - distance);
@@ -1196,14 +1244,14 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
     const Event& ref = *reference;
     const unsigned address_mode = (detail >> kAddressShift) & 3;
     if (address_mode >= address_aligned_delta) {
-      const auto delta = static_cast<std::uint64_t>(unzigzag(read.address.varint(index)));
+      const auto delta = static_cast<std::uint64_t>(unzigzag(read.address.template varint<kPext>(index)));
       event.address += address_mode == address_aligned_delta ? delta << kAlignShift : delta;
     } else {
       event.address = address_mode == address_reference ? ref.address : event.address;
     }
     const unsigned stack_mode = (detail >> kStackShift) & 3;
     if (stack_mode == stack_explicit) {
-      event.stack = read_stack_id(read.stack, index);
+      event.stack = read_stack_id<kPext>(read.stack, index);
       flagged |= event.stack.value >= stack_floor;
     } else {
       const std::uint32_t kept = stack_mode == stack_reference ? ref.stack.value : event.stack.value;
@@ -1211,14 +1259,14 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
     }
     const unsigned size_mode = (detail >> kSizeShift) & 3;
     if (size_mode >= size_aligned) {
-      const std::uint64_t size = read.size.varint(index);
+      const std::uint64_t size = read.size.template varint<kPext>(index);
       event.size = size_mode == size_aligned ? size << kAlignShift : size;
     } else {
       event.size = size_mode == size_reference ? ref.size : event.size;
     }
     const unsigned aux_mode = (detail >> kAuxShift) & 3;
     if (aux_mode >= aux_below_size) {
-      const std::uint64_t aux = read.aux.varint(index);
+      const std::uint64_t aux = read.aux.template varint<kPext>(index);
       event.aux = aux_mode == aux_below_size ? event.size - aux : aux;
     } else {
       event.aux = aux_mode == aux_reference ? ref.aux : 0;
@@ -1229,6 +1277,13 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
   }
   read.expect_consumed();
   if (screen != nullptr) screen->flagged = flagged;
+}
+
+void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen* screen) {
+  if (g_varint_pext.load(std::memory_order_relaxed))
+    decode<true>(columns, events, screen);
+  else
+    decode<false>(columns, events, screen);
 }
 
 }  // namespace v3
@@ -1258,6 +1313,14 @@ void decode_events_into(const EventColumns& columns, std::vector<Event>& out, Ev
     case 3: v3::decode(columns, out, screen); return;
     default: fail("event encoding " + std::to_string(columns.encoding) + " does not exist");
   }
+}
+
+bool varint_pext() noexcept { return g_varint_pext.load(std::memory_order_relaxed); }
+
+bool set_varint_pext(bool on) noexcept {
+  const bool now = on && pext_is_fast();
+  g_varint_pext.store(now, std::memory_order_relaxed);
+  return now;
 }
 
 std::vector<Event> decode_events(const EventColumns& columns) {

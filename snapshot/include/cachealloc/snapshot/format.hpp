@@ -102,6 +102,14 @@ std::vector<std::byte> encode_unvalidated(const Snapshot& snapshot);
 // the benchmark that compare the encodings (bench/analyze_throughput.cpp).
 // Throws SnapshotError{inconsistent} for any other version.
 std::vector<std::byte> encode_as_version(const Snapshot& snapshot, std::uint32_t format_version);
+// Whether the event decoder (encoding 3) merges a varint's bytes with PEXT:
+// on x86-64 where PEXT is fast (Intel with BMI2, AMD from Zen 3), chosen
+// once at start. The events are the same either way. For the tests and the
+// benchmark that compare the two merges on one machine:
+// set_varint_pext(false) forces the portable merge; true takes effect only
+// where PEXT is fast. Returns what is in use from then on.
+bool varint_pext() noexcept;
+bool set_varint_pext(bool on) noexcept;
 }  // namespace detail
 
 }  // namespace cachealloc::snapshot
