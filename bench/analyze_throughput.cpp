@@ -4,6 +4,7 @@
 //   cachealloc-synthetic --events 3000000 --seed 1 --stacks native --threads 1 -o /tmp/s3m.bin
 //   bench_analyze_throughput /tmp/s3m.bin
 //   bench_analyze_throughput --rewrite 5 /tmp/s3m.bin /tmp/s3m_v5.bin
+//   bench_analyze_throughput --one-core /tmp/s3m.bin   (the first figure alone)
 //
 // --rewrite writes the snapshot again as format version 5 (event encoding 2)
 // or 6 (encoding 3), so that one binary compares the two encodings
@@ -107,6 +108,19 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (argc == 3 && std::strcmp(argv[1], "--one-core") == 0) {
+    // The first line's figure alone, for a sweep over the host's CPUs
+    // (taskset -c N): best of 3, one line.
+    try {
+      const double events = static_cast<double>(analyzer::FileEvents(argv[2]).event_count());
+      const double s = seconds_best_of_3([&] { streaming_run(argv[2]); });
+      std::printf("decode + analysis, streaming, one core %8.3f s  %6.1f M events/s\n", s, events / s / 1e6);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "error: %s\n", error.what());
+      return 1;
+    }
+    return 0;
+  }
   if (argc == 5 && std::strcmp(argv[1], "--rewrite") == 0) {
     try {
       const auto version = static_cast<std::uint32_t>(std::atoi(argv[2]));
@@ -127,9 +141,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s SNAPSHOT [DECODE_THREADS [ANALYSIS_THREADS]]\n"
                  "       %s --rewrite 5|6 SNAPSHOT OUT\n"
+                 "       %s --one-core SNAPSHOT\n"
                  "  make one with: cachealloc-synthetic --events 3000000 --seed 1 --stacks native --threads 1 -o "
                  "/tmp/s3m.bin\n",
-                 argv[0], argv[0]);
+                 argv[0], argv[0], argv[0]);
     return 2;
   }
   const char* path = argv[1];
