@@ -58,10 +58,15 @@ void* operator new(std::size_t size, std::align_val_t align) {
   if (void* p = std::aligned_alloc(alignment, (size + alignment - 1) / alignment * alignment)) return p;
   throw std::bad_alloc();
 }
+// GCC 12 takes these replacements' free for a mismatch with operator new
+// (-Wmismatched-new-delete), though the new above is malloc's.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 // Every other form too, so that nothing is allocated by one allocator and
 // freed by another (ASan's own nothrow new against this free: a mismatch).
 void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return std::malloc(size == 0 ? 1 : size); }
