@@ -3,10 +3,13 @@
 
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "cachealloc/snapshot/format.hpp"
@@ -92,6 +95,54 @@ TEST_CASE("a version 3 file streams in blocks that add up to the whole snapshot"
   Snapshot rebuilt = reader.head();
   rebuilt.events = events;
   CHECK(rebuilt == original);
+  fs::remove(path);
+}
+
+namespace {
+
+// The VmFlags of the mapping that holds `address` in /proc/self/smaps, or ""
+// when none does.
+std::string vm_flags_at(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long long begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &begin, &end) == 2 && line.find('-') < line.find(' ')) {
+      inside = at >= begin && at < end;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a loaded file's events are advised for transparent huge pages before their first touch") {
+  // Given a kernel with transparent huge pages (the advice is a hint; without
+  // them there is nothing to check)
+  if (!fs::exists("/sys/kernel/mm/transparent_hugepage/enabled")) {
+    MESSAGE("no transparent huge pages on this kernel: nothing to check");
+    return;
+  }
+  // And a file of 150,000 events, 8.4 MB loaded: whole 2 MiB pages lie
+  // inside the array wherever the allocator puts it
+  const fs::path path = scratch_file("huge.bin");
+  write_snapshot(make_trace(150000), path);
+  // When it is loaded whole
+  const Snapshot loaded = read_snapshot(path);
+  // Then the mapping under the first whole 2 MiB page inside the events
+  // carries the advice (the kernel's "hg" flag), given before the reader
+  // wrote them
+  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+  const auto first = reinterpret_cast<std::uintptr_t>(loaded.events.data());
+  const auto huge = (first + kHuge - 1) & ~(kHuge - 1);
+  REQUIRE(huge + kHuge <= first + loaded.events.size() * sizeof(Event));
+  const std::string flags = vm_flags_at(reinterpret_cast<const void*>(huge));
+  INFO(flags);
+  REQUIRE_FALSE(flags.empty());
+  CHECK(flags.find(" hg") != std::string::npos);
   fs::remove(path);
 }
 

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <sched.h>
-#include <sys/mman.h>
 
 #include <cstdint>
 
@@ -11,6 +10,8 @@
 #include <cstddef>
 #include <thread>
 #include <vector>
+
+#include "huge_pages.hpp"
 
 namespace cachealloc::snapshot::detail {
 
@@ -50,17 +51,6 @@ void parallel_ranges(std::size_t count, unsigned threads, std::size_t min_range,
   }
   body(begin, count);
   for (std::thread& worker : workers) worker.join();
-}
-
-// Asks for transparent huge pages over the whole 2 MiB pages inside
-// [data, data + bytes): a big array is then faulted in 2 MiB at a time, not
-// 4 KiB (~2 us a fault on the H200 host, more on some VMs). A hint: refused,
-// nothing changes.
-inline void advise_huge_pages(const void* data, std::size_t bytes) noexcept {
-  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  const auto from = (reinterpret_cast<std::uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
-  const auto to = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(kHuge - 1);
-  if (from < to) ::madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE);
 }
 
 }  // namespace cachealloc::snapshot::detail

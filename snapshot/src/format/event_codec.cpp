@@ -10,6 +10,7 @@
 
 #include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/detail/flat_map.hpp"
+#include "huge_pages.hpp"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -1161,6 +1162,7 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
   // vector back block after block, so this is no work after the first one,
   // where push_back paid a capacity check and a size update per event.
   // count == flags.size() (decode_events_into) bounds it by the input.
+  reserve_with_huge_pages(events, columns.count);
   events.resize(columns.count);
   Event* const out = events.data();
   std::array<std::uint8_t, 16> last_detail{};

@@ -16,6 +16,7 @@
 
 #include "archive.hpp"
 #include "format_v3.hpp"
+#include "huge_pages.hpp"
 #include "serialize.hpp"
 
 namespace cachealloc::snapshot {
@@ -137,7 +138,7 @@ Snapshot decode_version3(std::span<const std::byte> body) {
                                          body.size() - at - detail::kEventSectionHeaderSize);
   at += detail::kEventSectionHeaderSize;
   // parse_event_section_header bounded event_count by the bytes left.
-  snapshot.events.reserve(events.event_count);
+  detail::reserve_with_huge_pages(snapshot.events, events.event_count);
   detail::EventColumns columns;
   std::vector<Event> block_events;
   for (std::uint64_t block = 0; block < events.block_count(); ++block) {
@@ -485,7 +486,8 @@ Snapshot read_snapshot(const std::filesystem::path& path) {
 
   // Read to the end rather than trusting st_size: pipes and /proc files lie.
   std::vector<std::byte> bytes;
-  if (S_ISREG(info.st_mode) && info.st_size > 0) bytes.reserve(static_cast<std::size_t>(info.st_size));
+  if (S_ISREG(info.st_mode) && info.st_size > 0)
+    detail::reserve_with_huge_pages(bytes, static_cast<std::size_t>(info.st_size));
   std::array<std::byte, 1 << 16> buffer{};
   for (;;) {
     const ssize_t got = ::read(file.get(), buffer.data(), buffer.size());
