@@ -2,6 +2,7 @@
 // gives byte for byte the golden outputs of the in-memory path.
 #include <doctest/doctest.h>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -154,4 +155,36 @@ TEST_CASE("blocks decoded ahead on other threads are the blocks, in any order as
   CHECK(expected != "no error");
   CHECK(first_error(damaged_ahead) == expected);
   fs::remove(path);
+}
+
+TEST_CASE("decoding threads count the cores this process may run on, not every online core") {
+  // Given the calling thread confined to one CPU, then to two where there are two
+  cpu_set_t saved;
+  CPU_ZERO(&saved);
+  REQUIRE(::sched_getaffinity(0, sizeof(saved), &saved) == 0);
+  int first = -1, second = -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE && second < 0; ++cpu) {
+    if (!CPU_ISSET(cpu, &saved)) continue;
+    (first < 0 ? first : second) = cpu;
+  }
+  REQUIRE(first >= 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  REQUIRE(::sched_setaffinity(0, sizeof(one), &one) == 0);
+  // When the default is asked, then one CPU leaves no core to decode on
+  const unsigned on_one = cachealloc::analyzer::FileEvents::default_decode_threads();
+  unsigned on_two = 1;
+  if (second >= 0) {
+    cpu_set_t two = one;
+    CPU_SET(second, &two);
+    REQUIRE(::sched_setaffinity(0, sizeof(two), &two) == 0);
+    on_two = cachealloc::analyzer::FileEvents::default_decode_threads();
+  } else {
+    MESSAGE("one CPU only: the two-CPU case is not checked");
+  }
+  REQUIRE(::sched_setaffinity(0, sizeof(saved), &saved) == 0);
+  CHECK(on_one == 0);
+  // And two leave one
+  CHECK(on_two == 1);
 }

@@ -1,16 +1,14 @@
 #include "cachealloc/analyzer/analysis.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <optional>
-#include <thread>
 #include <utility>
 
 #include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/snapshot/detail/cores.hpp"
 #include "cachealloc/snapshot/ring_start.hpp"
 #include "analysis_pass.hpp"
 #include "analysis_parallel.hpp"
@@ -135,11 +133,7 @@ bool explains_the_trace(const Replay& replay, const Snapshot& head, std::int32_t
 // with 4 decoding, 8 threads 62.7; on the 2-core dev VM 31-32 against 35-47).
 constexpr unsigned kRangesFromCores = 6;
 unsigned automatic_threads() noexcept {
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  unsigned cores = 0;
-  if (::sched_getaffinity(0, sizeof(mask), &mask) == 0) cores = static_cast<unsigned>(CPU_COUNT(&mask));
-  if (cores == 0) cores = std::thread::hardware_concurrency();
+  const unsigned cores = snapshot::detail::usable_cores();
   return cores >= kRangesFromCores ? cores : 1;
 }
 

@@ -7,6 +7,8 @@
 #include <system_error>
 #include <thread>
 
+#include "cachealloc/snapshot/detail/cores.hpp"
+
 namespace cachealloc::analyzer {
 
 // Blocks decoded ahead of the reader, in a ring of slots: block b lives in
@@ -148,7 +150,7 @@ std::unique_ptr<EventSource> FileEvents::open_another() {
 FileEvents::FileEvents(const FileEvents& other, Sibling) : path_(other.path_) { reader_.open_sibling(other.reader_); }
 
 unsigned FileEvents::default_decode_threads() noexcept {
-  const unsigned cores = std::thread::hardware_concurrency();
+  const unsigned cores = snapshot::detail::usable_cores();
   return cores <= 1 ? 0 : std::min(cores - 1, 4u);
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cachealloc/analyzer/compare.hpp"
+#include "cachealloc/snapshot/detail/cores.hpp"
 #include "cachealloc/snapshot/format.hpp"
 #include "report_helpers.hpp"
 
@@ -168,7 +169,7 @@ std::vector<std::filesystem::path> rank_files(const std::vector<std::string>& ar
 std::vector<RankSummary> summarize_ranks(const std::vector<std::filesystem::path>& files, const RanksOptions& options) {
   std::vector<RankSummary> ranks(files.size());
   std::vector<std::exception_ptr> errors(files.size());
-  unsigned threads = options.threads != 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  unsigned threads = options.threads != 0 ? options.threads : snapshot::detail::usable_cores();
   threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(files.size(), 1)));
   std::atomic<std::size_t> next{0};
   std::atomic<std::size_t> done{0};

@@ -10,6 +10,7 @@
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/device.hpp"
 #include "cachealloc/errors.hpp"
+#include "cachealloc/snapshot/detail/cores.hpp"
 
 namespace cachealloc::analyzer {
 namespace {
@@ -285,7 +286,7 @@ SweepResult sweep(EventSource& source, const SweepOptions& options) {
   }
 
   // Job 0 is the baseline (the recorded settings), then the grid.
-  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned hardware = snapshot::detail::usable_cores();
   const unsigned threads =
       static_cast<unsigned>(std::min<std::size_t>(options.threads == 0 ? hardware : options.threads, count + 1));
   std::vector<ReplayResult> results(count + 1);

@@ -2,8 +2,6 @@
 // millions of trace entries.
 #pragma once
 
-#include <sched.h>
-
 #include <cstdint>
 
 #include <algorithm>
@@ -11,23 +9,13 @@
 #include <thread>
 #include <vector>
 
+#include "cachealloc/snapshot/detail/cores.hpp"
 #include "huge_pages.hpp"
 
 namespace cachealloc::snapshot::detail {
 
-// The cores this process may run on, 1 to 16: its CPU affinity mask, not
-// std::thread::hardware_concurrency(), which counts every online core. Under
-// `taskset -c 1` a second thread only shares the one core, and the parallel
-// trace reader, which reads its chunks twice (count, then write), did twice
-// the work for nothing: 2.1-2.6 s against 1.5 s on one thread (3M entries).
-inline unsigned usable_cores() noexcept {
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  unsigned cores = 0;
-  if (::sched_getaffinity(0, sizeof(mask), &mask) == 0) cores = static_cast<unsigned>(CPU_COUNT(&mask));
-  if (cores == 0) cores = std::thread::hardware_concurrency();
-  return std::clamp(cores, 1u, 16u);
-}
+// The pickle reader's threads: one per usable core (cores.hpp), at most 16.
+inline unsigned reader_threads() noexcept { return std::min(usable_cores(), 16u); }
 
 // Calls body(begin, end) for `threads` contiguous ranges covering [0, count),
 // the last on the calling thread, and returns when all are done. Ranges

@@ -851,7 +851,7 @@ Snapshot decode_pytorch_pickle(std::span<const std::byte> bytes) {
 
 Snapshot detail::decode_pytorch_pickle(std::span<const std::byte> bytes, const PickleReadOptions& options) {
   PickleReadOptions settings = options;
-  if (settings.threads == 0) settings.threads = detail::usable_cores();
+  if (settings.threads == 0) settings.threads = detail::reader_threads();
   pickle::Tree tree = pickle::parse(bytes, settings);
   Snapshot snapshot = Mapper(tree, bytes.size(), settings).run();
   // The rules our format's reader holds its files to too (invariants.hpp).

@@ -1607,7 +1607,7 @@ std::optional<Value> Tree::find(ContainerId dict, std::string_view key) const no
 
 Tree parse(std::span<const std::byte> bytes, const ParseOptions& options) {
   ParseOptions settings = options;
-  if (settings.threads == 0) settings.threads = detail::usable_cores();
+  if (settings.threads == 0) settings.threads = detail::reader_threads();
   try {
     return Unpickler(bytes, settings).run();
   } catch (const ParallelReadAbandoned&) {

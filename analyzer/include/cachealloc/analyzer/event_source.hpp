@@ -98,8 +98,9 @@ class FileEvents final : public EventSource {
   bool streaming() const noexcept { return reader_.streaming(); }
 
   // What the command line offers by default: one decoding thread per spare
-  // core, at most 4 (on the H200 host 4 keep up with the analysis; 3 do not,
-  // 6 or 8 add nothing: docs/PERFORMANCE.md).
+  // core of this process's CPU affinity mask, at most 4 (on the H200 host 4
+  // keep up with the analysis; 3 do not, 6 or 8 add nothing:
+  // docs/PERFORMANCE.md). Under `taskset -c 1`, none.
   static unsigned default_decode_threads() noexcept;
 
  private:
