@@ -2,12 +2,13 @@
 // block (65,536 events, 3.5 MiB), a whole file's events, the pickle reader's
 // trace arrays. Private to the snapshot library.
 //
-// An array's first touch costs one page fault per 4 KiB page: ~2 us a fault
-// on the H200 host, 9.7 us on the dev VM, where a block's 900 faults took
-// 8.7 ms and a 3M-event load spent 0.44 s in faults (docs/PERFORMANCE.md,
-// session 15). With MADV_HUGEPAGE given before the first touch, the kernel
-// may back each whole 2 MiB page inside the array with one page and one
-// fault. A hint: refused, or where huge pages are off, nothing changes.
+// An array's first touch costs one page fault per 4 KiB page: 1.6 us on the
+// H200 host, about 10 us on the dev VM (bench_page_faults), where loading a
+// 3M-event file whole took 0.51 s before the advice and 0.11 s after
+// (docs/PERFORMANCE.md, session 15). With MADV_HUGEPAGE given before the
+// first touch, the kernel may back each whole 2 MiB page inside the array
+// with one page and one fault. A hint: refused, or where huge pages are off,
+// nothing changes.
 #pragma once
 
 #include <cstddef>
