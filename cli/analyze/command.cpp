@@ -115,8 +115,8 @@ void add_common_options(CLI::App& command, CommonOptions& options) {
       ->check(whole_number(0, 64))
       ->capture_default_str();
   command.add_option("--analysis-threads", options.analysis_threads,
-                     "threads analysing a whole trace in ranges of events, with the one-thread answer (0: one per core "
-                     "from 6 cores up, else 1; 1: one, with --decode-threads decoding ahead)")
+                     "threads analysing a whole trace in ranges of events, with the one-thread answer (0: one per CPU "
+                     "this process may run on, from 6 up, else 1; 1: one, with --decode-threads decoding ahead)")
       ->check(whole_number(0, 256))
       ->capture_default_str();
   command.add_option("--frames", options.sites.frames, "frames shown per stack, from the site outwards (0: all)")

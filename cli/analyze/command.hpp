@@ -35,7 +35,7 @@ struct CommonOptions {
   std::string to_option = "--to";  // the option that set `to` (summary --at)
   int device = -1;
   unsigned decode_threads = analyzer::FileEvents::default_decode_threads();
-  unsigned analysis_threads = 0;  // AnalysisOptions::threads: 0 is one per core
+  unsigned analysis_threads = 0;  // AnalysisOptions::threads: 0 is one per usable CPU
   analyzer::SiteFilter sites;
   std::vector<std::string> files;  // diff A B, ranks FILE... | DIR
 };

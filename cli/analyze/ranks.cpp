@@ -29,7 +29,7 @@ void add_ranks_command(CLI::App& app, Runner& runner) {
   add_files_options(*command, runner.common, "FILE... | DIR: the snapshots, or folders of them", true);
   runner.common.decode_threads = decode_default;
   auto args = std::make_shared<RanksArguments>();
-  command->add_option("--threads", args->threads, "files analyzed at once (0: one per core)")
+  command->add_option("--threads", args->threads, "files analyzed at once (0: one per CPU this process may run on)")
       ->check(whole_number(0, 4096))
       ->capture_default_str();
   command->add_option("--limit", args->limit, "list at most N sites that differ between ranks (0: all)")
