@@ -32,14 +32,17 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <filesystem>
 #include <functional>
 #include <string>
-#include <thread>
+#include <string_view>
+#include <system_error>
 
 #include "best_of.hpp"
+#include "guarded.hpp"
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/snapshot/detail/cores.hpp"
 #include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/load.hpp"
 
@@ -98,73 +101,67 @@ long child_max_rss_kib(const char* self, const char* mode, const char* path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 4 && std::strcmp(argv[1], "--child") == 0) {
-    if (std::strcmp(argv[2], "streaming") == 0) {
-      streaming_run(argv[3]);
-    } else if (std::strcmp(argv[2], "ahead") == 0) {
-      streaming_run(argv[3], analyzer::FileEvents::default_decode_threads());
-    } else {
-      load_everything_run(argv[3]);
-    }
-    return 0;
-  }
-  if (argc == 3 && std::strcmp(argv[1], "--one-core") == 0) {
-    // The first line's figure alone, for a sweep over the host's CPUs
-    // (taskset -c N): best of 3, one line.
-    try {
-      const double events = static_cast<double>(analyzer::FileEvents(argv[2]).event_count());
-      const double s = seconds_best_of_3([&] { streaming_run(argv[2]); });
-      std::printf("decode + analysis, streaming, one core %8.3f s  %6.1f M events/s\n", s, events / s / 1e6);
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "error: %s\n", error.what());
-      return 1;
-    }
-    return 0;
-  }
-  if (argc == 5 && std::strcmp(argv[1], "--rewrite") == 0) {
-    try {
-      const auto version = static_cast<std::uint32_t>(std::atoi(argv[2]));
-      const std::vector<std::byte> bytes = snapshot::detail::encode_as_version(snapshot::load(argv[3]), version);
-      std::FILE* out = std::fopen(argv[4], "wb");
-      if (out == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), out) != bytes.size() || std::fclose(out) != 0) {
-        std::fprintf(stderr, "error: cannot write %s\n", argv[4]);
-        return 1;
+  const bench::Args args(argc, argv,
+                         "SNAPSHOT [DECODE_THREADS [ANALYSIS_THREADS]]\n"
+                         "       bench_analyze_throughput --one-core SNAPSHOT\n"
+                         "       bench_analyze_throughput --rewrite 5|6 SNAPSHOT OUT\n"
+                         "  make one with: cachealloc-synthetic --events 3000000 --seed 1 --stacks native --threads 1 "
+                         "-o /tmp/s3m.bin",
+                         4);
+  if (!args.has(1)) args.fail("a snapshot is needed");
+  const std::string_view mode = args[1];
+  return bench::guarded(args, [&] {
+    if (mode == "--child") {
+      if (!args.has(3)) args.fail("--child takes a mode and a snapshot");
+      const std::string which = args.word(2, "", {"streaming", "ahead", "load"}, "the child's mode");
+      if (which == "streaming") {
+        streaming_run(args[3]);
+      } else if (which == "ahead") {
+        streaming_run(args[3], analyzer::FileEvents::default_decode_threads());
+      } else {
+        load_everything_run(args[3]);
       }
-      std::printf("%s: format version %u, %zu bytes\n", argv[4], version, bytes.size());
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "error: %s\n", error.what());
-      return 1;
+      return 0;
     }
-    return 0;
-  }
-  if (argc < 2 || argc > 4) {
-    std::fprintf(stderr,
-                 "usage: %s SNAPSHOT [DECODE_THREADS [ANALYSIS_THREADS]]\n"
-                 "       %s --rewrite 5|6 SNAPSHOT OUT\n"
-                 "       %s --one-core SNAPSHOT\n"
-                 "  make one with: cachealloc-synthetic --events 3000000 --seed 1 --stacks native --threads 1 -o "
-                 "/tmp/s3m.bin\n",
-                 argv[0], argv[0], argv[0]);
-    return 2;
-  }
-  const char* path = argv[1];
-  try {
-    // Memory first, from a parent that holds nothing yet.
+    if (mode == "--one-core") {
+      // The first line's figure alone, for a sweep over the host's CPUs
+      // (taskset -c N): best of 3, one line.
+      if (!args.has(2) || args.has(3)) args.fail("--one-core takes one snapshot");
+      const double events = static_cast<double>(analyzer::FileEvents(args[2]).event_count());
+      const double s = seconds_best_of_3([&] { streaming_run(args[2]); });
+      std::printf("decode + analysis, streaming, one core %8.3f s  %6.1f M events/s\n", s, events / s / 1e6);
+      return 0;
+    }
+    if (mode == "--rewrite") {
+      if (!args.has(4)) args.fail("--rewrite takes a version, a snapshot and an output file");
+      const auto version = args.count<std::uint32_t>(2, 6, 5, 6, "the format version");
+      const std::vector<std::byte> bytes = snapshot::detail::encode_as_version(snapshot::load(args[3]), version);
+      std::FILE* out = std::fopen(args[4], "wb");
+      if (out == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), out) != bytes.size() || std::fclose(out) != 0)
+        throw std::filesystem::filesystem_error("cannot write", args[4], std::make_error_code(std::errc::io_error));
+      std::printf("%s: format version %u, %zu bytes\n", args[4], version, bytes.size());
+      return 0;
+    }
+    if (mode.starts_with("-")) args.fail("unknown option '" + std::string(mode) + "'");
+    const char* path = args[1];
+    // Read before anything else, so that a file that is not a snapshot is
+    // one line here, not a failed child.
+    analyzer::FileEvents probe(path);
+    const auto cores = static_cast<unsigned>(snapshot::detail::usable_cores());
+    const unsigned helpers = args.count<unsigned>(2, analyzer::FileEvents::default_decode_threads(), 0, 256,
+                                                  "DECODE_THREADS");
+    const unsigned ranges = args.count<unsigned>(3, cores, 1, 1024, "ANALYSIS_THREADS");
+    // Memory first, from a parent that holds nothing yet but the probe's head.
     const long streaming_kib = child_max_rss_kib("/proc/self/exe", "streaming", path);
     const long ahead_kib = child_max_rss_kib("/proc/self/exe", "ahead", path);
     const long loading_kib = child_max_rss_kib("/proc/self/exe", "load", path);
 
-    analyzer::FileEvents probe(path);
     const double events = static_cast<double>(probe.event_count());
     std::printf("file: %s, %.0f events in %zu blocks, format version %u, streamed: %s\n", path, events,
                 probe.block_count(), probe.head().header.format_version, probe.streaming() ? "yes" : "no");
 
     const double streaming = seconds_best_of_3([&] { streaming_run(path); });
-    const unsigned helpers = argc > 2 ? static_cast<unsigned>(std::atoi(argv[2]))
-                                      : analyzer::FileEvents::default_decode_threads();
     const double prefetched = seconds_best_of_3([&] { streaming_run(path, helpers); });
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    const unsigned ranges = argc > 3 ? static_cast<unsigned>(std::atoi(argv[3])) : cores;
     const double in_ranges = seconds_best_of_3([&] { streaming_run(path, 0, ranges); });
     const double loading = seconds_best_of_3([&] { load_everything_run(path); });
     const double decode_only = seconds_best_of_3([&] {
@@ -206,9 +203,6 @@ int main(int argc, char** argv) {
     std::printf("%-46s %8.1f MiB\n", "streaming, one core", static_cast<double>(streaming_kib) / 1024.0);
     std::printf("%-46s %8.1f MiB\n", "streaming, blocks decoded ahead", static_cast<double>(ahead_kib) / 1024.0);
     std::printf("%-46s %8.1f MiB\n", "load everything", static_cast<double>(loading_kib) / 1024.0);
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "error: %s\n", error.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

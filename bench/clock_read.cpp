@@ -12,6 +12,8 @@
 #include <x86intrin.h>
 #endif
 
+#include "args.hpp"
+
 namespace {
 
 std::atomic<int> g_lock{0};
@@ -39,8 +41,9 @@ std::uint64_t gettime(clockid_t clock) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const long count = argc > 1 ? std::atol(argv[1]) : 5'000'000;
-  const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
+  const cachealloc::bench::Args args(argc, argv, "[sections per round] [rounds]", 2);
+  const long count = args.count<long>(1, 5'000'000, 1, 10'000'000'000, "sections per round");
+  const int rounds = args.count<int>(2, 5, 1, 1000, "rounds");
   struct Row {
     const char* name;
     double best = 1e300;

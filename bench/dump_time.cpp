@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <string>
 
+#include "args.hpp"
 #include "cachealloc/history.hpp"
 
 namespace {
@@ -62,13 +63,11 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const long events = argc > 1 ? std::atol(argv[1]) : 1'000'000;
-  const long distinct = argc > 2 ? std::atol(argv[2]) : 10'000;
-  const std::filesystem::path out = argc > 3 ? argv[3] : "/tmp/cachealloc-dump.bin";
-  if (events < 10 || distinct < 1 || distinct > (1L << kLevels)) {
-    std::fprintf(stderr, "usage: bench_dump_time [events >= 10] [distinct stacks, 1..%ld] [out]\n", 1L << kLevels);
-    return 2;
-  }
+  const cachealloc::bench::Args args(
+      argc, argv, "[events >= 10] [distinct stacks, 1.." + std::to_string(1L << kLevels) + "] [out]", 3);
+  const long events = args.count<long>(1, 1'000'000, 10, 1'000'000'000, "events");
+  const long distinct = args.count<long>(2, 10'000, 1, 1L << kLevels, "distinct stacks");
+  const std::filesystem::path out = args.has(3) ? args[3] : "/tmp/cachealloc-dump.bin";
   auto device = cachealloc::make_device_from_environment();
   cachealloc::CachingAllocator allocator(device);
   cachealloc::HistoryOptions options;
@@ -96,6 +95,6 @@ int main(int argc, char** argv) {
               "dump_snapshot: %.3f s the first time (symbolization included), %.3f s the second; file %.1f MB\n",
               device->backend(), static_cast<unsigned long long>(recorded), pairs, distinct, recording, first, second,
               static_cast<double>(std::filesystem::file_size(out)) / 1e6);
-  if (argc <= 3) std::filesystem::remove(out);  // a path given: kept
+  if (!args.has(3)) std::filesystem::remove(out);  // a path given: kept
   return 0;
 }

@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "args.hpp"
 #include "cachealloc/history.hpp"
 
 namespace {
@@ -46,8 +47,9 @@ __attribute__((noinline)) double ns_per_pair(cachealloc::CachingAllocator& alloc
 }  // namespace
 
 int main(int argc, char** argv) {
-  const long pairs_per_round = argc > 1 ? std::atol(argv[1]) : 500'000;
-  const int rounds = argc > 2 ? std::atoi(argv[2]) : 9;
+  const cachealloc::bench::Args args(argc, argv, "[pairs per round] [rounds]", 2);
+  const long pairs_per_round = args.count<long>(1, 500'000, 1, 10'000'000'000, "pairs per round");
+  const int rounds = args.count<int>(2, 9, 1, 1000, "rounds");
   const Mode modes[] = {
       {"history off", false, cachealloc::StackCapture::none},
       {"history on, no stacks", true, cachealloc::StackCapture::none},

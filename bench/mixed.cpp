@@ -9,17 +9,15 @@
 #include <memory>
 #include <string>
 
+#include "args.hpp"
 #include "cachealloc/history.hpp"
 #include "mixed_workload.hpp"
 
 int main(int argc, char** argv) {
-  const long count = argc > 1 ? std::atol(argv[1]) : 1'000'000;
-  const int passes = argc > 2 ? std::atoi(argv[2]) : 5;
-  const std::string history = argc > 3 ? argv[3] : "off";
-  if (count < 1 || passes < 1 || (history != "off" && history != "none" && history != "native")) {
-    std::fprintf(stderr, "usage: bench_mixed [steps] [passes] [off|none|native]\n");
-    return 2;
-  }
+  const cachealloc::bench::Args args(argc, argv, "[steps] [passes] [off|none|native]", 3);
+  const long count = args.count<long>(1, 1'000'000, 1, 1'000'000'000, "steps");
+  const int passes = args.count<int>(2, 5, 1, 1000, "passes");
+  const std::string history = args.word(3, "off", {"off", "none", "native"}, "history");
   auto device = cachealloc::make_device_from_environment();
   cachealloc::CachingAllocator allocator(device);
   std::unique_ptr<cachealloc::HistoryRecorder> recorder;

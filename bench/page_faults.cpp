@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "args.hpp"
+
 namespace {
 
 double first_touch_ns_per_page(std::size_t bytes, bool huge) {
@@ -36,12 +38,9 @@ double first_touch_ns_per_page(std::size_t bytes, bool huge) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const long mib = argc > 1 ? std::atol(argv[1]) : 256;
-  const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
-  if (mib < 2 || rounds < 1) {
-    std::fprintf(stderr, "usage: %s [MiB (2 or more) [rounds]]\n", argv[0]);
-    return 2;
-  }
+  const cachealloc::bench::Args args(argc, argv, "[MiB (2 or more)] [rounds]", 2);
+  const long mib = args.count<long>(1, 256, 2, 1L << 20, "MiB");
+  const int rounds = args.count<int>(2, 3, 1, 1000, "rounds");
   const std::size_t bytes = static_cast<std::size_t>(mib) << 20;
   double small = 1e300, huge = 1e300;
   for (int r = 0; r < rounds; ++r) {

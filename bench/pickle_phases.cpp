@@ -10,11 +10,12 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
-#include <thread>
 
 #include "best_of.hpp"
+#include "guarded.hpp"
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/snapshot/detail/cores.hpp"
 
 using namespace cachealloc;
 using bench::seconds_best_of_3;
@@ -32,13 +33,10 @@ analyzer::AnalysisOptions summary_options(unsigned threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || argc > 3) {
-    std::fprintf(stderr, "usage: %s PICKLE [ANALYSIS_THREADS]\n", argv[0]);
-    return 2;
-  }
-  try {
-    const unsigned threads = argc > 2 ? static_cast<unsigned>(std::atoi(argv[2]))
-                                      : std::max(1u, std::thread::hardware_concurrency());
+  const bench::Args args(argc, argv, "PICKLE [ANALYSIS_THREADS]", 2);
+  if (!args.has(1)) args.fail("a pickle is needed");
+  const unsigned threads = args.count<unsigned>(2, snapshot::detail::usable_cores(), 1, 1024, "ANALYSIS_THREADS");
+  return bench::guarded(args, [&] {
     std::unique_ptr<analyzer::FileEvents> source;
     const double reading = seconds_best_of_3([&] {
       source.reset();
@@ -60,9 +58,6 @@ int main(int argc, char** argv) {
     std::printf("%-44s %8.3f s  %6.1f M events/s\n",
                 ("analysis, " + std::to_string(ran_on) + " threads (asked " + std::to_string(threads) + ")").c_str(),
                 parallel, events / parallel / 1e6);
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "error: %s\n", error.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -22,10 +22,11 @@
 #include <filesystem>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "args.hpp"
 #include "cachealloc/analyzer/compare.hpp"
+#include "cachealloc/snapshot/detail/cores.hpp"
 #include "workload.hpp"
 
 using namespace cachealloc;
@@ -89,20 +90,29 @@ int main(int argc, char** argv) {
   std::size_t count = 64;
   std::uint64_t events = 200'000;
   std::vector<unsigned> threads;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  const bench::Args args(argc, argv, "[--dir DIR] [--files N] [--events N] [--threads 1,2,4]", 8);
+  for (int i = 1; args.has(i); i += 2) {
     const std::string option = argv[i];
-    if (option == "--dir") dir = argv[i + 1];
-    else if (option == "--files") count = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (option == "--events") events = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (option == "--threads") {
+    if (option != "--dir" && option != "--files" && option != "--events" && option != "--threads")
+      args.fail("unknown option '" + option + "'");
+    if (!args.has(i + 1)) args.fail(option + " needs a value");
+    if (option == "--dir") {
+      dir = argv[i + 1];
+    } else if (option == "--files") {
+      count = args.count<std::size_t>(i + 1, count, 1, 100'000, "--files");
+    } else if (option == "--events") {
+      events = args.count<std::uint64_t>(i + 1, events, 1, 1'000'000'000, "--events");
+    } else if (option == "--threads") {
       std::stringstream list(argv[i + 1]);
-      for (std::string item; std::getline(list, item, ',');) threads.push_back(static_cast<unsigned>(std::stoul(item)));
-    } else {
-      std::fprintf(stderr, "usage: %s [--dir DIR] [--files N] [--events N] [--threads 1,2,4]\n", argv[0]);
-      return 2;
+      for (std::string item; std::getline(list, item, ',');) {
+        const auto n = bench::parse_count(item, 1, 1024);
+        if (!n) args.fail("--threads takes counts from 1 to 1024, not '" + item + "'");
+        threads.push_back(static_cast<unsigned>(*n));
+      }
+      if (threads.empty()) args.fail("--threads needs a list such as 1,2,4");
     }
   }
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned cores = snapshot::detail::usable_cores();
   if (threads.empty()) {
     for (unsigned t = 1; t < cores; t *= 2) threads.push_back(t);
     threads.push_back(cores);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "guarded.hpp"
 #include "cachealloc/analyzer/allocator_replay.hpp"
 #include "cachealloc/analyzer/load.hpp"
 
@@ -21,15 +22,8 @@ double thread_cpu_seconds() {
   return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_replay_throughput FILE [REPEATS]\n");
-    return 2;
-  }
-  const int repeats = argc > 2 ? std::atoi(argv[2]) : 3;
-  const auto snapshot = cachealloc::analyzer::load(argv[1]);
+int run(const char* path, int repeats) {
+  const auto snapshot = cachealloc::analyzer::load(path);
   double best = 1e300, best_cpu = 1e300;
   cachealloc::analyzer::ReplayResult result;
   for (int i = 0; i < repeats; ++i) {
@@ -46,10 +40,19 @@ int main(int argc, char** argv) {
   std::printf("%s: %.0f events, best of %d: %.3f s wall, %.2f M events/s; %.3f s CPU, %.2f M events/s "
               "(two passes: recorded figures + replay), %llu requests, peak reserved %llu (recorded %llu), "
               "fragmentation at peak %.6f (recorded %.6f)\n",
-              argv[1], events, repeats, best, events / best / 1e6, best_cpu, events / best_cpu / 1e6,
+              path, events, repeats, best, events / best / 1e6, best_cpu, events / best_cpu / 1e6,
               static_cast<unsigned long long>(result.requests),
               static_cast<unsigned long long>(result.replayed.peak_reserved),
               static_cast<unsigned long long>(result.recorded.peak_reserved), result.replayed.fragmentation_at_peak,
               result.recorded.fragmentation_at_peak);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const cachealloc::bench::Args args(argc, argv, "FILE [REPEATS]", 2);
+  if (!args.has(1)) args.fail("a snapshot is needed");
+  const int repeats = args.count<int>(2, 3, 1, 1000, "REPEATS");
+  return cachealloc::bench::guarded(args, [&] { return run(argv[1], repeats); });
 }

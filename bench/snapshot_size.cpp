@@ -6,12 +6,14 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "args.hpp"
 #include "cachealloc/snapshot/format.hpp"
 #include "workload.hpp"
 
 int main(int argc, char** argv) {
-  const std::uint64_t events = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1'000'000;
-  const std::filesystem::path path = argc > 2 ? argv[2] : "bench_snapshot_size.snap";
+  const cachealloc::bench::Args args(argc, argv, "[EVENTS] [FILE]", 2);
+  const std::uint64_t events = args.count<std::uint64_t>(1, 1'000'000, 1, 1'000'000'000, "EVENTS");
+  const std::filesystem::path path = args.has(2) ? args[2] : "bench_snapshot_size.snap";
   try {
     cachealloc::synthetic::WorkloadOptions options;
     options.events = events;

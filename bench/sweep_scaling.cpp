@@ -9,29 +9,20 @@
 #include <chrono>
 #include <ctime>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "guarded.hpp"
 #include "cachealloc/analyzer/load.hpp"
 #include "cachealloc/analyzer/sweep.hpp"
+#include "cachealloc/snapshot/detail/cores.hpp"
 
-int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_sweep_scaling FILE [CAPACITY_BYTES] [THREADS...]\n");
-    return 2;
-  }
-  const auto snapshot = cachealloc::analyzer::load(argv[1]);
-  cachealloc::analyzer::SweepOptions options;
-  if (argc > 2 && std::atoll(argv[2]) > 0) options.capacity = std::strtoull(argv[2], nullptr, 10);
-  std::vector<unsigned> counts;
-  for (int i = 3; i < argc; ++i) counts.push_back(static_cast<unsigned>(std::atoi(argv[i])));
-  if (counts.empty()) {
-    const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
-    for (unsigned t = 1; t < hardware; t *= 2) counts.push_back(t);
-    counts.push_back(hardware);
-  }
+namespace {
+
+int run(const char* path, cachealloc::analyzer::SweepOptions options, const std::vector<unsigned>& counts) {
+  const auto snapshot = cachealloc::analyzer::load(path);
   double first = 0;
   for (const unsigned threads : counts) {
     options.threads = threads;
@@ -45,10 +36,28 @@ int main(int argc, char** argv) {
     const std::size_t replays = result.ranked.size() + 1;
     std::printf("%s: %zu events, %zu replays, %u threads: %.3f s (process CPU %.3f s), %.2f replays/s, %.2fx over the first line; "
                 "top: %s (peak reserved %llu)\n",
-                argv[1], snapshot.events.size(), replays, result.threads, seconds, cpu,
+                path, snapshot.events.size(), replays, result.threads, seconds, cpu,
                 static_cast<double>(replays) / seconds, first / seconds,
                 result.ranked.front().changes.empty() ? "(recorded)" : result.ranked.front().changes.c_str(),
                 static_cast<unsigned long long>(result.ranked.front().figures.peak_reserved));
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const cachealloc::bench::Args args(argc, argv, "FILE [CAPACITY_BYTES (0: the recorded cap)] [THREADS...]", 64);
+  if (!args.has(1)) args.fail("a snapshot is needed");
+  cachealloc::analyzer::SweepOptions options;
+  if (const auto capacity = args.count<std::uint64_t>(2, 0, 0, std::uint64_t{1} << 60, "CAPACITY_BYTES"); capacity > 0)
+    options.capacity = capacity;
+  std::vector<unsigned> counts;
+  for (int i = 3; args.has(i); ++i) counts.push_back(args.count<unsigned>(i, 1, 1, 1024, "THREADS"));
+  if (counts.empty()) {
+    const unsigned cores = cachealloc::snapshot::detail::usable_cores();
+    for (unsigned t = 1; t < cores; t *= 2) counts.push_back(t);
+    counts.push_back(cores);
+  }
+  return cachealloc::bench::guarded(args, [&] { return run(argv[1], options, counts); });
 }

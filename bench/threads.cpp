@@ -22,18 +22,15 @@
 #include <thread>
 #include <vector>
 
+#include "args.hpp"
 #include "cachealloc/history.hpp"
 
 int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 16;
-  const long pairs = argc > 2 ? std::atol(argv[2]) : 200'000;
-  const std::string history = argc > 3 ? argv[3] : "off";
-  const std::string streams_mode = argc > 4 ? argv[4] : "own";
-  if (threads < 1 || pairs < 1 || (history != "off" && history != "none" && history != "native" && history != "malloc") ||
-      (streams_mode != "own" && streams_mode != "shared") || argc > 5) {
-    std::fprintf(stderr, "usage: bench_threads [threads] [pairs per thread] [off|none|native|malloc] [own|shared]\n");
-    return 2;
-  }
+  const cachealloc::bench::Args args(argc, argv, "[threads] [pairs per thread] [off|none|native|malloc] [own|shared]", 4);
+  const int threads = args.count<int>(1, 16, 1, 1024, "threads");
+  const long pairs = args.count<long>(2, 200'000, 1, 1'000'000'000, "pairs per thread");
+  const std::string history = args.word(3, "off", {"off", "none", "native", "malloc"}, "history");
+  const std::string streams_mode = args.word(4, "own", {"own", "shared"}, "streams");
   auto device = cachealloc::make_device_from_environment();
   cachealloc::CachingAllocator allocator(device);
   std::unique_ptr<cachealloc::HistoryRecorder> recorder;

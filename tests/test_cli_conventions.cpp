@@ -403,6 +403,56 @@ TEST_CASE("given the other executables, usage errors follow the same convention"
   CHECK(run("cachealloc-synthetic", {"--events", "10", "-o", existing.string(), "-f"}).code == 0);
 }
 
+TEST_CASE("given a benchmark with a bad argument or a file that is not a snapshot, one line names it, exit 2") {
+  // The benchmarks are built in a top-level build (CACHEALLOC_BUILD_BENCH).
+  if (!fs::exists(kBin / "bench_mixed")) {
+    MESSAGE("the benchmarks are not built: skipped");
+    return;
+  }
+  const fs::path text = scratch() / "notes.txt";
+  std::ofstream(text) << "hello, this is not a snapshot\n";
+  const std::string foreign = "error: not a cachealloc snapshot or PyTorch memory snapshot (it starts with 68 65 6c 6c)";
+  for (const Case& c : std::vector<Case>{
+           {"bench_mixed", {"5x"}, 2,
+            "bench_mixed: error: steps must be a whole number from 1 to 1000000000, not '5x' (see --help)"},
+           {"bench_mixed", {"1000", "2", "python"}, 2,
+            "bench_mixed: error: history must be one of off, none, native, not 'python' (see --help)"},
+           {"bench_history_overhead", {"0"}, 2,
+            "bench_history_overhead: error: pairs per round must be a whole number from 1 to 10000000000, not '0' "
+            "(see --help)"},
+           {"bench_history_overhead", {"10", "-1"}, 2,
+            "bench_history_overhead: error: rounds must be a whole number from 1 to 1000, not '-1' (see --help)"},
+           {"bench_threads", {"2", "10", "none", "own", "extra"}, 2,
+            "bench_threads: error: expected at most 4 arguments, got 5 (see --help)"},
+           {"bench_clock_read", {""}, 2,
+            "bench_clock_read: error: sections per round must be a whole number from 1 to 10000000000, not '' "
+            "(see --help)"},
+           {"bench_ranks_scaling", {"--thread", "2"}, 2, "bench_ranks_scaling: error: unknown option '--thread' (see --help)"},
+           {"bench_ranks_scaling", {"--threads", "1,x"}, 2,
+            "bench_ranks_scaling: error: --threads takes counts from 1 to 1024, not 'x' (see --help)"},
+           {"bench_analyze_throughput", {"--rewrite", "7", kSample, "out.bin"}, 2,
+            "bench_analyze_throughput: error: the format version must be a whole number from 5 to 6, not '7' (see --help)"},
+           {"bench_analyze_throughput", {text.string()}, 2, "bench_analyze_throughput: " + foreign},
+           {"bench_pickle_phases", {text.string()}, 2, "bench_pickle_phases: " + foreign},
+           {"bench_sweep_scaling", {text.string()}, 2, "bench_sweep_scaling: " + foreign},
+           {"bench_replay_throughput", {"missing.bin"}, 2,
+            "bench_replay_throughput: error: cannot open snapshot missing.bin: No such file or directory"},
+           {"bench_replay_throughput", {kSample, "many"}, 2,
+            "bench_replay_throughput: error: REPEATS must be a whole number from 1 to 1000, not 'many' (see --help)"},
+       })
+    check(c);
+  for (const std::string program :
+       {"bench_analyze_throughput", "bench_clock_read", "bench_dump_time", "bench_history_overhead", "bench_mixed",
+        "bench_page_faults", "bench_pickle_phases", "bench_ranks_scaling", "bench_replay_throughput",
+        "bench_snapshot_size", "bench_sweep_scaling", "bench_threads"}) {
+    CAPTURE(program);
+    const Run help = run(program, {"--help"});
+    CHECK(help.code == 0);
+    CHECK(help.err.empty());
+    CHECK(help.out.rfind("usage: " + program + " ", 0) == 0);
+  }
+}
+
 TEST_CASE("given a large trace, events and timeline --all-events stream: peak RSS stays far below the listing's size") {
   // 1M events here (the 5M measurement is in docs/PERFORMANCE.md). Under a
   // sanitizer, whose memory is not held to the bound, 200k: the listings
