@@ -3,6 +3,13 @@
 // no allocation per insert and about one cache line touched per lookup.
 // Each pool has its own (a free finds the pool through SegmentIndex), so a
 // thread on one stream never touches another stream's table.
+//
+// At most a quarter of the slots are used: 64 bytes per live block. At up to
+// three quarters, a take (the probe, then the backward shift, which walks to
+// the end of the cluster) cost 81 instructions and 2.6 mispredicted branches
+// in issue 19's mixed workload (callgrind's branch simulation), and the
+// workload's step 150 ns on the dev VM; at a quarter, 43 instructions, 1.3
+// mispredictions and 133 ns (docs/PERFORMANCE.md, session 16).
 #pragma once
 
 #include <cstddef>
@@ -17,7 +24,7 @@ class PointerMap {
   PointerMap() : slots_(kInitialSlots) {}
 
   void insert(std::uintptr_t key, Value* value) {
-    if ((size_ + 1) * 4 > slots_.size() * 3) grow();
+    if ((size_ + 1) * kSlotsPerEntry > slots_.size()) grow();
     place(slots_, key, value);
     ++size_;
   }
@@ -58,6 +65,7 @@ class PointerMap {
 
  private:
   static constexpr std::size_t kInitialSlots = 16;
+  static constexpr std::size_t kSlotsPerEntry = 4;
 
   struct Slot {
     std::uintptr_t key = 0;
