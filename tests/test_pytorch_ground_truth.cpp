@@ -227,6 +227,43 @@ TEST_CASE("the older PyTorch snapshots in testdata/pytorch give PyTorch's figure
   }
 }
 
+TEST_CASE("releasable by empty_cache is what PyTorch's empty_cache() gave back at the dump, expandable segments too") {
+  // testdata/pytorch/empty_cache: make_snapshots.py runs on the H200 that called
+  // empty_cache() right after the dump and kept memory_reserved() after it.
+  const std::filesystem::path dir = kCorpus.parent_path() / "empty_cache";
+  int expandable = 0;
+  for (const char* name : {"cnn_train_stacks_all", "varlen_default", "varlen_expandable_segments_True",
+                           "varlen_expandable_segments_True_max_split_size_mb_64"}) {
+    CAPTURE(name);
+    // given a pickle, and PyTorch's reserved bytes before and after its empty_cache()
+    const Json truth = read_json(dir / (std::string(name) + ".stats.json"));
+    const std::uint64_t released =
+        figure(truth, "reserved_bytes.all.current") - figure(truth, "reserved_bytes_after_empty_cache");
+    // when the trace is analyzed
+    const snapshot::Snapshot snap = analyzer::load(dir / (std::string(name) + ".pickle"));
+    const analyzer::Analysis a = analyzer::analyze(snap, analyzer::AnalysisOptions{});
+    // then the figure at the end is the bytes PyTorch gave back, and the
+    // fragmentation report's segments add up to it
+    CHECK(a.totals_at_end.reserved == figure(truth, "reserved_bytes.all.current"));
+    CHECK(a.cache_at_end.releasable == released);
+    std::ostringstream text;
+    analyzer::render(analyzer::fragmentation_report(snap, analyzer::ReportOptions{}), analyzer::Format::json, text);
+    const Json report = analyzer::testing::parse_json(text.str());
+    std::uint64_t by_segment = 0;
+    for (const Json& segment : report["segments"].array()) by_segment += figure(segment, "releasable_by_empty_cache");
+    CHECK(by_segment == released);
+    CHECK(figure(report, "releasable_by_empty_cache") == released);
+    // In an expandable segment that still holds blocks, free whole chunks
+    // count: the cached bytes outside every held segment are less.
+    if (std::string(name).find("expandable") != std::string::npos) {
+      ++expandable;
+      CHECK(released > 0);
+      CHECK(released < a.cache_at_end.cached_free);
+    }
+  }
+  CHECK(expandable == 2);
+}
+
 TEST_CASE("a snapshot without allocator_settings (PyTorch before 2.11) gives bounds that hold") {
   // given a real run's pickle with its allocator_settings taken out, as older PyTorch writes them
   // (testdata/pytorch/README.md says how it was made)

@@ -153,7 +153,7 @@ Document fragmentation_report(EventSource& source, const ReportOptions& options)
     const bool held = s.active_blocks != 0;
     per_segment.rows.push_back({s.address, s.reserved, s.allocated, s.active - s.requested, s.inactive,
                                 s.largest_free, s.external_fragmentation(), held && !s.expandable ? s.inactive : 0,
-                                held ? 0 : s.inactive});
+                                s.releasable});
   }
 
   Table& over_time = doc.table("over_time", "over time (state at the end of each slice)",

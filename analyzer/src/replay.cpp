@@ -76,6 +76,7 @@ void Replay::load(const std::vector<Segment>& initial) {
     s.stream = segment.stream;
     s.large_pool = segment.large_pool;
     s.expandable = segment.expandable;
+    any_expandable_ = any_expandable_ || segment.expandable;
     s.stack = segment.stack;
     segment_at_.insert(segment.address, sid);
     std::vector<snapshot::Block> blocks = segment.blocks;
@@ -153,6 +154,7 @@ void Replay::on_segment_alloc(std::uint64_t address, std::uint64_t size, std::ui
   s.stream = stream;
   s.large_pool = large_pool;
   s.expandable = expandable;
+  any_expandable_ = any_expandable_ || expandable;
   s.stack = stack;
   s.mapped = size;
   s.inactive = size;
@@ -233,7 +235,7 @@ void Replay::on_segment_map(const Event& event) {
     s.total_size += size;
     s.mapped += size;
     s.inactive += size;
-    s.largest_free_stale = true;
+    s.largest_free_stale = s.free_chunks_stale = true;
     coalesce(bid);
     segment_enter(s);
     totals_.reserved += size;
@@ -249,7 +251,7 @@ void Replay::on_segment_map(const Event& event) {
   blocks_[id].state = BlockState::inactive;
   s.mapped += size;
   s.inactive += size;
-  s.largest_free_stale = true;
+  s.largest_free_stale = s.free_chunks_stale = true;
   coalesce(id);
   segment_enter(s);
   totals_.reserved += size;
@@ -267,7 +269,7 @@ void Replay::on_segment_unmap(std::uint64_t address, std::uint64_t size) {
   blocks_[id].state = BlockState::unmapped;
   s.mapped -= size;
   s.inactive -= size;
-  s.largest_free_stale = true;
+  s.largest_free_stale = s.free_chunks_stale = true;
   coalesce(id);
   segment_enter(s);
   totals_.reserved -= size;
@@ -322,7 +324,7 @@ std::uint32_t Replay::isolate(std::uint32_t segment, std::uint64_t address, std:
   }
   if (blocks_[id].address < address) id = split_block(id, address);
   if (blocks_[id].size > size) split_block(id, address + size);
-  segments_[segment].largest_free_stale = true;
+  segments_[segment].largest_free_stale = segments_[segment].free_chunks_stale = true;
   return id;
 }
 
@@ -338,11 +340,45 @@ std::uint64_t Replay::largest_free_of(const SegmentNode& segment) const {
   return segment.largest_free;
 }
 
+// PyTorch's empty_cache() releases every segment without an active block
+// and, in an expandable segment that still holds some, unmaps the whole
+// chunks inside each free block (unmap_block: from the first chunk boundary
+// at or after the block's start to the last at or before its end). Chunks
+// are 2 MiB in the small pool and 20 MiB in the large, counted from the
+// segment's start, which is a chunk boundary: memory is mapped in whole
+// chunks. The same rule as our allocator's (allocator_expandable.cpp).
+std::uint64_t Replay::releasable_of(const SegmentNode& segment) const {
+  if (segment.active_blocks == 0) return segment.inactive;
+  if (!segment.expandable) return 0;
+  if (segment.free_chunks_stale) {
+    const std::uint64_t chunk = segment.large_pool ? std::uint64_t{20} << 20 : std::uint64_t{2} << 20;
+    std::uint64_t total = 0;
+    for (std::uint32_t id = segment.first_block; id != kNone; id = blocks_[id].next) {
+      const BlockNode& b = blocks_[id];
+      if (b.state != BlockState::inactive || b.address < segment.address) continue;
+      const std::uint64_t first = (b.address - segment.address + chunk - 1) / chunk;
+      const std::uint64_t last = (b.address + b.size - segment.address) / chunk;
+      if (last > first) total += (last - first) * chunk;
+    }
+    segment.free_chunks = total;
+    segment.free_chunks_stale = false;
+  }
+  return segment.free_chunks;
+}
+
 CacheFigures Replay::cache_figures(bool with_largest_free) const {
   CacheFigures f;
   f.pending_free = minus(totals_.active, totals_.allocated);
   f.cached_free = minus(totals_.reserved, totals_.active);
   f.releasable = cached_unsplit_;
+  // Segments without an active block are in cached_unsplit_ already; the
+  // rest count only in expandable segments, which are few: PyTorch keeps
+  // one per stream and pool.
+  if (any_expandable_) {
+    for (const SegmentNode& s : segments_) {
+      if (s.live && s.expandable && s.active_blocks != 0) f.releasable += releasable_of(s);
+    }
+  }
   f.inactive_split = totals_.inactive_split;
   f.rounding_waste = minus(totals_.active, totals_.requested);
   if (!with_largest_free) return f;
@@ -358,7 +394,7 @@ std::vector<SegmentFigures> Replay::segment_figures() const {
     if (!s.live) continue;
     result.push_back(SegmentFigures{s.address, s.total_size, s.mapped, s.allocated, s.requested, s.active, s.inactive,
                                     largest_free_of(s), s.block_count, s.active_blocks, s.large_pool, s.expandable,
-                                    s.stream});
+                                    s.stream, releasable_of(s)});
   }
   std::sort(result.begin(), result.end(),
             [](const SegmentFigures& a, const SegmentFigures& b) { return a.address < b.address; });

@@ -98,7 +98,7 @@ inline void Replay::on_alloc(const snapshot::Event& event) {
   s.allocated += size;
   s.requested += event.aux;
   ++s.active_blocks;
-  s.largest_free_stale = true;
+  s.largest_free_stale = s.free_chunks_stale = true;
   segment_enter(s);
   totals_.allocated += size;
   totals_.requested += event.aux;
@@ -147,7 +147,7 @@ inline void Replay::on_free_completed(std::uint64_t address) {
   s.active -= size;
   s.inactive += size;
   --s.active_blocks;
-  s.largest_free_stale = true;
+  s.largest_free_stale = s.free_chunks_stale = true;
   coalesce(id);
   segment_enter(s);
   totals_.active -= size;

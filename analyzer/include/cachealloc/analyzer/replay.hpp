@@ -74,8 +74,9 @@ struct CacheFigures {
   std::uint64_t cached_free = 0;     // free blocks the allocator keeps: reserved - active
   std::uint64_t inactive_split = 0;  // Totals::inactive_split
   // Releasable by empty_cache(): the cached free bytes of segments that hold
-  // no active block. (In an expandable segment that still holds active
-  // blocks, empty_cache() can also unmap whole free pages; those are left out.)
+  // no active block, plus, in an expandable segment that still holds active
+  // blocks, the whole chunks inside its free blocks, which empty_cache()
+  // unmaps (2 MiB chunks in the small pool, 20 MiB in the large).
   std::uint64_t releasable = 0;
   std::uint64_t largest_free = 0;    // the largest free block
   std::uint64_t rounding_waste = 0;  // active - requested: rounding inside blocks still held
@@ -112,6 +113,7 @@ struct SegmentFigures {
   bool large_pool = false;
   bool expandable = false;
   std::uint64_t stream = 0;
+  std::uint64_t releasable = 0;  // what empty_cache() would give back (CacheFigures::releasable)
   double external_fragmentation() const noexcept {
     return inactive == 0 ? 0.0 : 1.0 - static_cast<double>(largest_free) / static_cast<double>(inactive);
   }
@@ -238,6 +240,9 @@ class Replay {
     bool live = false;
     mutable bool largest_free_stale = true;
     mutable std::uint64_t largest_free = 0;
+    // Whole free chunks of an expandable segment (releasable_of), like largest_free.
+    mutable bool free_chunks_stale = true;
+    mutable std::uint64_t free_chunks = 0;
   };
 
   void on_alloc(const snapshot::Event& event);
@@ -269,6 +274,8 @@ class Replay {
   void segment_leave(const SegmentNode& segment) noexcept;
   void segment_enter(const SegmentNode& segment) noexcept;
   std::uint64_t largest_free_of(const SegmentNode& segment) const;
+  // What empty_cache() would give back from the segment: CacheFigures::releasable.
+  std::uint64_t releasable_of(const SegmentNode& segment) const;
   void add_live(snapshot::StackId stack, std::uint64_t bytes);
   void remove_live(snapshot::StackId stack, std::uint64_t bytes);
   void load(const std::vector<snapshot::Segment>& initial);
@@ -278,6 +285,7 @@ class Replay {
   ReplayAnomalies anomalies_;
   std::uint64_t overlapping_segments_ = 0;
   std::uint64_t cached_unsplit_ = 0;
+  bool any_expandable_ = false;  // an expandable segment was ever live: cache_figures looks for free chunks
   std::vector<BlockNode> blocks_;
   std::vector<std::uint32_t> free_blocks_;
   std::vector<SegmentNode> segments_;
