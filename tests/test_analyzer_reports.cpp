@@ -278,6 +278,26 @@ TEST_CASE("an event point is an index or a time since the first event") {
   CHECK(!error.empty());
 }
 
+TEST_CASE("a state or window that ends at a time takes every event at or before it, and none after") {
+  // Given events 1 us apart, at 0, 1, 2 us...
+  const auto snap = TraceBuilder().segment(kBase, 2 * kMiB).alloc(kBase, kMiB, kMiB).free(kBase).build();
+  REQUIRE(snap.events.size() >= 3);
+  REQUIRE(snap.events[1].time_ns - snap.events[0].time_ns == 1000);
+  REQUIRE(snap.events[2].time_ns - snap.events[1].time_ns == 1000);
+  analyzer::SnapshotEvents source(snap);
+  std::string error;
+  // then an index takes that event, and a time every event up to it
+  CHECK(analyzer::parse_state_end(source, "1", error) == 2u);
+  CHECK(analyzer::parse_state_end(source, "0ns", error) == 1u);      // the event at exactly that time is in
+  CHECK(analyzer::parse_state_end(source, "1us", error) == 2u);
+  CHECK(analyzer::parse_state_end(source, "1500ns", error) == 2u);   // between events: the one after is out
+  CHECK(analyzer::parse_state_end(source, "99s", error) == snap.events.size());
+  CHECK(analyzer::parse_state_end(source, "99", error) == snap.events.size());
+  CHECK_FALSE(analyzer::parse_state_end(source, "later", error).has_value());
+  // while a window that begins at a time begins at the first event at or after it
+  CHECK(analyzer::parse_event_point(source, "1500ns", error) == 2u);
+}
+
 TEST_CASE("the top frame skips cachealloc's own frames") {
   TraceBuilder b;
   const auto stack = b.stack({"cachealloc::CachingAllocator::malloc", "cachealloc::record", "user_fn", "main"});

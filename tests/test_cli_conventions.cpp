@@ -151,6 +151,24 @@ TEST_CASE("given FILE before SUBCOMMAND, as the usage line allows, the report is
   CHECK(run(kAnalyze, {kSample}).out == run(kAnalyze, {"summary", kSample}).out);
 }
 
+TEST_CASE("given --at or --to a time, the state is the one after every event at or before it") {
+  // The sample's events are 1 us apart: #7 at 7 us, #8 at 8 us.
+  const std::string at_index = run(kAnalyze, {"summary", kSample, "--at", "7"}).out;
+  CHECK(at_index.find("after event #7") != std::string::npos);
+  for (const char* time : {"7us", "7500ns", "0.0000079s"}) {
+    CAPTURE(time);
+    CHECK(run(kAnalyze, {"summary", kSample, "--at", time}).out == at_index);
+    CHECK(run(kAnalyze, {"segments", kSample, "--at-time", time}).out ==
+          run(kAnalyze, {"segments", kSample, "--at", "7"}).out);
+    CHECK(run(kAnalyze, {"flamegraph", kSample, "--at", time, "--collapsed"}).out ==
+          run(kAnalyze, {"flamegraph", kSample, "--at", "7", "--collapsed"}).out);
+  }
+  // and a window that ends at a time lists no event after it
+  const std::string listed = run(kAnalyze, {"events", kSample, "--all-events", "--to", "7500ns"}).out;
+  CHECK(listed.find("#7 ") != std::string::npos);
+  CHECK(listed.find("#8 ") == std::string::npos);
+}
+
 TEST_CASE("given options that make no sense for the snapshot, each is refused naming the valid range") {
   const std::string E = "cachealloc-analyze: error: ";
   for (const Case& c : std::vector<Case>{
@@ -163,6 +181,8 @@ TEST_CASE("given options that make no sense for the snapshot, each is refused na
            {kAnalyze, {"segments", kSample, "--at", "3", "--from", "10"}, 2,
             E + "--at 3 (event #3) is before --from (event #10)"},
            {kAnalyze, {"segments", kSample, "--at", "500"}, 2, E + "--at 500 is past the last event (events #0 to #32)"},
+           {kAnalyze, {"summary", kSample, "--at", "500"}, 2, E + "--at 500 is past the last event (events #0 to #32)"},
+           {kAnalyze, {"flamegraph", kSample, "--at", "33"}, 2, E + "--at 33 is past the last event (events #0 to #32)"},
            {kAnalyze, {kSample, "--from", "99999"}, 2, E + "--from 99999 is past the last event (events #0 to #32)"},
            {kAnalyze, {kSample, "--from", "99s"}, 2, E + "--from 99s is past the last event (events #0 to #32)"},
            {kAnalyze, {kSample, "--from", "1h"}, 2,

@@ -35,7 +35,16 @@ std::vector<Segment> stored_layout(const Snapshot& snapshot, std::int32_t device
 
 }  // namespace
 
-std::optional<std::size_t> parse_event_point(EventSource& source, std::string_view text, std::string& error) {
+namespace {
+
+// What a time names: the first event at or after it (where a window
+// begins), or the first event after it (where a state or window ends, so
+// that events at exactly that time are in).
+enum class TimeEdge { at_or_after, after };
+
+std::optional<std::size_t> parse_point(EventSource& source, std::string_view text, std::string& error, TimeEdge edge,
+                                       bool& is_time) {
+  is_time = false;
   const std::size_t n = source.event_count();
   const std::string original(text);
   if (text.empty()) {
@@ -53,6 +62,7 @@ std::optional<std::size_t> parse_event_point(EventSource& source, std::string_vi
     char* end = nullptr;
     const double value = std::strtod(number.c_str(), &end);
     if (end != number.c_str() + number.size() || !(value >= 0) || !std::isfinite(value)) break;
+    is_time = true;
     if (n == 0) return 0;
     const std::uint64_t target =
         source.block(0).front().time_ns + static_cast<std::uint64_t>(std::llround(value * unit.ns));
@@ -60,9 +70,15 @@ std::optional<std::size_t> parse_event_point(EventSource& source, std::string_vi
     // end before the target are skipped after one comparison.
     for (std::size_t b = 0; b < source.block_count(); ++b) {
       const std::span<const Event> events = source.block(b);
-      if (events.empty() || events.back().time_ns < target) continue;
-      const auto it = std::lower_bound(events.begin(), events.end(), target,
-                                       [](const Event& e, std::uint64_t t) { return e.time_ns < t; });
+      if (edge == TimeEdge::at_or_after) {
+        if (events.empty() || events.back().time_ns < target) continue;
+        const auto it = std::lower_bound(events.begin(), events.end(), target,
+                                         [](const Event& e, std::uint64_t t) { return e.time_ns < t; });
+        return source.block_begin(b) + static_cast<std::size_t>(it - events.begin());
+      }
+      if (events.empty() || events.back().time_ns <= target) continue;
+      const auto it = std::upper_bound(events.begin(), events.end(), target,
+                                       [](std::uint64_t t, const Event& e) { return t < e.time_ns; });
       return source.block_begin(b) + static_cast<std::size_t>(it - events.begin());
     }
     return n;
@@ -74,6 +90,20 @@ std::optional<std::size_t> parse_event_point(EventSource& source, std::string_vi
     return std::nullopt;
   }
   return std::min(index, n);
+}
+
+}  // namespace
+
+std::optional<std::size_t> parse_event_point(EventSource& source, std::string_view text, std::string& error) {
+  bool is_time = false;
+  return parse_point(source, text, error, TimeEdge::at_or_after, is_time);
+}
+
+std::optional<std::size_t> parse_state_end(EventSource& source, std::string_view text, std::string& error) {
+  bool is_time = false;
+  const std::optional<std::size_t> point = parse_point(source, text, error, TimeEdge::after, is_time);
+  if (!point || is_time) return point;
+  return std::min(*point + 1, source.event_count());  // an index is the event itself: it is in
 }
 
 std::optional<std::size_t> parse_event_point(const Snapshot& snapshot, std::string_view text, std::string& error) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <regex>
@@ -138,6 +139,19 @@ std::size_t event_point(analyzer::EventSource& source, const std::string& text, 
   return *point;
 }
 
+std::size_t state_end(analyzer::EventSource& source, const std::string& text, const char* option) {
+  std::string error;
+  const std::optional<std::size_t> end = analyzer::parse_state_end(source, text, error);
+  if (!end) throw UsageError(std::string(option) + ": " + error);
+  // An index past the last event names no state; a time past it is the end.
+  std::size_t index = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
+  if (ec == std::errc{} && ptr == text.data() + text.size() && index >= source.event_count())
+    throw UsageError(std::string(option) + " " + text + " is past the last event (" +
+                     events_range(source.event_count()) + ")");
+  return *end;
+}
+
 std::uint64_t byte_count(const std::string& text, const char* option) {
   std::size_t used = 0;
   unsigned long long value = 0;
@@ -213,10 +227,8 @@ void Runner::run() const {
       throw UsageError("--from " + common.from + " is past the last event (" + events_range(count) + ")");
   }
   if (!common.to.empty()) {
-    const char* option = common.to_option.c_str();
-    const std::size_t to = event_point(source, common.to, option);
-    // A time names the first event at or after it; an index is inclusive.
-    options.window.end = to < count ? to + 1 : to;
+    // An index is inclusive; a time takes every event at or before it.
+    options.window.end = state_end(source, common.to, common.to_option.c_str());
     if (!common.from.empty() && options.window.begin >= options.window.end)
       throw UsageError("--from " + common.from + " is after " + common.to_option + " " + common.to + " (" +
                        common.to_option + " must be at or after --from)");

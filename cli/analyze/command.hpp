@@ -106,6 +106,9 @@ void add_common_options(CLI::App& command, CommonOptions& options);
 
 // Parses an event index or a time ("1.5s"); throws UsageError naming `option`.
 std::size_t event_point(analyzer::EventSource& source, const std::string& text, const char* option);
+// Where a state or window ending at `text` ends (analyzer::parse_state_end):
+// the number of events in it. An index past the last event is a UsageError.
+std::size_t state_end(analyzer::EventSource& source, const std::string& text, const char* option);
 // Parses a byte count with an optional K, M, G or T suffix (powers of 1024).
 std::uint64_t byte_count(const std::string& text, const char* option);
 

@@ -39,12 +39,10 @@ void add_flamegraph_command(CLI::App& app, Runner& runner) {
         flame.at = analyzer::FlameOptions::At::end;
       } else {
         flame.at = analyzer::FlameOptions::At::event;
-        flame.event = event_point(source, *at, "--at");
-        if (flame.event >= source.event_count())
-          throw UsageError("--at " + *at + " is past the last event (" +
-                           (source.event_count() == 0 ? std::string("it has no events")
-                                                      : "events #0 to #" + std::to_string(source.event_count() - 1)) +
-                           "); or use peak or end");
+        // The state after every event up to that index, or at or before that time.
+        const std::size_t end = state_end(source, *at, "--at");
+        if (end == 0) throw UsageError("--at " + *at + " is before the first event; or use peak or end");
+        flame.event = end - 1;
       }
       const analyzer::FlameGraph graph = analyzer::flame_graph(source, options, flame);
       if (*collapsed)

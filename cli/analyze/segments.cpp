@@ -26,9 +26,9 @@ void add_segments_command(CLI::App& app, Runner& runner) {
                                                     : "events #0 to #" + std::to_string(source.event_count() - 1)) +
                          ")");
       if (!at_time->empty()) {
-        // A time names the first event at or after it; the state is just before that event.
-        const std::size_t next = event_point(source, *at_time + (at_time->back() == 's' ? "" : "s"), "--at-time");
-        options.at = next == 0 ? analyzer::kNoEvent : next - 1;
+        // The state after every event at or before that time.
+        const std::size_t end = state_end(source, *at_time + (at_time->back() == 's' ? "" : "s"), "--at-time");
+        options.at = end == 0 ? analyzer::kNoEvent : end - 1;
       }
       if (options.at && *options.at != analyzer::kNoEvent && *options.at < options.window.begin)
         throw UsageError("--at " + (at->empty() ? *at_time : *at) + " (event #" + std::to_string(*options.at) +

@@ -44,6 +44,12 @@ std::optional<std::size_t> parse_event_point(const snapshot::Snapshot& snapshot,
                                              std::string& error);
 // The same over a source; a time costs a forward read up to its block.
 std::optional<std::size_t> parse_event_point(EventSource& source, std::string_view text, std::string& error);
+// Where a state or a window that ends at `text` ends: the number of events
+// in it. "123" takes events 0 to 123 (124 of them); a time takes every event
+// at or before it, so "1.5s" between events 7 (at 0.02 s) and 8 (at 5.5 s)
+// takes events 0 to 7. events.size() when past the end; nullopt with
+// `error` set when `text` is neither.
+std::optional<std::size_t> parse_state_end(EventSource& source, std::string_view text, std::string& error);
 
 // Picks the device to analyze: `requested` when >= 0, else the first device
 // the snapshot describes, else the first device that has events or segments.
