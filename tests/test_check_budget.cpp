@@ -1,6 +1,9 @@
 // check (issue 16): each budget, met and exceeded, against the recording's own
 // figures; the exit codes of `cachealloc-analyze check` (0 met, 1 exceeded,
-// 2 bad input); the doctest helper; and the Python helper, which needs no torch.
+// 2 bad input, 3 met only by a lower bound); the doctest helper; and the
+// Python helper, which needs no torch. A trace that does not cover the whole
+// run is held to the run's true peak: PyTorch's own figure for its ring
+// overflow, the allocator's for ours.
 #include <doctest/doctest.h>
 
 #include <sys/wait.h>
@@ -10,9 +13,14 @@
 #include <filesystem>
 #include <string>
 
+#include "allocator_support.hpp"
+#include "cachealloc/allocator.hpp"
 #include "cachealloc/analyzer/allocator_replay.hpp"
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/doctest_budget.hpp"
+#include "cachealloc/history.hpp"
+#include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/pickle.hpp"
 
 using namespace cachealloc;
 
@@ -140,4 +148,101 @@ TEST_CASE("check's fragmentation at the reserved peak is the one replay reports,
     CHECK(fragmentation < 1.0);
     if (replay.recorded.cached_free_at_peak > replay.recorded.largest_free_at_peak) CHECK(fragmentation > 0.0);
   }
+}
+
+namespace {
+// PyTorch's run whose 2,000-entry ring overflowed; its stats.json holds
+// torch.cuda.memory_stats() at the dump: reserved_bytes.all.peak 874,512,384.
+const std::filesystem::path kOverflow = kSource / "testdata" / "pytorch" / "ring_overflow.pickle";
+constexpr std::uint64_t kOverflowTruePeak = 874512384;
+}  // namespace
+
+TEST_CASE("given a PyTorch ring that overflowed, a budget is passed only when the run's peak is known to meet it") {
+  // Given the trace's own peak, a lower bound: here it reached PyTorch's figure.
+  analyzer::FileEvents source(kOverflow);
+  const analyzer::BudgetFigures f = analyzer::check_budgets(source, {}).figures;
+  REQUIRE(f.lower_bounds);
+  REQUIRE_FALSE(f.peaks_from_stats);
+  REQUIRE(f.peak_reserved <= kOverflowTruePeak);
+  const std::string file = " " + kOverflow.string();
+  // A budget below the bound is a definite excess.
+  CHECK(run(kTool + " check" + file + " --max-peak-reserved " + std::to_string(f.peak_reserved - 1)).status == 1);
+  // A budget the bound meets cannot be confirmed: exit 3, naming the figure as a bound.
+  const std::string above = std::to_string(kOverflowTruePeak);
+  Run unconfirmed = run(kTool + " check" + file + " --max-peak-reserved " + above);
+  CHECK(unconfirmed.status == 3);
+  CHECK(unconfirmed.out.rfind("peak reserved >= ", 0) == 0);
+  CHECK(unconfirmed.out.find("cannot be confirmed") != std::string::npos);
+  CHECK(unconfirmed.out.find("all budgets met") == std::string::npos);
+  // Nor can the fragmentation at a peak the trace may not hold.
+  CHECK(run(kTool + " check" + file + " --max-fragmentation 100%").status == 3);
+  // The user may accept bounds.
+  Run accepted = run(kTool + " check" + file + " --max-peak-reserved " + above + " --accept-lower-bounds");
+  CHECK(accepted.status == 0);
+  CHECK(accepted.out.find("all budgets met: peak reserved >= ") != std::string::npos);
+  // The bytes left allocated at the end come from the stored layout: exact.
+  CHECK(run(kTool + " check" + file + " --max-leaked 1TiB").status == 0);
+  // The Python helper raises BudgetUnconfirmed, an AssertionError, or exits 3.
+  if (std::system("python3 -c pass >/dev/null 2>&1") != 0) return;
+  const std::string helper = "CACHEALLOC_ANALYZE=" + kTool + " python3 " + (kSource / "examples" / "ci" / "cachealloc_check.py").string();
+  CHECK(run(helper + file + " max_peak_reserved=" + above).status == 3);
+  CHECK(run(helper + file + " max_peak_reserved=" + above + " accept_lower_bounds=1").status == 0);
+  CHECK(run(helper + file + " max_peak_reserved").status == 2);
+  const std::string code = "import sys; sys.path.insert(0, '" + (kSource / "examples" / "ci").string() +
+                           "'); import cachealloc_check as c; c.assert_within_budget('" + kOverflow.string() +
+                           "', max_peak_reserved='" + above + "')";
+  Run raised = run("CACHEALLOC_ANALYZE=" + kTool + " python3 -c \"" + code + "\"");
+  CHECK(raised.status == 1);
+  CHECK(raised.out.find("BudgetUnconfirmed") != std::string::npos);
+}
+
+TEST_CASE("given a PyTorch ring that lost its allocated peak, a budget the run broke is not passed") {
+  // Given the run's allocated peak from PyTorch (stats.json:
+  // allocated_bytes.all.peak), which lies before the ring's 300 entries:
+  // the trace's own peak is lower.
+  constexpr std::uint64_t kTrueAllocatedPeak = 510594048;
+  analyzer::FileEvents source(kOverflow);
+  const analyzer::BudgetFigures f = analyzer::check_budgets(source, {}).figures;
+  REQUIRE(f.peak_allocated < kTrueAllocatedPeak);
+  // When the budget lies between the trace's peak and the run's, then check
+  // does not pass it (before, it printed "all budgets met" and exited 0).
+  const std::string between = std::to_string((f.peak_allocated + kTrueAllocatedPeak) / 2);
+  Run r = run(kTool + " check " + kOverflow.string() + " --max-peak-allocated " + between);
+  CHECK(r.status == 3);
+  CHECK(r.out.rfind("peak allocated >= ", 0) == 0);
+  CHECK(r.out.find("all budgets met") == std::string::npos);
+}
+
+TEST_CASE("given our recorder switched on mid-run, check holds the budget to the allocator's recorded peak") {
+  // Given 64 MiB allocated and freed before the history starts, then 4 MiB
+  // allocated under it.
+  auto device = test_support::simulated();
+  CachingAllocator allocator(device);
+  allocator.deallocate(allocator.allocate(64 * test_support::MiB, Stream{}));
+  allocator.empty_cache();
+  const std::uint64_t true_peak = allocator.stats().reserved_bytes[stat_all].peak;
+  REQUIRE(true_peak >= 64 * test_support::MiB);
+  const auto path = std::filesystem::temp_directory_path() / "cachealloc_check_mid_run.bin";
+  {
+    HistoryOptions options;
+    options.stacks = StackCapture::none;
+    HistoryRecorder recorder(allocator, options);
+    void* small = allocator.allocate(4 * test_support::MiB, Stream{});
+    REQUIRE(recorder.dump_snapshot(path));
+    allocator.deallocate(small);
+  }
+  // When it is checked against 32 MiB, then the run's 64 MiB peak exceeds it
+  // although the trace never held more than 20 MiB.
+  analyzer::Budgets budgets;
+  budgets.peak_reserved = 32 * test_support::MiB;
+  const analyzer::BudgetResult r = analyzer::testing::budgets_of(path, budgets);
+  CHECK(r.figures.peaks_from_stats);
+  CHECK(r.figures.peak_reserved == true_peak);
+  CHECK(r.exceeded.size() == 1);
+  Run over = run(kTool + " check " + path.string() + " --max-peak-reserved 32MiB");
+  CHECK(over.status == 1);
+  CHECK(over.out.find("the peaks are the allocator's recorded ones") != std::string::npos);
+  // And a budget above the true peak is met outright.
+  CHECK(run(kTool + " check " + path.string() + " --max-peak-reserved " + std::to_string(true_peak)).status == 0);
+  std::filesystem::remove(path);
 }

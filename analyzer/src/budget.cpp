@@ -1,5 +1,6 @@
 #include "cachealloc/analyzer/budget.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "cachealloc/analyzer/analysis.hpp"
@@ -28,17 +29,53 @@ BudgetResult check_budgets(EventSource& source, const Budgets& budgets) {
   options.device = budgets.device;
   const Analysis a = analyze(source, options);
   BudgetResult result;
-  result.figures.peak_reserved = a.peak_reserved.bytes;
-  result.figures.peak_allocated = a.peak_allocated.bytes;
-  result.figures.fragmentation = a.cache_at_peak_reserved.external_fragmentation();
-  result.figures.leaked = a.totals_at_end.allocated;
-  result.figures.lower_bounds = a.truncated();
-  over_bytes(result.exceeded, "peak reserved", result.figures.peak_reserved, budgets.peak_reserved);
-  over_bytes(result.exceeded, "peak allocated", result.figures.peak_allocated, budgets.peak_allocated);
-  if (budgets.fragmentation && result.figures.fragmentation > *budgets.fragmentation)
-    result.exceeded.push_back("fragmentation at the reserved peak " + percent(result.figures.fragmentation) +
+  BudgetFigures& f = result.figures;
+  f.peak_reserved = a.peak_reserved.bytes;
+  f.peak_allocated = a.peak_allocated.bytes;
+  f.fragmentation = a.cache_at_peak_reserved.external_fragmentation();
+  f.leaked = a.totals_at_end.allocated;
+  f.lower_bounds = a.truncated();
+  // The recorded peaks, where the file has them and they are this device's.
+  bool fragmentation_known = !f.lower_bounds;
+  const snapshot::Snapshot& head = source.head();
+  const auto stat = [&](const char* key) -> std::optional<std::uint64_t> {
+    const auto it = head.stats.find(key);
+    if (it == head.stats.end() || it->second < 0 || head.devices.size() > 1) return std::nullopt;
+    return static_cast<std::uint64_t>(it->second);
+  };
+  const auto recorded_reserved = stat("reserved_bytes.all.peak");
+  const auto recorded_allocated = stat("allocated_bytes.all.peak");
+  // A run's peak can also lie before a trace that began from an empty
+  // allocator (history switched on after empty_cache()): the recorded peak
+  // is then the higher one.
+  if (recorded_reserved && recorded_allocated) {
+    f.peaks_from_stats = *recorded_reserved > f.peak_reserved || *recorded_allocated > f.peak_allocated || f.lower_bounds;
+    // The trace's peak reached the run's: the fragmentation there is the one at the peak.
+    fragmentation_known = *recorded_reserved <= f.peak_reserved;
+    f.peak_reserved = std::max(f.peak_reserved, *recorded_reserved);
+    f.peak_allocated = std::max(f.peak_allocated, *recorded_allocated);
+  }
+  const bool peaks_exact = !f.lower_bounds || f.peaks_from_stats;
+  const auto bound = [&](const char* name, std::uint64_t value, const std::optional<std::uint64_t>& budget) {
+    if (!budget || value > *budget || peaks_exact) return;
+    result.unconfirmed.push_back(std::string(name) + " >= " + format_bytes(value) +
+                                 " is a lower bound (the trace does not cover the whole run): the budget of " +
+                                 format_bytes(*budget) + " cannot be confirmed");
+  };
+  over_bytes(result.exceeded, "peak reserved", f.peak_reserved, budgets.peak_reserved);
+  bound("peak reserved", f.peak_reserved, budgets.peak_reserved);
+  over_bytes(result.exceeded, "peak allocated", f.peak_allocated, budgets.peak_allocated);
+  bound("peak allocated", f.peak_allocated, budgets.peak_allocated);
+  if (budgets.fragmentation && !fragmentation_known) {
+    // The figure is the trace's own peak's, which may not be the run's.
+    result.unconfirmed.push_back("fragmentation at the reserved peak is unknown (the peak may lie before the trace; " +
+                                 percent(f.fragmentation) + " at the trace's own peak): the budget of " +
+                                 percent(*budgets.fragmentation) + " cannot be confirmed");
+  } else if (budgets.fragmentation && f.fragmentation > *budgets.fragmentation) {
+    result.exceeded.push_back("fragmentation at the reserved peak " + percent(f.fragmentation) +
                               " exceeds the budget of " + percent(*budgets.fragmentation));
-  over_bytes(result.exceeded, "leaked (allocated at the end)", result.figures.leaked, budgets.leaked);
+  }
+  over_bytes(result.exceeded, "leaked (allocated at the end)", f.leaked, budgets.leaked);
   return result;
 }
 

@@ -46,7 +46,7 @@ class Runner {
  public:
   explicit Runner(std::string default_format = "table") { common.format = std::move(default_format); }
   CommonOptions common;
-  // The exit status after a successful run: 0, or 1 for a verdict (check: a budget exceeded).
+  // The exit status after a successful run: 0, or a verdict (check: 1 a budget exceeded, 3 one unconfirmed).
   std::shared_ptr<int> verdict = std::make_shared<int>(0);
   // Remembers what to build; main() calls run() after parsing succeeded.
   void select(std::string name, BuildReport build) {

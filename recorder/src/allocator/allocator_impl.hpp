@@ -40,6 +40,8 @@ inline constexpr std::size_t kSmallBuffer = 2u << 20;      // small-pool segment
 inline constexpr std::size_t kLargeBuffer = 20u << 20;     // segment for 1-10 MiB requests
 inline constexpr std::size_t kMinLargeAlloc = 10u << 20;   // from here segments fit the request
 inline constexpr std::size_t kRoundLarge = 2u << 20;       // large segments round to this
+// The large pool's free-set bins: 4,096 of them cover blocks up to 256 MiB.
+inline constexpr std::size_t kLargeBinWidth = 64u << 10;
 // Larger requests than this are refused as impossible rather than tried.
 inline constexpr std::size_t kMaxRequest = std::size_t{1} << 56;
 
@@ -55,23 +57,30 @@ struct ExpandableSegment {
   std::size_t chunk_index(std::uintptr_t address) const noexcept { return (address - ptr) / chunk; }
 };
 
-struct Block {
+// Two cache lines, aligned. The first holds what a best-fit search and a
+// merge read: the tree hook, size and address, the neighbours and the flags;
+// the second what only the block's own alloc or free touches. At 144 bytes,
+// unaligned, a tree walk touched two or three lines per node.
+struct alignas(64) Block {
+  using FreeHook = boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::normal_link>,
+                                                     boost::intrusive::optimize_size<true>>;
+  FreeHook free_hook;  // 24 bytes: the colour lives in the parent pointer's low bit
   std::uintptr_t ptr = 0;
   std::size_t size = 0;
-  std::size_t requested = 0;  // bytes asked for, while allocated or pending
   Block* prev = nullptr;      // neighbours within the segment
   Block* next = nullptr;
-  Shard* shard = nullptr;     // owning stream pool
+  int event_count = 0;        // outstanding cross-stream events
   bool small = false;         // small pool (else large)
   bool allocated = false;
   bool mapped = true;         // false: expandable address range with no memory
+  // --- second line ---
+  Shard* shard = nullptr;     // owning stream pool
+  std::size_t requested = 0;  // bytes asked for, while allocated or pending
   ExpandableSegment* expandable = nullptr;
-  int event_count = 0;        // outstanding cross-stream events
   std::vector<Stream> stream_uses;  // streams from record_stream
   std::size_t gc_count_base = 0;    // pool's get_free_block count when cached
   std::uint32_t stack = 0;          // allocation site from the observer
   std::uint32_t segment_stack = 0;  // site of the segment allocation (head block only)
-  boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::normal_link>> free_hook;
 
   bool is_split() const noexcept { return prev != nullptr || next != nullptr; }
   bool pending() const noexcept { return !allocated && event_count > 0; }
@@ -92,7 +101,8 @@ struct Block {
   }
 };
 // reset() names every field: a new one must be added there.
-static_assert(sizeof(void*) != 8 || sizeof(Block) == 144, "a field was added to Block: reset() must reset it");
+static_assert(sizeof(void*) != 8 || sizeof(Block) == 128, "a field was added to Block: reset() must reset it");
+static_assert(sizeof(void*) != 8 || offsetof(Block, shard) == 64, "the first line holds what a search reads");
 
 // Cached blocks of one pool of one stream, ordered by size, then address:
 // lower_bound(size) is best fit.
@@ -108,8 +118,9 @@ struct SizeKey {
 using SizeTree = boost::intrusive::multiset<
     Block, boost::intrusive::member_hook<Block, decltype(Block::free_hook), &Block::free_hook>,
     boost::intrusive::compare<BlockBySize>, boost::intrusive::constant_time_size<false>>;
-// The small pool's set has exact size bins (constant-time best fit); the
-// large pool's is one tree. Both in (size, address) order: see free_set.hpp.
+// Both pools' sets bin by size, the small pool's in exact 512 B bins, the
+// large pool's in 64 KiB bins; both in (size, address) order: see
+// free_set.hpp.
 using FreeSet = BinnedFreeSet<SizeTree>;
 // Unmapped ranges of expandable segments, by address. A block is in a
 // FreeSet or an UnmappedSet, never both, so they share the hook.
@@ -205,8 +216,8 @@ struct alignas(64) Shard {
   Stream stream;
   PoolId pool_id;
   detail::PoolMutex mutex;
-  FreeSet small_blocks{FreeSet::kBinned};
-  FreeSet large_blocks;
+  FreeSet small_blocks{kMinBlockSize};
+  FreeSet large_blocks{kLargeBinWidth};
   // Outstanding events per stream they were recorded on, oldest first.
   std::map<Stream, std::deque<PendingFree>> pending;
   std::vector<DeviceEvent> spare_events;

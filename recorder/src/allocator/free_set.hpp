@@ -1,19 +1,24 @@
 // The cached blocks of one pool of one stream, in PyTorch's best-fit order:
 // by size, then by address. lower_bound(size) is the best fit.
 //
-// A binned set (the small pool) keeps blocks of up to kMaxBinned bytes in
-// exact size bins, one per multiple of kBinWidth, each ordered by address,
-// with a two-level bitmap of the bins that hold a block. Best fit is then the
-// first bin at or above the request's, found with two countr_zero, and the
-// lowest address in it (the tree's cached leftmost node): constant time
-// whatever the number of cached blocks. Larger blocks (small-pool blocks
-// grow past 2 MiB only in expandable segments) and every block of an
-// unbinned set (the large pool) live in one (size, address) tree that
-// orders after all bins, so iteration, lower_bound and begin/end keep the
-// exact (size, address) order across both.
+// Blocks of up to kBins bin widths live in size bins, one per bin width,
+// each a (size, address) tree, with a two-level bitmap of the bins that hold
+// a block. Best fit is the first bin at or above the request's, found with
+// two countr_zero, and the lowest block in it that fits. Larger blocks live
+// in one (size, address) tree that orders after all bins, so iteration,
+// lower_bound and begin/end keep the exact (size, address) order across both.
 //
-// Cost: the bins (4,096 tree headers, 128 KiB) are allocated once, with
-// the set; insert and erase touch one bin's tree and at most two bitmap
+// The small pool's bins are 512 B wide up to 2 MiB: every block size is a
+// multiple of 512, so a bin is one exact size and best fit is its tree's
+// cached leftmost node, in constant time. The large pool's are 64 KiB wide
+// up to 256 MiB: a bin holds up to 128 sizes, and only the request's own bin
+// needs a search, in a tree of that bin's few blocks. One tree for the whole
+// large pool cost about 13 levels of pointer chasing per lookup with a few
+// hundred blocks cached (issue 19's mixed workload: docs/PERFORMANCE.md,
+// session 17).
+//
+// Cost: the bins (4,096 tree headers, 128 KiB per set) are allocated once,
+// with the set; insert and erase touch one bin's tree and at most two bitmap
 // words. No heap allocation per call.
 #pragma once
 
@@ -32,14 +37,13 @@ template <class Tree>
 class BinnedFreeSet {
  public:
   using value_type = typename Tree::value_type;
-  static constexpr std::size_t kBinWidth = 512;
   static constexpr std::size_t kBins = 4096;
-  static constexpr std::size_t kMaxBinned = kBins * kBinWidth;  // 2 MiB: the small segment
-  struct Binned {};
-  static constexpr Binned kBinned{};
 
-  BinnedFreeSet() = default;  // unbinned: every block in the tree
-  explicit BinnedFreeSet(Binned) : bins_(std::make_unique<Tree[]>(kBins)) {}
+  // bin_width: a power of two; blocks up to kBins * bin_width are binned.
+  explicit BinnedFreeSet(std::size_t bin_width)
+      : bins_(std::make_unique<Tree[]>(kBins)),
+        bin_shift_(static_cast<unsigned>(std::countr_zero(bin_width))),
+        max_binned_(kBins * bin_width) {}
   BinnedFreeSet(const BinnedFreeSet&) = delete;
   BinnedFreeSet& operator=(const BinnedFreeSet&) = delete;
 
@@ -139,9 +143,9 @@ class BinnedFreeSet {
     if (!in_bins(size)) return {this, kBins, tree().lower_bound(size, key)};
     std::size_t bin = next_bin(bin_of(size));
     auto it = bin_tree(bin).begin();
-    // Every block size is a multiple of kBinWidth, so a bin at or above the
-    // request's holds only blocks that fit; the fallback keeps the order
-    // exact for any other size.
+    // A bin above the request's holds only blocks that fit. The request's own
+    // bin may begin with smaller blocks: never in the small pool (a bin is one
+    // size there), often in the large one.
     if (bin < kBins && it->size < size) [[unlikely]] {
       it = bins_[bin].lower_bound(size, key);
       if (it == bins_[bin].end()) {
@@ -158,8 +162,7 @@ class BinnedFreeSet {
   }
 
   void clear() noexcept {
-    if (bins_)
-      for (std::size_t bin = 0; bin < kBins; ++bin) bins_[bin].clear();
+    for (std::size_t bin = 0; bin < kBins; ++bin) bins_[bin].clear();
     for (std::uint64_t& word : words_) word = 0;
     summary_ = 0;
     tree_.clear();
@@ -167,8 +170,8 @@ class BinnedFreeSet {
   }
 
  private:
-  // Most bins hold one block or none (a bin is one size), and a block freed
-  // last often has the highest address: both skip the tree's search and
+  // Most bins hold one block or none, and a block freed last often orders
+  // last in its bin: both skip the tree's search and
   // rebalancing. push_back needs the block to order last; clear() of a
   // normal_link tree only resets its header.
   // (The header's left and right are the tree's first and last nodes, the
@@ -195,8 +198,8 @@ class BinnedFreeSet {
     return false;
   }
 
-  bool in_bins(std::size_t size) const noexcept { return bins_ && size <= kMaxBinned; }
-  static std::size_t bin_of(std::size_t size) noexcept { return size == 0 ? 0 : (size - 1) / kBinWidth; }
+  bool in_bins(std::size_t size) const noexcept { return size <= max_binned_; }
+  std::size_t bin_of(std::size_t size) const noexcept { return size == 0 ? 0 : (size - 1) >> bin_shift_; }
   Tree& tree() const noexcept { return const_cast<Tree&>(tree_); }
   Tree& bin_tree(std::size_t bin) const noexcept { return bin < kBins ? bins_[bin] : tree(); }
 
@@ -223,10 +226,12 @@ class BinnedFreeSet {
     return (word << 6) + 63 - static_cast<std::size_t>(std::countl_zero(words_[word]));
   }
 
-  std::unique_ptr<Tree[]> bins_;  // kBins trees, or none for an unbinned set
+  std::unique_ptr<Tree[]> bins_;  // kBins trees
+  unsigned bin_shift_;            // log2 of the bin width
+  std::size_t max_binned_;        // kBins bin widths
   std::uint64_t words_[kBins / 64] = {};  // bit b: bin b holds a block
   std::uint64_t summary_ = 0;             // bit w: words_[w] != 0
-  Tree tree_;                             // blocks above kMaxBinned (all of them when unbinned)
+  Tree tree_;                             // blocks above max_binned_
   std::size_t size_ = 0;
 };
 

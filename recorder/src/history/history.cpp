@@ -370,9 +370,9 @@ std::uint32_t HistoryRecorder::State::string_id(std::string_view text) {
 
 // What nvidia-smi would show at this OOM. Runs under the pool lock of the
 // failed allocation, which an OOM holds anyway; NVML takes 0.1-1 ms.
-void HistoryRecorder::State::record_oom_usage(std::uint32_t thread, std::uint64_t ticks) noexcept {
+void HistoryRecorder::State::record_oom_usage(std::uint32_t thread, std::uint64_t at_ticks) noexcept {
   try {
-    OomUsage reading{thread, ticks, allocator.device().usage()};
+    OomUsage reading{thread, at_ticks, allocator.device().usage()};
     std::lock_guard lock(usage_mutex);
     if (oom_usage.size() >= kMaxOomUsage) oom_usage.erase(oom_usage.begin());
     oom_usage.push_back(std::move(reading));

@@ -165,7 +165,7 @@ struct HistoryRecorder::State {
   // Annotation names; ids are those of the snapshot's string table.
   std::uint32_t string_id(std::string_view text);
   void request_oom_dump() noexcept;
-  void record_oom_usage(std::uint32_t thread, std::uint64_t ticks) noexcept;
+  void record_oom_usage(std::uint32_t thread, std::uint64_t at_ticks) noexcept;
 
   CachingAllocator& allocator;
   const std::uint64_t id;  // process-unique, keys the per-thread slot cache

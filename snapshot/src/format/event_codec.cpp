@@ -272,9 +272,9 @@ class RecentList {
     // Four at a time, one branch per four: about half the instructions.
     std::size_t i = 0;
     for (; i + 4 <= count_; i += 4) {
-      if ((values_[i] == value) | (values_[i + 1] == value) | (values_[i + 2] == value) | (values_[i + 3] == value)) {
-        break;
-      }
+      const unsigned hits = static_cast<unsigned>(values_[i] == value) | static_cast<unsigned>(values_[i + 1] == value) |
+                            static_cast<unsigned>(values_[i + 2] == value) | static_cast<unsigned>(values_[i + 3] == value);
+      if (hits != 0) break;
     }
     for (; i < count_; ++i) {
       if (values_[i] == value) return i;

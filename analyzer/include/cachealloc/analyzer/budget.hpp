@@ -8,8 +8,19 @@
 //                    1 - largest free block / cached free bytes (0..1)
 //   leaked           bytes still allocated at the end of the trace
 // Each exceeded budget gives one line naming the figure, its value, the
-// budget and the excess. A trace that lost events (ring overflow) gives
-// lower bounds for the peaks: a line that passes is then marked so.
+// budget and the excess.
+//
+// A trace that does not cover the whole run (ring overflow, history switched
+// on mid-run, block sizes inferred) gives lower bounds for the peaks. Where
+// the file carries the allocator's own peaks (our recorder's snapshots store
+// memory_stats() at the dump, "reserved_bytes.all.peak" and
+// "allocated_bytes.all.peak"), the peak checked is the larger of the trace's
+// and the recorded one, which is exact: the run's peak since its last
+// reset_peak_memory_stats(). That also holds for a trace that began from an
+// empty allocator after a higher peak. Otherwise a budget the lower bound meets cannot
+// be confirmed: it gives one line in `unconfirmed`, not a pass. The
+// fragmentation at the reserved peak is unconfirmed when that peak lies
+// before the trace. The bytes leaked at the end are always exact.
 //
 // Thread safety: reentrant.
 #pragma once
@@ -37,12 +48,18 @@ struct BudgetFigures {
   double fragmentation = 0;
   std::uint64_t leaked = 0;
   bool lower_bounds = false;  // the trace does not cover the whole run
+  // The peaks are the allocator's recorded ones (exact): the trace began
+  // after them, or does not cover the whole run.
+  bool peaks_from_stats = false;
 };
 
 struct BudgetResult {
   BudgetFigures figures;
   std::vector<std::string> exceeded;  // one line per budget exceeded, in the order above
+  // One line per budget met only by a lower bound, in the same order.
+  std::vector<std::string> unconfirmed;
   bool ok() const noexcept { return exceeded.empty(); }
+  bool confirmed() const noexcept { return exceeded.empty() && unconfirmed.empty(); }
 };
 
 // Throws SnapshotError for an unreadable file (as analyze()).
