@@ -56,6 +56,45 @@ TEST_CASE("with stacks='all', every site is a frame of the user's program where 
   CHECK(user_sites > 10);
 }
 
+TEST_CASE("on the autograd thread, a site is the backward node, a workspace or the op, never the tensor factory") {
+  // Given PyTorch's stacks='all' of a CNN's training steps on the H200: the
+  // backward pass runs on the autograd engine's thread, whose stacks have no
+  // frame of the user's. Every such allocation's stack passes through
+  // at::detail::empty_generic, the first frame past the allocator's.
+  const snapshot::Snapshot snap =
+      analyzer::load(std::filesystem::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "pytorch" / "cnn_train_stacks_all.pickle");
+  analyzer::SiteNamer names(snap, analyzer::SiteFilter{});
+  std::set<std::string> nodes;
+  bool workspace = false;
+  std::size_t without_user = 0;
+  std::set<std::uint32_t> allocating;
+  for (const snapshot::Event& event : snap.events)
+    if (event.kind == snapshot::EventKind::alloc) allocating.insert(event.stack.value);
+  for (const std::uint32_t s : allocating) {
+    if (s == 0 || s >= snap.stacks.size()) continue;
+    bool user = false;
+    for (const snapshot::FrameId frame : snap.stacks[s].frames)
+      user |= analyzer::frame_text(snap, frame).find("dev_workloads.py") != std::string::npos;
+    if (user || snap.stacks[s].frames.empty()) continue;
+    ++without_user;
+    // When each is named, then it is never the factory, and it is a node
+    // (grad_fn's name), a library's workspace, or the ATen op called.
+    const std::string site = names.site(snapshot::StackId{s});
+    CAPTURE(site);
+    CHECK(site.find("empty_generic") == std::string::npos);
+    const bool node = site.starts_with("torch::autograd::generated::") && site.find("Backward0::apply(") != std::string::npos;
+    if (node) nodes.insert(site.substr(0, site.find("::apply(")));
+    workspace |= site.starts_with("at::cuda::setWorkspaceForHandle");
+    CHECK((node || site.starts_with("at::cuda::setWorkspaceForHandle") || site.starts_with("at::_ops::")));
+  }
+  REQUIRE(without_user > 5);
+  CHECK(workspace);
+  // And the CNN's layers show up by their backward nodes.
+  CHECK(nodes.count("torch::autograd::generated::ConvolutionBackward0") == 1);
+  CHECK(nodes.count("torch::autograd::generated::AddmmBackward0") == 1);
+  CHECK(nodes.count("torch::autograd::generated::ReluBackward0") == 1);
+}
+
 TEST_CASE("top's sites on stacks='all' are user frames, and no site prints torch::unwind") {
   // given the top report of the same run
   const snapshot::Snapshot snap = analyzer::load(kCorpus / "stacks_all.pickle");

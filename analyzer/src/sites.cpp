@@ -80,6 +80,32 @@ bool is_framework_frame(const snapshot::Snapshot& snapshot, const snapshot::Fram
          function.find("gather_with_cpp") != std::string_view::npos;
 }
 
+// An autograd node's apply: torch::autograd::generated::AddmmBackward0::apply,
+// torch::autograd::AccumulateGrad::apply, torch::autograd::CppNode<F>::apply.
+bool is_autograd_node(const snapshot::Snapshot& snapshot, const snapshot::Frame& frame) {
+  const std::string_view function = qualified_name(text_of(snapshot, frame.function));
+  constexpr std::string_view kAutograd = "torch::autograd::";
+  if (!function.starts_with(kAutograd)) return false;
+  const std::string_view name = function.substr(0, function.find('('));
+  if (!name.ends_with("::apply")) return false;
+  // The engine's and the Python bindings' own apply are not nodes.
+  return name.find("Engine") == std::string_view::npos && name.find("python::") == std::string_view::npos &&
+         name != "torch::autograd::Node::apply";
+}
+
+// A CUDA library's workspace: at::cuda::setWorkspaceForHandle,
+// at::cuda::getCUDABlasLtWorkspace.
+bool is_workspace(const snapshot::Snapshot& snapshot, const snapshot::Frame& frame) {
+  const std::string_view function = qualified_name(text_of(snapshot, frame.function));
+  return function.starts_with("at::cuda::") && function.substr(0, function.find('(')).find("Workspace") != std::string_view::npos;
+}
+
+// The entry of an ATen op: at::_ops::sum_dim_IntList::call.
+bool is_aten_op_call(const snapshot::Snapshot& snapshot, const snapshot::Frame& frame) {
+  const std::string_view function = qualified_name(text_of(snapshot, frame.function));
+  return function.starts_with("at::_ops::") && function.substr(0, function.find('(')).ends_with("::call");
+}
+
 }  // namespace
 
 struct SiteNamer::State {
@@ -142,6 +168,23 @@ std::size_t site_index(const snapshot::Snapshot& snapshot, const snapshot::Stack
     if (first_user == stack.frames.size()) first_user = i;
   }
   if (first_user != stack.frames.size()) return first_user;
+  // No frame of the user's: most often the autograd engine's thread in a
+  // backward pass. A library workspace (cuBLAS's, held as long as its handle)
+  // names itself; else the node the engine ran (AddmmBackward0, as grad_fn
+  // names it) says which forward op the memory is for. The first frame past
+  // the allocator's would be at::detail::empty_generic for nearly all.
+  // Past those, the outermost ATen op the thread called (the engine's own
+  // sum_to of a gradient, say): the op asked for, not the empty() inside it.
+  for (auto* named : {&is_workspace, &is_autograd_node}) {
+    for (std::size_t i = 0; i < stack.frames.size(); ++i) {
+      const snapshot::FrameId id = stack.frames[i];
+      if (id.value < snapshot.frames.size() && (*named)(snapshot, snapshot.frames[id.value])) return i;
+    }
+  }
+  for (std::size_t i = stack.frames.size(); i-- > 0;) {
+    const snapshot::FrameId id = stack.frames[i];
+    if (id.value < snapshot.frames.size() && is_aten_op_call(snapshot, snapshot.frames[id.value])) return i;
+  }
   for (std::size_t i = 0; i < stack.frames.size(); ++i) {
     const snapshot::FrameId id = stack.frames[i];
     if (id.value < snapshot.frames.size() && !is_allocator_frame(snapshot, snapshot.frames[id.value])) return i;

@@ -4,12 +4,13 @@
 // Each pool has its own (a free finds the pool through SegmentIndex), so a
 // thread on one stream never touches another stream's table.
 //
-// At most a quarter of the slots are used: 64 bytes per live block. At up to
-// three quarters, a take (the probe, then the backward shift, which walks to
-// the end of the cluster) cost 81 instructions and 2.6 mispredicted branches
-// in issue 19's mixed workload (callgrind's branch simulation), and the
-// workload's step 150 ns on the dev VM; at a quarter, 43 instructions, 1.3
-// mispredictions and 133 ns (docs/PERFORMANCE.md, session 16).
+// At most an eighth of the slots are used: 128 bytes per live block. At up
+// to three quarters, a take (the probe, then the backward shift, which walks
+// to the end of the cluster) cost 81 instructions and 2.6 mispredicted
+// branches in issue 19's mixed workload (callgrind's branch simulation), and
+// the workload's step 150 ns on the dev VM; at a quarter, 43 instructions,
+// 1.3 mispredictions and 133 ns (session 16); at an eighth, 128 to 118 ns
+// (session 17, with the binned large pool; docs/PERFORMANCE.md).
 #pragma once
 
 #include <cstddef>
@@ -65,7 +66,7 @@ class PointerMap {
 
  private:
   static constexpr std::size_t kInitialSlots = 16;
-  static constexpr std::size_t kSlotsPerEntry = 4;
+  static constexpr std::size_t kSlotsPerEntry = 8;
 
   struct Slot {
     std::uintptr_t key = 0;
