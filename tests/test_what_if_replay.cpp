@@ -465,3 +465,28 @@ TEST_CASE("given default requests only, each reservation made because nothing fi
   for (std::size_t i = 0; i < held.size(); ++i)
     if (i != 1) allocator.deallocate(held[i]);
 }
+
+TEST_CASE("a PyTorch snapshot holds no device total: the replay says so, and a capacity above an H200's is taken") {
+  // Given PyTorch's snapshot of a training run, which records no device total.
+  analyzer::FileEvents source(kPytorch / "corpus" / "varlen_transformer.pickle");
+  REQUIRE(std::all_of(source.head().devices.begin(), source.head().devices.end(),
+                      [](const snapshot::DeviceInfo& d) { return d.total_bytes == 0; }));
+  // When it is replayed, then the device total is unknown, not an H200's
+  // presented as the run's, and a note names the size simulated.
+  const analyzer::ReplayResult plain = analyzer::replay_allocator(source);
+  CHECK_FALSE(plain.device_total_known);
+  CHECK(std::any_of(plain.notes.begin(), plain.notes.end(),
+                    [](const std::string& n) { return n.find("holds no device total") != std::string::npos; }));
+  std::ostringstream json;
+  analyzer::render(analyzer::replay_report(plain), analyzer::Format::json, json);
+  const auto parsed = analyzer::testing::parse_json(json.str());
+  CHECK(std::holds_alternative<std::nullptr_t>(parsed["device_total"].value));
+  CHECK(parsed["simulated_device_total"].number() == static_cast<double>(plain.device_total));
+  // And a capacity of a GPU larger than an H200 (192 GiB) is taken as given.
+  analyzer::AllocatorReplayOptions options;
+  options.capacity = 192ull << 30;
+  analyzer::FileEvents again(kPytorch / "corpus" / "varlen_transformer.pickle");
+  const analyzer::ReplayResult big = analyzer::replay_allocator(again, options);
+  CHECK(big.device_total == (192ull << 30));
+  CHECK(big.cap == (192ull << 30));
+}

@@ -635,8 +635,20 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
   result.replayed_config = to_string(config);
 
   SimulatedDeviceOptions device_options = simulated_h200_options();
-  for (const auto& info : head.devices)
-    if (info.index == device && info.total_bytes != 0) device_options.capacity = info.total_bytes;
+  for (const auto& info : head.devices) {
+    if (info.index == device && info.total_bytes != 0) {
+      device_options.capacity = info.total_bytes;
+      result.device_total_known = true;
+    }
+  }
+  if (!result.device_total_known) {
+    // PyTorch's snapshots hold no device total. The simulated device is an
+    // H200's size, or the capacity asked for when that is larger (a B200).
+    if (options.capacity && *options.capacity > device_options.capacity) device_options.capacity = *options.capacity;
+    result.notes.push_back("the snapshot holds no device total (PyTorch's snapshots record none): the simulated device "
+                           "has " + std::to_string(device_options.capacity) +
+                           " bytes, an H200's; a run on a smaller GPU runs out sooner: give its size with --capacity");
+  }
   result.device_total = device_options.capacity;
   if (options.fraction && options.capacity) throw InvalidArgument("--fraction and --capacity exclude each other");
   double fraction = 0;

@@ -28,7 +28,8 @@ Document replay_report(const ReplayResult& r) {
   run.add("events", "events", r.events, Unit::count);
   run.add("recorded_config", "recorded settings", r.recorded_config.empty() ? std::string("(defaults)") : r.recorded_config);
   run.add("replayed_config", "replayed settings", r.replayed_config.empty() ? std::string("(defaults)") : r.replayed_config);
-  run.add("device_total", "device total", r.device_total, Unit::bytes);
+  run.add("device_total", "device total (recorded)", r.device_total_known ? Value(r.device_total) : Value(), Unit::bytes);
+  run.add("simulated_device_total", "simulated device total", r.device_total, Unit::bytes);
   run.add("cap", "replay's cap", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes);
   run.add("recorded_cap", "recorded cap", r.recorded_cap ? Value(r.recorded_cap) : Value(std::monostate{}), Unit::bytes);
   run.add("starts_mid_run", "starts mid-run", r.starts_mid_run);

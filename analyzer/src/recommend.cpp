@@ -104,7 +104,9 @@ Document sweep_report(const SweepResult& r) {
   run.add("events", "events", r.events, Unit::count);
   run.add("recorded_config", "recorded settings", r.recorded_config.empty() ? std::string("(defaults)") : r.recorded_config);
   run.add("cap", "cap", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes);
-  run.add("device_total", "device total", r.device_total, Unit::bytes);
+  run.add("device_total", "device total (recorded)", r.baseline.device_total_known ? Value(r.device_total) : Value(),
+          Unit::bytes);
+  run.add("simulated_device_total", "simulated device total", r.device_total, Unit::bytes);
   run.add("points", "settings tried", static_cast<std::uint64_t>(r.ranked.size()), Unit::count);
   const bool scaled = !r.ranked.empty() && r.ranked.front().largest_scale;
   run.add("ranked_by", "ranked by",

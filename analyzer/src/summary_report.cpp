@@ -56,13 +56,17 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
       usage = &u;
   }
 
+  // PyTorch's ring does not count what it drops: a PyTorch trace that begins
+  // mid-run lost an unknown number of events (or its history began late).
+  const bool lost_uncounted = a.dropped_events == 0 && a.starts_mid_run && snapshot.header.source != "cachealloc";
+  const Value dropped = lost_uncounted ? Value{} : Value{a.dropped_events};
   FieldGroup& overview = doc.group("", "device " + std::to_string(a.device) + " " + moment);
   overview.add("at_event", "state after event", at_event, Unit::event)
       .add("driver_total", "device total (torch.cuda.mem_get_info())", known(total), Unit::bytes)
       .add("reserved_at_end", "reserved", a.totals_at_end.reserved, Unit::bytes)
       .add("allocated_at_end", "allocated", a.totals_at_end.allocated, Unit::bytes)
       .add("segments_at_end", "segments", static_cast<std::uint64_t>(a.segments_at_end), Unit::count)
-      .add("dropped_events", "events lost to ring overflow", a.dropped_events, Unit::count);
+      .add("dropped_events", "events lost to ring overflow", dropped, Unit::count);
 
   // The chain of views, one name per quantity (docs/GLOSSARY.md):
   //   allocated + pending frees + cached free = reserved        (the allocator)

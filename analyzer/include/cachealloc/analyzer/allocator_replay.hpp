@@ -118,7 +118,8 @@ struct ReplayResult {
   std::string recorded_config;  // canonical CACHEALLOC_CONF text of the recorded settings
   std::string replayed_config;
   bool settings_known = true;   // false: the file has no settings, defaults assumed
-  std::uint64_t device_total = 0;
+  std::uint64_t device_total = 0;  // the simulated device's
+  bool device_total_known = false;  // the file gave it (else an H200's, or --capacity when larger)
   std::uint64_t cap = 0;        // the replay's cap in bytes, 0 = none
   std::uint64_t recorded_cap = 0;
   bool starts_mid_run = false;
