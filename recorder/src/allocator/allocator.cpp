@@ -185,10 +185,8 @@ void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t s
   {
     PendingStats& pending = shard.unpublished;
     for (std::size_t t : {std::size_t{stat_all}, type}) {
-      if (inactive_split_count > 0) pending.inactive_split[t].increase(inactive_split_count);
-      if (inactive_split_count < 0) pending.inactive_split[t].decrease(-inactive_split_count);
-      if (inactive_split_bytes > 0) pending.inactive_split_bytes[t].increase(inactive_split_bytes);
-      if (inactive_split_bytes < 0) pending.inactive_split_bytes[t].decrease(-inactive_split_bytes);
+      pending.inactive_split[t].change(inactive_split_count);
+      pending.inactive_split_bytes[t].change(inactive_split_bytes);
       pending.allocation[t].increase(1);
       pending.allocated_bytes[t].increase(static_cast<std::int64_t>(block->size));
       pending.active[t].increase(1);
@@ -398,10 +396,8 @@ void CachingAllocator::Impl::free_block(Block* block, bool also_release_allocati
       pending.allocation[t].decrease(1);
       pending.allocated_bytes[t].decrease(static_cast<std::int64_t>(original_size));
     }
-    if (split_count_change > 0) pending.inactive_split[t].increase(split_count_change);
-    if (split_count_change < 0) pending.inactive_split[t].decrease(-split_count_change);
-    if (split_bytes_change > 0) pending.inactive_split_bytes[t].increase(split_bytes_change);
-    if (split_bytes_change < 0) pending.inactive_split_bytes[t].decrease(-split_bytes_change);
+    pending.inactive_split[t].change(split_count_change);
+    pending.inactive_split_bytes[t].change(split_bytes_change);
     pending.active[t].decrease(1);
     pending.active_bytes[t].decrease(static_cast<std::int64_t>(original_size));
     pending.requested_bytes[t].decrease(static_cast<std::int64_t>(requested));

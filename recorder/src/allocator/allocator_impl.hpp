@@ -137,13 +137,21 @@ using UnmappedSet = boost::intrusive::multiset<
 // decrease is one subtraction.
 struct StatDelta {
   std::int64_t net = 0, high = 0, up = 0;
+  // Branch-free: the peak and the sign of a change follow the request
+  // sizes, which no predictor learns (issue 19's mixed workload).
   void increase(std::int64_t amount) noexcept {
     net += amount;
     up += amount;
-    if (net > high) high = net;
+    high = net > high ? net : high;
   }
   void decrease(std::int64_t amount) noexcept {
     net -= amount;
+  }
+  // Either sign.
+  void change(std::int64_t amount) noexcept {
+    net += amount;
+    up += amount > 0 ? amount : 0;
+    high = net > high ? net : high;
   }
   void fold_into(Stat& stat) noexcept {
     // An untouched stat leaves its cache line of the shared figures alone
