@@ -227,9 +227,9 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
     }
     out.anomalies = replay.anomalies();
     std::vector<Segment> replayed = replay.layout();
-    out.segments_at_end = replayed.size();
     out.expandable_segments_at_end = static_cast<std::size_t>(
         std::count_if(replayed.begin(), replayed.end(), [](const Segment& segment) { return segment.expandable; }));
+    out.segments_at_end = replayed.size() - out.expandable_segments_at_end;
     if (out.window.end == n) {
       out.layout_check.checked = true;
       out.layout_check.first_differences =

@@ -66,7 +66,7 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
       .add("reserved_at_end", "reserved", a.totals_at_end.reserved, Unit::bytes)
       .add("allocated_at_end", "allocated", a.totals_at_end.allocated, Unit::bytes)
       .add("segments_at_end", "segments", static_cast<std::uint64_t>(a.segments_at_end), Unit::count)
-      .add("expandable_segments_at_end", "  of which expandable",
+      .add("expandable_segments_at_end", "expandable segments",
            static_cast<std::uint64_t>(a.expandable_segments_at_end), Unit::count)
       .add("dropped_events", "events lost to ring overflow", dropped, Unit::count);
 
@@ -142,8 +142,8 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
       .json_only_if(true);
   const std::string event_here = "event #" + std::to_string(a.window.end == 0 ? 0 : a.window.end - 1);
   if (a.expandable_segments_at_end != 0)
-    doc.notes.push_back("expandable segments: memory_stats()' segment counts leave them out, and PyTorch's snapshot "
-                        "lists each once per mapped piece; here each is one reserved address range.");
+    doc.notes.push_back("expandable segments are counted apart: memory_stats()' segment counts leave them out, and "
+                        "PyTorch's snapshot lists each once per mapped piece; here each is one reserved address range.");
   if (!total && !nvml) {
     doc.notes.push_back(
         "device figures: unknown, the snapshot holds none (PyTorch's snapshots record neither the driver's nor "

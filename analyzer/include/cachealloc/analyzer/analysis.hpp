@@ -161,10 +161,10 @@ struct Analysis {
   CacheFigures cache_at_end;
   // At the peak of reserved bytes, after the call that reached it; largest_free included.
   CacheFigures cache_at_peak_reserved;
+  // Segments from cudaMalloc, as PyTorch's segment.all.current counts them.
   std::size_t segments_at_end = 0;
-  // Of those, expandable segments: one reserved address range each, which
-  // PyTorch's snapshot lists once per mapped piece and its segment stat
-  // (segment.all.current, Totals::segments) leaves out.
+  // Expandable segments: one reserved address range each, which PyTorch's
+  // snapshot lists once per mapped piece and its segment stat leaves out.
   std::size_t expandable_segments_at_end = 0;
   Peak peak_allocated, peak_reserved, peak_active, peak_requested, peak_inactive_split;
   std::uint64_t peak_segments = 0;  // Totals::segments
