@@ -6,6 +6,7 @@
 
 #include "cachealloc/analyzer/detail/flat_hash.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/policy.hpp"
 #include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/ring_start.hpp"
 #include "replay_hot.hpp"
@@ -351,7 +352,8 @@ std::uint64_t Replay::releasable_of(const SegmentNode& segment) const {
   if (segment.active_blocks == 0) return segment.inactive;
   if (!segment.expandable) return 0;
   if (segment.free_chunks_stale) {
-    const std::uint64_t chunk = segment.large_pool ? std::uint64_t{20} << 20 : std::uint64_t{2} << 20;
+    // The mapping granularity of PyTorch's expandable segments.
+    const std::uint64_t chunk = segment.large_pool ? kLargeBuffer : kSmallBuffer;
     std::uint64_t total = 0;
     for (std::uint32_t id = segment.first_block; id != kNone; id = blocks_[id].next) {
       const BlockNode& b = blocks_[id];

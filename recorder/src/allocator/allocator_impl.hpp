@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cachealloc/allocator.hpp"
+#include "cachealloc/policy.hpp"
 #include "free_set.hpp"
 #include "pointer_map.hpp"
 #include "segment_index.hpp"
@@ -33,13 +34,6 @@
 
 namespace cachealloc {
 
-// PyTorch's constants (c10/cuda/CUDACachingAllocator.cpp).
-inline constexpr std::size_t kMinBlockSize = 512;          // every size is a multiple of this
-inline constexpr std::size_t kSmallSize = 1u << 20;        // largest "small" request
-inline constexpr std::size_t kSmallBuffer = 2u << 20;      // small-pool segment size
-inline constexpr std::size_t kLargeBuffer = 20u << 20;     // segment for 1-10 MiB requests
-inline constexpr std::size_t kMinLargeAlloc = 10u << 20;   // from here segments fit the request
-inline constexpr std::size_t kRoundLarge = 2u << 20;       // large segments round to this
 // The large pool's free-set bins: 4,096 of them cover blocks up to 256 MiB.
 inline constexpr std::size_t kLargeBinWidth = 64u << 10;
 // Larger requests than this are refused as impossible rather than tried.
