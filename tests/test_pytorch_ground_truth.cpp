@@ -304,3 +304,26 @@ TEST_CASE("summary's segments are PyTorch's segment count, with expandable segme
     CHECK((expandable > 0) == (std::string(name) == "varlen_expandable_maxsplit"));
   }
 }
+
+TEST_CASE("PyTorch's OOM under a memory fraction the pickle does not record is blamed on a cap, with bounds that hold") {
+  // Given PyTorch's run capped at 2 GiB (make_corpus.py: set_per_process_memory_fraction)
+  // whose 3 GiB request ran out of memory with 1 GiB reserved and 138 GiB free
+  // on the device; PyTorch had already released its cache before raising.
+  constexpr double kTrueCap = 2.0 * (1ull << 30);
+  const snapshot::Snapshot snap = analyzer::load(kCorpus / "oom_retry.pickle");
+  std::ostringstream json;
+  analyzer::render(analyzer::oom_report(snap, analyzer::ReportOptions{}), analyzer::Format::json, json);
+  const Json parsed = analyzer::testing::parse_json(json.str());
+  REQUIRE(parsed["ooms"].array().size() == 1);
+  const Json& oom = parsed["ooms"].array()[0];
+  // When the OOM report is built, then it is not fragmentation nor real
+  // demand but a cap, empty_cache's help is unknown, and the cap's bounds
+  // hold PyTorch's 2 GiB.
+  CHECK(std::get<std::string>(oom["verdict"].value) == "a cap not in the file");
+  CHECK(std::holds_alternative<std::nullptr_t>(oom["empty_cache_helps"].value));
+  CHECK(oom["reserved"].number() <= kTrueCap);
+  CHECK(oom["reserved"].number() + oom["requested"].number() > kTrueCap);
+  std::ostringstream table;
+  analyzer::render(analyzer::oom_report(snap, analyzer::ReportOptions{}), analyzer::Format::table, table);
+  CHECK(table.str().find("empty_cache() first would have let it succeed") == std::string::npos);
+}

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "cachealloc/analyzer/reports.hpp"
+#include "cachealloc/policy.hpp"
 #include "report_helpers.hpp"
 
 namespace cachealloc::analyzer {
@@ -11,6 +12,11 @@ using snapshot::Snapshot;
 using snapshot::StackId;
 
 namespace {
+
+// Free device memory that a reservation can fail with anyway: the driver
+// refused one with 3.125 MiB to spare on the H200 (docs/VERIFICATION.md,
+// session 12). Far more than that free means cudaMalloc did not fail.
+constexpr std::uint64_t kDriverMargin = std::uint64_t{64} << 20;
 
 constexpr std::size_t kDefaultSiteLimit = 20;
 
@@ -255,8 +261,16 @@ Document oom_report(EventSource& source, const ReportOptions& options) {
     const std::uint64_t limit_device = oom.totals.reserved + oom.device_free;
     const std::uint64_t limit = oom.cap != 0 ? std::min(oom.cap, limit_device) : limit_device;
     const std::uint64_t demand = oom.totals.allocated + oom.requested;
-    // Freeing the cache helps when the request then fits on the device and under the cap.
-    const bool helps = oom.device_free + oom.cache.releasable >= oom.requested &&
+    // With no cap in the file, the device had room for the request's segment
+    // (with a margin for the driver's own), so cudaMalloc was not what
+    // failed: the run had a cap the file does not record (PyTorch's pickles
+    // store no set_per_process_memory_fraction).
+    const std::uint64_t segment = (oom.requested + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+    const bool unrecorded_cap = oom.cap == 0 && oom.device_free >= segment + kDriverMargin;
+    // Freeing the cache helps when there is cache to free, and the request
+    // then fits on the device and under the cap; unknown under a cap the
+    // file does not give.
+    const bool helps = oom.cache.releasable > 0 && oom.device_free + oom.cache.releasable >= oom.requested &&
                        (oom.cap == 0 || oom.totals.reserved - oom.cache.releasable + oom.requested <= oom.cap);
     std::string verdict;
     std::string why;
@@ -268,6 +282,13 @@ Document oom_report(EventSource& source, const ReportOptions& options) {
       verdict = "the cap";
       why = "the device had room, but live allocations + the request (" + format_bytes(demand) +
             ") exceed the allocator cap (" + format_bytes(oom.cap) + ")";
+    } else if (unrecorded_cap) {
+      verdict = "a cap not in the file";
+      why = "the device had " + format_bytes(oom.device_free) + " free, room for the request (" +
+            format_bytes(oom.requested) + "), so the allocator stopped at a cap the file does not record "
+            "(torch.cuda.set_per_process_memory_fraction): above reserved (" + format_bytes(oom.totals.reserved) +
+            ") and below reserved + the request (" + format_bytes(oom.totals.reserved + segment) +
+            "); replay and recommend take it with --capacity";
     } else {
       verdict = "fragmentation";
       why = "enough memory in total (" + format_bytes(limit) + " >= " + format_bytes(demand) +
@@ -278,7 +299,7 @@ Document oom_report(EventSource& source, const ReportOptions& options) {
                           oom.cap == 0 ? Value{} : Value{oom.cap}, oom.device_free,
                           usage && usage->process_found ? Value{usage->process_used} : Value{},
                           usage ? Value{usage->other_processes_used} : Value{}, oom.cache.largest_free,
-                          oom.cache.releasable, helps, verdict});
+                          oom.cache.releasable, unrecorded_cap ? Value{} : Value{helps}, verdict});
     // Memory the allocator never saw, from nvidia-smi's figures: part of why the device was full.
     std::string beside;
     if (usage && usage->process_found && usage->process_used >= oom.totals.reserved) {
@@ -290,7 +311,7 @@ Document oom_report(EventSource& source, const ReportOptions& options) {
       beside += ", by nvidia-smi's figures";
     }
     explain.lines.push_back("#" + std::to_string(oom.event) + ": " + verdict + ": " + why + beside +
-                            (helps ? "; empty_cache() first would have let it succeed." : "."));
+                            (helps && !unrecorded_cap ? "; empty_cache() first would have let it succeed." : "."));
     for (std::size_t i = 0; i < oom.top_sites.size(); ++i) {
       const SiteBytes& s = oom.top_sites[i];
       holders.rows.push_back({static_cast<std::uint64_t>(oom.event), static_cast<std::uint64_t>(i + 1), s.bytes,
