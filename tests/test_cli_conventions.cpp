@@ -149,6 +149,15 @@ TEST_CASE("given FILE before SUBCOMMAND, as the usage line allows, the report is
   CHECK(after.out.starts_with("peak allocated: "));
   // and with no subcommand, the summary
   CHECK(run(kAnalyze, {kSample}).out == run(kAnalyze, {"summary", kSample}).out);
+  // and a flag before an option whose value names a subcommand ("--kind oom")
+  // is a flag: it takes no value, so "oom" is --kind's, not a second subcommand
+  const Run flag_first = run(kAnalyze, {"events", kSample, "--all-events", "--kind", "oom"});
+  CHECK(flag_first.code == 0);
+  CHECK(flag_first.out == run(kAnalyze, {"events", kSample, "--kind", "oom", "--all-events"}).out);
+  // and an unknown option after a flag is still named
+  const Run unknown = run(kAnalyze, {"summary", kSample, "-f", "--bogus"});
+  CHECK(unknown.code == 2);
+  CHECK(unknown.err.find("unknown option '--bogus'") != std::string::npos);
 }
 
 TEST_CASE("given --at or --to a time, the state is the one after every event at or before it") {

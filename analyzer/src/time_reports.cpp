@@ -227,6 +227,11 @@ Document events_report(EventSource& source, const ReportOptions& options) {
       return true;
     });
   };
+  doc.notes.push_back(
+      "size and aux by kind: alloc, free_requested, free_completed: the block's size, the bytes requested; split: "
+      "the part handed out, the remainder; merge: the merged size, the bytes absorbed; segment_alloc: the segment's "
+      "size, its flags (1 large pool, 2 expandable); oom: the bytes requested, the allocator's cap (0: none), and "
+      "address is the device's free bytes; annotation_begin and annotation_end: aux is the name.");
   if (options.stream_rows) {
     doc.streamed = StreamedTable{"events", "events", std::move(columns), list};
   } else {

@@ -114,7 +114,8 @@ void add_version_flags(CLI::App& app, const std::string& text) {
 std::vector<OptionName> option_names(const CLI::App& app) {
   std::vector<OptionName> names;
   for (const CLI::Option* option : app.get_options()) {
-    const bool takes_value = option->get_type_size_max() > 0;
+    // A flag has a type size too (CLI11 reads "--flag=false"), but expects no value after it.
+    const bool takes_value = option->get_type_size_max() > 0 && option->get_expected_max() > 0;
     for (const std::string& name : option->get_lnames()) names.push_back({"--" + name, takes_value});
     for (const std::string& name : option->get_snames()) names.push_back({"-" + name, takes_value});
   }
