@@ -4,15 +4,17 @@ include(CMakePackageConfigHelpers)
 
 # Consumers get C++20 from the targets themselves: our headers need it, and
 # g++ 12 defaults to C++17.
-foreach(library IN ITEMS cachealloc_snapshot cachealloc_recorder cachealloc_analyzer)
-  target_compile_features(${library} PUBLIC cxx_std_20)
+foreach(library IN ITEMS cachealloc_allocator_types cachealloc_snapshot cachealloc_allocator cachealloc_history
+                        cachealloc_recorder cachealloc_analyzer)
+  target_compile_features(${library} INTERFACE cxx_std_20)
 endforeach()
 
 set(CACHEALLOC_EXECUTABLES cachealloc-analyze cachealloc-conformance cachealloc-seed-example cachealloc-synthetic)
 
 # The libraries, exported for find_package(cachealloc). The warnings target
 # stays ours: every library takes it as $<BUILD_INTERFACE:...> only.
-install(TARGETS cachealloc_snapshot cachealloc_recorder cachealloc_analyzer
+install(TARGETS cachealloc_allocator_types cachealloc_snapshot cachealloc_allocator cachealloc_history
+                cachealloc_recorder cachealloc_analyzer
         EXPORT cachealloc-targets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -21,7 +23,8 @@ install(TARGETS cachealloc_snapshot cachealloc_recorder cachealloc_analyzer
 # libcachealloc.so (the C ABI, for ctypes and PyTorch's CUDAPluggableAllocator) and the tools.
 install(TARGETS cachealloc_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS ${CACHEALLOC_EXECUTABLES} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(DIRECTORY snapshot/include/ recorder/include/ analyzer/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY recorder/allocator/types/ recorder/allocator/include/ recorder/history/include/ snapshot/include/
+                  analyzer/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT cachealloc-targets NAMESPACE cachealloc:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/cachealloc)
 configure_package_config_file(cmake/cachealloc-config.cmake.in
   ${PROJECT_BINARY_DIR}/cachealloc-config.cmake

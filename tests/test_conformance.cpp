@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "cachealloc/conformance.hpp"
+#include "conformance/harness.hpp"
 
 namespace fs = std::filesystem;
 namespace conf = cachealloc::conformance;

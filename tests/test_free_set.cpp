@@ -1,4 +1,4 @@
-// The allocator's free sets (recorder/src/allocator/free_set.hpp): size bins
+// The allocator's free sets (recorder/allocator/src/caching/free_set.hpp): size bins
 // with a bitmap, plus a tree for blocks above the bins, checked against a
 // std::set in (size, address) order over random inserts, erases, best-fit
 // look-ups and walks in both directions. Both pools' bin widths are checked:
@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "../recorder/src/allocator/free_set.hpp"
+#include "../recorder/allocator/src/caching/free_set.hpp"
 
 namespace {
 

@@ -32,7 +32,7 @@
 #include "cachealloc/history.hpp"
 #include "cachealloc/snapshot/format.hpp"
 // Private to the recorder: the symbolizer seam.
-#include "../recorder/src/history/stack_symbols.hpp"
+#include "../recorder/history/src/stack_symbols.hpp"
 
 using namespace cachealloc;
 using test_support::MiB;

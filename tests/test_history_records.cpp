@@ -1,4 +1,4 @@
-// The recorder's in-memory event records (recorder/src/history/event_records.hpp):
+// The recorder's in-memory event records (recorder/history/src/event_records.hpp):
 // whatever the hot path folds, packs or splits across chunks, the dump gives
 // back exactly the events the allocator reported, in its order.
 #include <doctest/doctest.h>

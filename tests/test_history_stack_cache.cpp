@@ -1,5 +1,5 @@
 // The per-thread stack cache in front of the recorder's stack table
-// (recorder/src/history/stack_capture.hpp, StackCache): whatever it hits or
+// (recorder/history/src/stack_capture.hpp, StackCache): whatever it hits or
 // misses, every event's stack in the dump must be the stack its thread was
 // in. Ground truth is the thread's own frame-pointer walk at the call site,
 // taken by the test, not the recorder's output.

@@ -20,7 +20,7 @@
 #include "cachealloc/history.hpp"
 #include "cachealloc/snapshot/format.hpp"
 
-#include "../recorder/src/history/ring_hook.hpp"
+#include "../recorder/history/src/ring_hook.hpp"
 
 using namespace cachealloc;
 using snapshot::EventKind;

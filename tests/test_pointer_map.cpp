@@ -1,4 +1,4 @@
-// The allocator's live-pointer table (recorder/src/allocator/pointer_map.hpp):
+// The allocator's live-pointer table (recorder/allocator/src/caching/pointer_map.hpp):
 // open addressing with backward-shift deletion, checked against
 // std::unordered_map over random inserts, finds and takes.
 #include <doctest/doctest.h>
@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "../recorder/src/allocator/pointer_map.hpp"
+#include "../recorder/allocator/src/caching/pointer_map.hpp"
 
 namespace {
 struct Value {

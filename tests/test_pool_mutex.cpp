@@ -1,4 +1,4 @@
-// The pool lock (recorder/src/spinlock.hpp): mutual exclusion under
+// The pool lock (recorder/allocator/include/cachealloc/detail/spinlock.hpp): mutual exclusion under
 // contention, waiters that sleep rather than spin while a holder keeps the
 // lock (the slow path holds it across device calls), and waiters that all get
 // the lock once it is free.
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "../recorder/src/spinlock.hpp"
+#include "../recorder/allocator/include/cachealloc/detail/spinlock.hpp"
 
 using cachealloc::detail::FutexMutex;
 

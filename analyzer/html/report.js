@@ -1,5 +1,5 @@
 // The cachealloc HTML report's page script (inlined by cachealloc-analyze html).
-// Data comes from the analyzer (analyzer/src/html_report.cpp, which documents
+// Data comes from the analyzer (analyzer/src/render/html_report.cpp, which documents
 // the columns); the page only decodes, replays from the nearest keyframe, and
 // draws. uPlot draws the two charts; the segment map and the icicle are ours.
 (async function () {
@@ -93,7 +93,7 @@
     }
   }
 
-  // ---- the layout replay (analyzer/src/replay.cpp's rules, blocks only) ----
+  // ---- the layout replay (analyzer/src/core/replay.cpp's rules, blocks only) ----
   class Layout {
     constructor(frame) {
       this.blocks = new Map(); this.segs = [];

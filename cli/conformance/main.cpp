@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "../common/conventions.hpp"
-#include "cachealloc/conformance.hpp"
+#include "harness.hpp"
 #include "cachealloc/errors.hpp"
 
 namespace conf = cachealloc::conformance;

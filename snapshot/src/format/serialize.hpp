@@ -92,12 +92,37 @@ void serialize(Archive& ar, EventColumns& columns, std::uint32_t version) {
 }
 
 }  // namespace detail
+}  // namespace cachealloc::snapshot
 
+// The allocator's layout types (cachealloc/layout.hpp) live in
+// cachealloc::layout, where cereal finds their functions by argument lookup.
+namespace cachealloc::layout {
 template <class Archive>
 void serialize(Archive& ar, StackId& id, std::uint32_t version) {
-  detail::require_known_class_version<StackId>(version, "StackId");
+  snapshot::detail::require_known_class_version<StackId>(version, "StackId");
   ar(id.value);
 }
+
+// Enums travel as their underlying byte; validate() rejects unknown values.
+template <class Archive>
+void serialize(Archive& ar, Block& block, std::uint32_t version) {
+  snapshot::detail::require_known_class_version<Block>(version, "Block");
+  auto state = static_cast<std::uint8_t>(block.state);
+  ar(block.address, block.size, block.requested, state, block.stack);
+  block.state = static_cast<BlockState>(state);
+}
+
+template <class Archive>
+void serialize(Archive& ar, Segment& segment, std::uint32_t version) {
+  snapshot::detail::require_known_class_version<Segment>(version, "Segment");
+  ar(segment.device, segment.stream, segment.address, segment.total_size, segment.large_pool, segment.expandable,
+     segment.stack, segment.blocks);
+}
+
+}  // namespace cachealloc::layout
+
+namespace cachealloc::snapshot {
+
 template <class Archive>
 void serialize(Archive& ar, FrameId& id, std::uint32_t version) {
   detail::require_known_class_version<FrameId>(version, "FrameId");
@@ -134,22 +159,6 @@ void serialize(Archive& ar, DeviceUsage& usage, std::uint32_t version) {
   detail::require_known_class_version<DeviceUsage>(version, "DeviceUsage");
   ar(usage.event, usage.time_ns, usage.process_found, usage.process_used, usage.device_used, usage.device_reserved,
      usage.device_total, usage.other_processes, usage.other_processes_used);
-}
-
-// Enums travel as their underlying byte; validate() rejects unknown values.
-template <class Archive>
-void serialize(Archive& ar, Block& block, std::uint32_t version) {
-  detail::require_known_class_version<Block>(version, "Block");
-  auto state = static_cast<std::uint8_t>(block.state);
-  ar(block.address, block.size, block.requested, state, block.stack);
-  block.state = static_cast<BlockState>(state);
-}
-
-template <class Archive>
-void serialize(Archive& ar, Segment& segment, std::uint32_t version) {
-  detail::require_known_class_version<Segment>(version, "Segment");
-  ar(segment.device, segment.stream, segment.address, segment.total_size, segment.large_pool, segment.expandable,
-     segment.stack, segment.blocks);
 }
 
 template <class Archive>

@@ -717,7 +717,7 @@ class Mapper {
     if (facts.per_segment && options_.stats != nullptr) ++options_.stats->block_sizes_per_segment;
     if (facts.begins_mid_run) out_.settings["trace_may_begin_mid_run"] = "true";
     // How the block sizes were found, for the analyzer's bounds
-    // (analyzer/src/report_helpers.cpp reads these keys).
+    // (analyzer/src/reports/report_helpers.cpp reads these keys).
     out_.settings["block_sizes.inferred"] = std::to_string(facts.inferred);
     out_.settings["block_sizes.contradicted"] = std::to_string(facts.contradicted);
     out_.settings["block_sizes.policy"] = settings_known_ ? "allocator_settings" : "defaults (no allocator_settings)";

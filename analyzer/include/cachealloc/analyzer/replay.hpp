@@ -150,7 +150,7 @@ class Replay {
   // Applies one event. Events of another device change nothing, except
   // annotations, which belong to the whole program.
   void apply(const snapshot::Event& event);
-  // The same, defined inline in analyzer/src/replay_hot.hpp so the analyzer's
+  // The same, defined inline in analyzer/src/core/replay_hot.hpp so the analyzer's
   // own loops avoid a call per event. Callable only from analyzer/src.
   inline void apply_inline(const snapshot::Event& event);
 

@@ -13,15 +13,26 @@
 #include <string>
 #include <vector>
 
+#include "cachealloc/events.hpp"
+#include "cachealloc/layout.hpp"
+
 namespace cachealloc::snapshot {
 
-// Strong ids. 0 is reserved for "none" in StackId and StringId.
-struct StackId {
-  std::uint32_t value = 0;
-  friend bool operator==(StackId, StackId) = default;
-  friend auto operator<=>(StackId, StackId) = default;
-  explicit operator bool() const { return value != 0; }
-};
+// The allocator's vocabulary (events.hpp, layout.hpp), as the snapshot uses it.
+using events::EventKind;
+using events::kEventKindCount;
+using events::parse_event_kind;
+using events::SegmentFlags;
+using events::segment_flag_expandable;
+using events::segment_flag_large_pool;
+using events::to_string;
+using layout::Block;
+using layout::BlockState;
+using layout::Segment;
+using layout::StackId;
+using layout::to_string;
+
+// Strong ids. 0 is reserved for "none" in StringId (and StackId, layout.hpp).
 struct FrameId {
   std::uint32_t value = 0;
   friend bool operator==(FrameId, FrameId) = default;
@@ -32,39 +43,6 @@ struct StringId {
   friend bool operator==(StringId, StringId) = default;
   friend auto operator<=>(StringId, StringId) = default;
   explicit operator bool() const { return value != 0; }
-};
-
-// Every kind of allocator event the recorder keeps. The numeric values are
-// part of the on-disk format: append only, never renumber.
-enum class EventKind : std::uint8_t {
-  alloc = 0,           // address, size = block size, aux = requested bytes
-  free_requested = 1,  // address, size = block size, aux = requested bytes
-  free_completed = 2,  // address, size = block size, aux = requested bytes (may follow
-                       // free_requested later, when the free waited for stream events)
-  split = 3,           // address = block start, size = the front part handed out,
-                       // aux = the remainder, which starts at address + size
-  merge = 4,           // address = merged block start, size = merged size,
-                       // aux = bytes absorbed from the neighbour
-  segment_alloc = 5,   // address, size = segment size, aux = SegmentFlags
-  segment_release = 6, // address, size = segment size
-  segment_map = 7,     // expandable segments: address, size of the range mapped
-  segment_unmap = 8,   // expandable segments: address, size of the range unmapped
-  empty_cache = 9,     // size = bytes released to the device by this call
-  oom = 10,            // size = requested bytes, address = device free bytes,
-                       // aux = allocator cap in bytes (0 = no cap)
-  annotation_begin = 11, // aux = StringId of the annotation's name
-  annotation_end = 12,   // aux = StringId of the annotation's name
-  snapshot = 13,         // PyTorch only: a snapshot was taken here
-};
-inline constexpr int kEventKindCount = 14;
-
-const char* to_string(EventKind kind) noexcept;
-// Returns false when `name` names no kind.
-bool parse_event_kind(const std::string& name, EventKind& out) noexcept;
-
-enum SegmentFlags : std::uint64_t {
-  segment_flag_large_pool = 1u << 0,
-  segment_flag_expandable = 1u << 1,
 };
 
 // One allocator event. `time_ns` is monotonic (CLOCK_MONOTONIC) and never
@@ -80,35 +58,6 @@ struct Event {
   std::uint64_t size = 0;
   std::uint64_t aux = 0;
   friend bool operator==(const Event&, const Event&) = default;
-};
-
-enum class BlockState : std::uint8_t {
-  active_allocated = 0,     // handed out and not freed
-  active_pending_free = 1,  // freed by the program, waiting for stream events
-  inactive = 2,             // cached: free for reuse
-  unmapped = 3,             // expandable segment address range with no memory behind it
-};
-const char* to_string(BlockState state) noexcept;
-
-struct Block {
-  std::uint64_t address = 0;
-  std::uint64_t size = 0;       // block size (rounded)
-  std::uint64_t requested = 0;  // requested bytes, 0 when inactive
-  BlockState state = BlockState::inactive;
-  StackId stack{};              // where it was allocated, when known
-  friend bool operator==(const Block&, const Block&) = default;
-};
-
-struct Segment {
-  std::int32_t device = 0;
-  std::uint64_t stream = 0;
-  std::uint64_t address = 0;
-  std::uint64_t total_size = 0;  // reserved bytes of this segment
-  bool large_pool = false;
-  bool expandable = false;
-  StackId stack{};               // where the segment was allocated, when known
-  std::vector<Block> blocks;     // in address order, covering [address, address + total_size)
-  friend bool operator==(const Segment&, const Segment&) = default;
 };
 
 // A symbolized frame. Unresolved parts are empty strings / 0.

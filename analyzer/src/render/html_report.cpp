@@ -1,0 +1,459 @@
+#include "cachealloc/analyzer/html_report.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cachealloc/analyzer/analysis.hpp"
+#include "cachealloc/analyzer/document.hpp"
+#include "cachealloc/snapshot/ring_start.hpp"
+#include "reports/report_helpers.hpp"
+
+namespace cachealloc::analyzer {
+
+namespace assets {
+extern const std::string_view kUplotJs;
+extern const std::string_view kUplotCss;
+extern const std::string_view kReportJs;
+extern const std::string_view kReportCss;
+}  // namespace assets
+
+using snapshot::BlockState;
+using snapshot::Event;
+using snapshot::EventKind;
+using snapshot::Segment;
+
+namespace {
+
+// The page's event kinds: the model's, and one for another device's events,
+// which change nothing here.
+constexpr std::uint8_t kOtherDevice = 15;
+
+// LEB128 varints; signed values zigzag-coded. The page decodes these with
+// arithmetic, not 32-bit bit operations, so values up to 2^53 survive.
+class VarintColumn {
+ public:
+  void u(std::uint64_t v) {
+    while (v >= 0x80) {
+      bytes_.push_back(static_cast<char>((v & 0x7f) | 0x80));
+      v >>= 7;
+    }
+    bytes_.push_back(static_cast<char>(v));
+  }
+  void s(std::int64_t v) { u((static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63)); }
+  void delta(std::uint64_t v, std::uint64_t& previous) {
+    s(static_cast<std::int64_t>(v - previous));
+    previous = v;
+  }
+  const std::string& bytes() const noexcept { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
+std::string gzip(std::string_view data) {
+  z_stream z{};
+  if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) throw std::runtime_error("zlib: deflateInit2");
+  std::string out(deflateBound(&z, static_cast<uLong>(data.size())) + 32, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  z.avail_in = static_cast<uInt>(data.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int result = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  if (result != Z_STREAM_END) throw std::runtime_error("zlib: deflate");
+  return out;
+}
+
+std::string base64(std::string_view data) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((data.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 2 < data.size(); i += 3) {
+    const std::uint32_t n = (static_cast<std::uint8_t>(data[i]) << 16) | (static_cast<std::uint8_t>(data[i + 1]) << 8) |
+                            static_cast<std::uint8_t>(data[i + 2]);
+    out += {kAlphabet[n >> 18], kAlphabet[(n >> 12) & 63], kAlphabet[(n >> 6) & 63], kAlphabet[n & 63]};
+  }
+  if (i + 1 == data.size()) {
+    const std::uint32_t n = static_cast<std::uint8_t>(data[i]) << 16;
+    out += {kAlphabet[n >> 18], kAlphabet[(n >> 12) & 63], '=', '='};
+  } else if (i + 2 == data.size()) {
+    const std::uint32_t n = (static_cast<std::uint8_t>(data[i]) << 16) | (static_cast<std::uint8_t>(data[i + 1]) << 8);
+    out += {kAlphabet[n >> 18], kAlphabet[(n >> 12) & 63], kAlphabet[(n >> 6) & 63], '='};
+  }
+  return out;
+}
+
+// One payload of the page: gzip, base64, in an inert script element.
+void write_payload(std::ostream& out, const char* id, std::string_view data) {
+  out << "<script type=\"application/octet-stream\" id=\"" << id << "\" data-bytes=\"" << data.size() << "\">"
+      << base64(gzip(data)) << "</script>\n";
+}
+
+bool has_address(EventKind kind) {
+  switch (kind) {
+    case EventKind::alloc:
+    case EventKind::free_requested:
+    case EventKind::free_completed:
+    case EventKind::segment_alloc:
+    case EventKind::segment_release:
+    case EventKind::segment_map:
+    case EventKind::segment_unmap:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The page's copy of one layout: segments in address order, each block by
+// size (its address follows from the ones before it), state, and for active
+// blocks the rounding (size - requested) and the stack.
+struct KeyframeWriter {
+  VarintColumn column;
+  // Per keyframe: the event it precedes, its byte offset, the delta bases, and
+  // the byte offsets of the event columns there, so the page starts decoding
+  // at any keyframe without a scan.
+  std::vector<std::array<std::uint64_t, 10>> index;
+  std::uint64_t previous_address = 0;
+  std::size_t count = 0;
+  std::size_t blocks = 0;
+  // `address_base` and `time_base`: where the event columns' delta chains
+  // stand before `before_event`, so the page can start decoding there.
+  std::size_t write(std::size_t before_event, std::uint64_t address_base, std::uint64_t time_base,
+                    const std::array<std::uint64_t, 6>& offsets, const std::vector<Segment>& layout) {
+    index.push_back({before_event, column.bytes().size(), address_base, time_base, offsets[0], offsets[1], offsets[2],
+                     offsets[3], offsets[4], offsets[5]});
+    column.u(before_event);
+    column.u(address_base);
+    column.u(time_base);
+    column.u(layout.size());
+    std::size_t written = 0;
+    for (const Segment& segment : layout) {
+      column.delta(segment.address, previous_address);
+      column.u(segment.total_size);
+      column.u(segment.stream);
+      column.u((segment.large_pool ? 1u : 0u) | (segment.expandable ? 2u : 0u));
+      column.u(segment.stack.value);
+      column.u(segment.blocks.size());
+      for (const snapshot::Block& block : segment.blocks) {
+        column.u(block.size);
+        column.u(static_cast<std::uint8_t>(block.state));
+        if (block.state == BlockState::active_allocated || block.state == BlockState::active_pending_free) {
+          column.s(static_cast<std::int64_t>(block.size - block.requested));
+          column.u(block.stack.value);
+        }
+      }
+      written += segment.blocks.size();
+    }
+    ++count;
+    blocks += written;
+    return written;
+  }
+};
+
+struct Bucket {
+  std::uint64_t first_time = 0;
+  Totals min, max;
+  bool empty = true;
+  void add(const Totals& t) {
+    if (empty) {
+      min = max = t;
+      empty = false;
+      return;
+    }
+    min.allocated = std::min(min.allocated, t.allocated);
+    min.reserved = std::min(min.reserved, t.reserved);
+    min.active = std::min(min.active, t.active);
+    max.allocated = std::max(max.allocated, t.allocated);
+    max.reserved = std::max(max.reserved, t.reserved);
+    max.active = std::max(max.active, t.active);
+  }
+};
+
+std::string render_json(const Document& document) {
+  std::ostringstream out;
+  render(document, Format::json, out);
+  return out.str();
+}
+
+}  // namespace
+
+HtmlReportStats write_html_report(EventSource& source, const ReportOptions& options, const HtmlOptions& html,
+                                  std::ostream& out) {
+  const snapshot::Snapshot& head = source.head();
+  const std::int32_t device = pick_device(source, options.device);
+  ReportOptions whole = options;
+  whole.device = device;
+  whole.window = EventWindow{};  // the page shows the whole trace; the views select windows in it
+  const std::string summary = render_json(summary_report(source, whole));
+  const std::string oom = render_json(oom_report(source, whole));
+
+  // The state before events[0], as segments --at and replay_to() take it.
+  const InitialLayout initial = confirmed_start(source, device);
+  Replay replay(initial.segments, device, head.stacks.size());
+
+  const std::size_t n = source.event_count();
+  HtmlReportStats stats;
+  stats.events = n;
+  VarintColumn kinds, addresses, sizes, auxes, stacks, streams, times;
+  VarintColumn buckets;
+  KeyframeWriter keyframes;
+  auto offsets = [&]() -> std::array<std::uint64_t, 6> {
+    return {addresses.bytes().size(), sizes.bytes().size(), auxes.bytes().size(),
+            stacks.bytes().size(),    streams.bytes().size(), times.bytes().size()};
+  };
+  // Allocations and their bytes per stack over the whole trace: the page's
+  // first window, which it would otherwise decode every event for.
+  std::vector<std::uint64_t> allocs_by_stack(head.stacks.size() + 1, 0), bytes_by_stack(head.stacks.size() + 1, 0);
+  std::uint64_t previous_address = 0, previous_time = 0, time_origin = 0;
+  std::size_t last_keyframe = 0;
+  std::size_t next_keyframe_gap = std::max(kHtmlMinKeyframeGap, 4 * keyframes.write(0, 0, 0, offsets(), replay.layout()));
+  Bucket bucket;
+  std::uint64_t bucket_previous[7] = {};
+  auto flush_bucket = [&] {
+    if (bucket.empty) return;
+    const std::uint64_t values[7] = {bucket.first_time,   bucket.min.allocated, bucket.max.allocated,
+                                     bucket.min.reserved, bucket.max.reserved,  bucket.min.active,
+                                     bucket.max.active};
+    for (int k = 0; k < 7; ++k) buckets.delta(values[k], bucket_previous[k]);
+    ++stats.buckets;
+    bucket = Bucket{};
+  };
+  const std::size_t sample_every = std::max<std::size_t>(1, (n + kHtmlFragmentationSamples - 1) / kHtmlFragmentationSamples);
+  std::ostringstream fragmentation;
+  JsonWriter frag(fragmentation);
+  frag.begin_array();
+  auto sample = [&](std::size_t after_event) {
+    const CacheFigures f = replay.cache_figures();
+    frag.begin_array();
+    if (after_event == kNoEvent) frag.value(std::int64_t{-1});
+    else frag.value(static_cast<std::uint64_t>(after_event));
+    frag.value(f.external_fragmentation());
+    frag.value(f.largest_free);
+    frag.value(f.releasable);
+    frag.value(f.cached_free);
+    frag.end_array();
+  };
+  sample(kNoEvent);
+  const Totals start_totals = replay.totals();
+
+  struct OpenAnnotation {
+    std::uint64_t name;
+    std::size_t begin;
+  };
+  std::vector<OpenAnnotation> open;
+  std::ostringstream annotations, markers;
+  JsonWriter bands(annotations), marks(markers);
+  bands.begin_array();
+  marks.begin_array();
+  auto band = [&](const OpenAnnotation& a, std::size_t end, std::size_t depth) {
+    bands.begin_array();
+    bands.value(a.name);
+    bands.value(static_cast<std::uint64_t>(a.begin));
+    bands.value(static_cast<std::uint64_t>(end));
+    bands.value(static_cast<std::uint64_t>(depth));
+    bands.end_array();
+  };
+
+  for_each_event(source, 0, n, [&](std::size_t i, const Event& e) {
+    if (i == 0) previous_time = time_origin = e.time_ns;
+    const bool mine = e.device == device;
+    const bool global = e.kind == EventKind::annotation_begin || e.kind == EventKind::annotation_end;
+    kinds.u(mine || global ? static_cast<std::uint8_t>(e.kind) : kOtherDevice);
+    times.s(static_cast<std::int64_t>(e.time_ns - previous_time));
+    previous_time = e.time_ns;
+    if (mine && has_address(e.kind)) addresses.delta(e.address, previous_address);
+    if (mine) {
+      switch (e.kind) {
+        case EventKind::alloc:
+          if (e.stack.value < allocs_by_stack.size()) {
+            ++allocs_by_stack[e.stack.value];
+            bytes_by_stack[e.stack.value] += e.size;
+          }
+          sizes.u(e.size);
+          auxes.s(static_cast<std::int64_t>(e.size - e.aux));
+          stacks.u(e.stack.value);
+          break;
+        case EventKind::segment_alloc:
+        case EventKind::segment_map:
+          sizes.u(e.size);
+          auxes.u(e.aux);
+          stacks.u(e.stack.value);
+          streams.u(e.stream);
+          break;
+        case EventKind::segment_unmap:
+          sizes.u(e.size);
+          break;
+        case EventKind::oom:
+        case EventKind::empty_cache:
+          marks.begin_array();
+          marks.value(e.kind == EventKind::oom ? "oom" : "empty_cache");
+          marks.value(static_cast<std::uint64_t>(i));
+          marks.value(e.size);
+          marks.end_array();
+          break;
+        default:
+          break;
+      }
+    }
+    if (e.kind == EventKind::annotation_begin) {
+      open.push_back(OpenAnnotation{e.aux, i});
+    } else if (e.kind == EventKind::annotation_end) {
+      for (std::size_t k = open.size(); k-- > 0;) {
+        if (open[k].name == e.aux) {
+          band(open[k], i, k);
+          open.erase(open.begin() + static_cast<std::ptrdiff_t>(k));
+          break;
+        }
+      }
+    }
+    replay.apply(e);
+    if (bucket.empty) bucket.first_time = e.time_ns - time_origin;
+    bucket.add(replay.totals());
+    if ((i + 1) % kHtmlBucketEvents == 0) flush_bucket();
+    if ((i + 1) % sample_every == 0 || i + 1 == n) sample(i);
+    // A keyframe holds the state before event i + 1.
+    if (i + 1 < n && i + 1 - last_keyframe >= next_keyframe_gap) {
+      last_keyframe = i + 1;
+      next_keyframe_gap = std::max(kHtmlMinKeyframeGap, 4 * keyframes.write(i + 1, previous_address, previous_time - time_origin, offsets(), replay.layout()));
+    }
+    if (options.progress && (i + 1) % (std::size_t{1} << 16) == 0) options.progress(i + 1, n);
+    return true;
+  });
+  flush_bucket();
+  for (std::size_t k = 0; k < open.size(); ++k) band(open[k], n == 0 ? 0 : n - 1, k);
+  bands.end_array();
+  marks.end_array();
+  frag.end_array();
+  stats.keyframes = keyframes.count;
+  stats.keyframe_blocks = keyframes.blocks;
+
+  // Names: the strings annotations use, and each stack's site under the
+  // SiteFilter with its printed frames, as top and segments print them.
+  SiteNamer names(head, options.sites);
+  std::ostringstream meta_text;
+  JsonWriter meta(meta_text);
+  meta.begin_object();
+  meta.key("format_version");
+  meta.value(std::uint64_t{1});
+  meta.key("title");
+  meta.value(detail::title(head, device, "memory report"));
+  meta.key("device");
+  meta.value(static_cast<std::int64_t>(device));
+  meta.key("events");
+  meta.value(static_cast<std::uint64_t>(n));
+  meta.key("exact_events");
+  meta.value(static_cast<std::uint64_t>(html.exact_events));
+  meta.key("bucket_events");
+  meta.value(static_cast<std::uint64_t>(kHtmlBucketEvents));
+  meta.key("buckets");
+  meta.value(static_cast<std::uint64_t>(stats.buckets));
+  meta.key("keyframes");
+  meta.value(static_cast<std::uint64_t>(keyframes.count));
+  meta.key("start");
+  meta.begin_array();
+  meta.value(start_totals.allocated);
+  meta.value(start_totals.reserved);
+  meta.value(start_totals.active);
+  meta.end_array();
+  meta.key("strings");
+  meta.begin_array();
+  for (const std::string& s : head.strings) meta.value(s);
+  meta.end_array();
+  // Sites in the order of their representative StackId (top's tie-break).
+  std::map<std::uint32_t, std::uint32_t> site_of_representative;
+  std::vector<std::uint32_t> stack_site(head.stacks.size() + 1, 0);
+  for (std::uint32_t s = 0; s < head.stacks.size(); ++s)
+    site_of_representative.emplace(names.representative(snapshot::StackId{s}).value, 0);
+  if (head.stacks.empty()) site_of_representative.emplace(0, 0);
+  std::uint32_t next_site = 0;
+  for (auto& [representative, site] : site_of_representative) site = next_site++;
+  for (std::uint32_t s = 0; s < head.stacks.size(); ++s)
+    stack_site[s] = site_of_representative[names.representative(snapshot::StackId{s}).value];
+  meta.key("sites");
+  meta.begin_array();
+  for (const auto& [representative, site] : site_of_representative) {
+    meta.begin_array();
+    for (const std::string& line : names.lines(snapshot::StackId{representative})) meta.value(line);
+    meta.end_array();
+  }
+  meta.end_array();
+  meta.key("stack_site");
+  meta.begin_array();
+  for (std::uint32_t s = 0; s < std::max<std::size_t>(head.stacks.size(), 1); ++s) meta.value(std::uint64_t{stack_site[s]});
+  meta.end_array();
+  meta.key("keyframe_index");
+  meta.begin_array();
+  for (const auto& row : keyframes.index) {
+    meta.begin_array();
+    for (const std::uint64_t v : row) meta.value(v);
+    meta.end_array();
+  }
+  meta.end_array();
+  {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> by_site(next_site, {0, 0});
+    for (std::uint32_t s = 0; s < head.stacks.size(); ++s) {
+      by_site[stack_site[s]].first += allocs_by_stack[s];
+      by_site[stack_site[s]].second += bytes_by_stack[s];
+    }
+    meta.key("sites_whole_trace");  // [site, allocations, bytes], as top over the whole trace
+    meta.begin_array();
+    for (std::uint32_t site = 0; site < by_site.size(); ++site) {
+      if (by_site[site].first == 0) continue;
+      meta.begin_array();
+      meta.value(std::uint64_t{site});
+      meta.value(by_site[site].first);
+      meta.value(by_site[site].second);
+      meta.end_array();
+    }
+    meta.end_array();
+  }
+  meta.end_object();
+  const std::string meta_json = meta_text.str();
+  const std::string fragmentation_json = fragmentation.str();
+  const std::string annotations_json = annotations.str();
+  const std::string markers_json = markers.str();
+
+  std::ostringstream page;
+  page << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+          // Everything is inline; the policy forbids the page any request.
+          "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; script-src 'unsafe-inline'; "
+          "style-src 'unsafe-inline'; img-src data:\">\n"
+          "<title>cachealloc memory report</title>\n<style>\n"
+       << assets::kUplotCss << "\n" << assets::kReportCss << "\n</style>\n</head><body>\n"
+       << "<div id=\"app\">Loading the report&hellip;</div>\n";
+  write_payload(page, "data-meta", meta_json);
+  write_payload(page, "data-summary", summary);
+  write_payload(page, "data-oom", oom);
+  write_payload(page, "data-fragmentation", fragmentation_json);
+  write_payload(page, "data-annotations", annotations_json);
+  write_payload(page, "data-markers", markers_json);
+  write_payload(page, "data-kinds", kinds.bytes());
+  write_payload(page, "data-addresses", addresses.bytes());
+  write_payload(page, "data-sizes", sizes.bytes());
+  write_payload(page, "data-auxes", auxes.bytes());
+  write_payload(page, "data-stacks", stacks.bytes());
+  write_payload(page, "data-streams", streams.bytes());
+  write_payload(page, "data-times", times.bytes());
+  write_payload(page, "data-buckets", buckets.bytes());
+  write_payload(page, "data-keyframes", keyframes.column.bytes());
+  page << "<script>\n" << assets::kUplotJs << "\n</script>\n<script>\n" << assets::kReportJs
+       << "\n</script>\n</body></html>\n";
+  const std::string text = page.str();
+  stats.bytes = text.size();
+  out << text;
+  return stats;
+}
+
+}  // namespace cachealloc::analyzer

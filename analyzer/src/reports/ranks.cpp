@@ -1,0 +1,387 @@
+// ranks FILE... | DIR: one summary per rank, made on a pool of threads, then
+// the fleet's figures (imbalance, the rank closest to OOM, the sites whose
+// bytes differ most between ranks).
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "cachealloc/analyzer/compare.hpp"
+#include "cachealloc/snapshot/detail/cores.hpp"
+#include "cachealloc/snapshot/format.hpp"
+#include "reports/report_helpers.hpp"
+
+namespace cachealloc::analyzer {
+
+namespace {
+
+// Natural order: runs of digits compare as numbers ("rank_2" < "rank_10").
+bool natural_less(const std::string& x, const std::string& y) {
+  std::size_t i = 0, j = 0;
+  while (i < x.size() && j < y.size()) {
+    const bool dx = std::isdigit(static_cast<unsigned char>(x[i])) != 0;
+    const bool dy = std::isdigit(static_cast<unsigned char>(y[j])) != 0;
+    if (dx && dy) {
+      std::size_t ei = i, ej = j;
+      while (ei < x.size() && std::isdigit(static_cast<unsigned char>(x[ei]))) ++ei;
+      while (ej < y.size() && std::isdigit(static_cast<unsigned char>(y[ej]))) ++ej;
+      std::size_t zi = i, zj = j;  // leading zeros do not count
+      while (zi + 1 < ei && x[zi] == '0') ++zi;
+      while (zj + 1 < ej && y[zj] == '0') ++zj;
+      if (ei - zi != ej - zj) return ei - zi < ej - zj;
+      const int order = x.compare(zi, ei - zi, y, zj, ej - zj);
+      if (order != 0) return order < 0;
+      i = ei;
+      j = ej;
+      continue;
+    }
+    if (x[i] != y[j]) return x[i] < y[j];
+    ++i;
+    ++j;
+  }
+  return x.size() - i < y.size() - j;
+}
+
+bool is_side_file(const std::filesystem::path& path) {
+  std::string ext = path.extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* skip : {".json", ".txt", ".log", ".csv", ".md", ".html", ".jsonl", ".py"})
+    if (ext == skip) return true;
+  return path.filename().string().starts_with(".");
+}
+
+double median(std::vector<std::uint64_t> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? static_cast<double>(values[n / 2])
+               : (static_cast<double>(values[n / 2 - 1]) + static_cast<double>(values[n / 2])) / 2.0;
+}
+
+std::optional<std::uint64_t> headroom(const RunSummary& run) {
+  if (!run.device_total) return std::nullopt;
+  return *run.device_total > run.peak_reserved ? *run.device_total - run.peak_reserved : 0;
+}
+
+std::string rank_label(const RankSummary& r, std::size_t index) {
+  return r.rank ? std::to_string(*r.rank) : "#" + std::to_string(index);
+}
+
+// Sites across ranks: bytes at each rank's allocated peak (0 where absent).
+struct SiteSpread {
+  const std::vector<std::string>* frames = nullptr;
+  std::vector<std::uint64_t> bytes;  // per rank
+  std::uint64_t min = 0, max = 0;
+  std::size_t min_rank = 0, max_rank = 0;
+};
+
+std::vector<SiteSpread> site_spreads(const std::vector<RankSummary>& ranks) {
+  std::map<std::vector<std::string>, SiteSpread> by_frames;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    for (const SiteSummary& s : ranks[r].run.sites) {
+      SiteSpread& spread = by_frames[s.frames];
+      if (!spread.frames) {
+        spread.frames = &s.frames;
+        spread.bytes.assign(ranks.size(), 0);
+      }
+      spread.bytes[r] += s.bytes_at_peak;
+    }
+  }
+  std::vector<SiteSpread> result;
+  for (auto& [frames, spread] : by_frames) {
+    const auto [lo, hi] = std::minmax_element(spread.bytes.begin(), spread.bytes.end());
+    spread.min = *lo;
+    spread.max = *hi;
+    spread.min_rank = static_cast<std::size_t>(lo - spread.bytes.begin());
+    spread.max_rank = static_cast<std::size_t>(hi - spread.bytes.begin());
+    if (spread.max != spread.min) result.push_back(std::move(spread));
+  }
+  std::stable_sort(result.begin(), result.end(), [](const SiteSpread& x, const SiteSpread& y) {
+    return x.max - x.min > y.max - y.min;
+  });
+  return result;
+}
+
+}  // namespace
+
+std::optional<std::uint32_t> rank_from_name(const std::string& file_name) {
+  std::string name = file_name;
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const auto number_at = [&](std::size_t at) -> std::optional<std::uint32_t> {
+    while (at < name.size() && (name[at] == '_' || name[at] == '-' || name[at] == '.' || name[at] == ':')) ++at;
+    std::size_t end = at;
+    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end])) && end - at < 9) ++end;
+    if (end == at) return std::nullopt;
+    return static_cast<std::uint32_t>(std::stoul(name.substr(at, end - at)));
+  };
+  for (const char* word : {"rank", "gpu", "device", "cuda"}) {
+    for (std::size_t at = name.find(word); at != std::string::npos; at = name.find(word, at + 1))
+      if (const auto n = number_at(at + std::string_view(word).size())) return n;
+  }
+  // The name's only number (extensions and compression suffixes aside).
+  std::optional<std::uint32_t> only;
+  std::size_t numbers = 0;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i])) || (i > 0 && std::isdigit(static_cast<unsigned char>(name[i - 1]))))
+      continue;
+    ++numbers;
+    only = number_at(i);
+  }
+  return numbers == 1 ? only : std::nullopt;
+}
+
+std::vector<std::filesystem::path> rank_files(const std::vector<std::string>& arguments) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  for (const std::string& argument : arguments) {
+    std::error_code error;
+    const fs::path path(argument);
+    if (fs::is_directory(path, error)) {
+      std::vector<fs::path> inside;
+      for (fs::directory_iterator it(path, error), end; !error && it != end; it.increment(error)) {
+        std::error_code kind;
+        if (it->is_regular_file(kind) && !is_side_file(it->path())) inside.push_back(it->path());
+      }
+      if (error) throw std::invalid_argument(argument + ": cannot list the folder: " + error.message());
+      if (inside.empty())
+        throw std::invalid_argument(argument + ": the folder holds no snapshot (a .pickle, .bin or any file that is not "
+                                    ".json, .txt, .log, .csv, .md or .html)");
+      files.insert(files.end(), inside.begin(), inside.end());
+    } else if (fs::exists(path, error) || argument == "-") {
+      files.push_back(path);
+    } else {
+      throw std::invalid_argument(argument + ": no such file or folder");
+    }
+  }
+  std::stable_sort(files.begin(), files.end(), [](const fs::path& x, const fs::path& y) {
+    const std::string nx = x.filename().string(), ny = y.filename().string();
+    if (natural_less(nx, ny)) return true;
+    if (natural_less(ny, nx)) return false;
+    return natural_less(x.string(), y.string());
+  });
+  return files;
+}
+
+std::vector<RankSummary> summarize_ranks(const std::vector<std::filesystem::path>& files, const RanksOptions& options) {
+  std::vector<RankSummary> ranks(files.size());
+  std::vector<std::exception_ptr> errors(files.size());
+  unsigned threads = options.threads != 0 ? options.threads : snapshot::detail::usable_cores();
+  threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(files.size(), 1)));
+  std::atomic<std::size_t> next{0};
+  std::atomic<std::size_t> done{0};
+  std::mutex progress_lock;
+  std::atomic<bool> failed{false};
+  auto work = [&] {
+    for (std::size_t i = next++; i < files.size() && !failed; i = next++) {
+      try {
+        // One file open per thread: its replay state lives only inside summarize().
+        FileEvents source(files[i], options.decode_threads);
+        if (options.summary.device >= 0 && !source.head().devices.empty() &&
+            std::none_of(source.head().devices.begin(), source.head().devices.end(),
+                         [&](const snapshot::DeviceInfo& d) { return d.index == options.summary.device; }))
+          throw std::invalid_argument("--device " + std::to_string(options.summary.device) + ": not in " +
+                                      files[i].string());
+        ranks[i].run = summarize(source, options.summary);
+        ranks[i].run.file = files[i].string();
+        ranks[i].rank = rank_from_name(files[i].filename().string());
+      } catch (...) {
+        errors[i] = std::current_exception();
+        failed = true;
+      }
+      const std::size_t finished = ++done;
+      if (options.progress) {
+        const std::lock_guard<std::mutex> hold(progress_lock);
+        options.progress(finished, files.size());
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& thread : pool) thread.join();
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (!errors[i]) continue;
+    try {
+      std::rethrow_exception(errors[i]);
+    } catch (const snapshot::SnapshotError& error) {
+      if (error.code() == snapshot::ErrorCode::io) throw std::invalid_argument(error.what());  // it names the path
+      throw std::invalid_argument("cannot read " + files[i].string() + ": " + error.what());
+    }
+  }
+  return ranks;
+}
+
+RanksFigures ranks_figures(const std::vector<RankSummary>& ranks) {
+  RanksFigures f;
+  std::vector<std::uint64_t> reserved, allocated;
+  for (const RankSummary& r : ranks) {
+    reserved.push_back(r.run.peak_reserved);
+    allocated.push_back(r.run.peak_allocated);
+  }
+  f.median_peak_reserved = median(reserved);
+  f.median_peak_allocated = median(allocated);
+  if (!ranks.empty()) {
+    const double max_reserved = static_cast<double>(*std::max_element(reserved.begin(), reserved.end()));
+    const double max_allocated = static_cast<double>(*std::max_element(allocated.begin(), allocated.end()));
+    f.imbalance_reserved = f.median_peak_reserved > 0 ? max_reserved / f.median_peak_reserved : 0;
+    f.imbalance_allocated = f.median_peak_allocated > 0 ? max_allocated / f.median_peak_allocated : 0;
+  }
+  // By headroom where every rank's device total is known; else by peak reserved.
+  f.headroom_known = !ranks.empty() && std::all_of(ranks.begin(), ranks.end(), [](const RankSummary& r) {
+    return r.run.device_total.has_value();
+  });
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (!f.closest_to_oom) {
+      f.closest_to_oom = i;
+      continue;
+    }
+    const RunSummary& best = ranks[*f.closest_to_oom].run;
+    const RunSummary& run = ranks[i].run;
+    const bool closer = f.headroom_known ? *headroom(run) < *headroom(best) : run.peak_reserved > best.peak_reserved;
+    if (closer) f.closest_to_oom = i;
+  }
+  return f;
+}
+
+Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions& options) {
+  const RanksFigures f = ranks_figures(ranks);
+  Document doc;
+  doc.report = "ranks";
+  doc.title = "ranks: " + std::to_string(ranks.size()) + " snapshot(s)";
+  doc.csv_table = "ranks";
+  bool bounds = false;
+  for (const RankSummary& r : ranks) bounds = bounds || r.run.lower_bounds;
+  FieldGroup& fleet = doc.group("", "over all ranks");
+  fleet.add("ranks", "ranks", static_cast<std::uint64_t>(ranks.size()), Unit::count)
+      .add("median_peak_reserved", "median peak reserved", static_cast<std::uint64_t>(f.median_peak_reserved),
+           Unit::bytes, bounds)
+      .add("imbalance_reserved", "imbalance of peak reserved (max / median)", f.imbalance_reserved)
+      .add("median_peak_allocated", "median peak allocated", static_cast<std::uint64_t>(f.median_peak_allocated),
+           Unit::bytes, bounds)
+      .add("imbalance_allocated", "imbalance of peak allocated (max / median)", f.imbalance_allocated);
+  if (f.closest_to_oom) {
+    const RankSummary& c = ranks[*f.closest_to_oom];
+    const std::optional<std::uint64_t> room = headroom(c.run);
+    fleet.add("closest_to_oom_rank", "closest to OOM: rank", c.rank ? Value{static_cast<std::uint64_t>(*c.rank)} : Value{})
+        .add("closest_to_oom_file", "closest to OOM: file", c.run.file)
+        .add("closest_to_oom_headroom", "its headroom (device total - peak reserved)",
+             room ? Value{*room} : Value{}, Unit::bytes);
+  }
+  Table& table = doc.table("ranks", "per rank, in rank order",
+                           {{"rank", "rank", Unit::count},
+                            {"file", "file"},
+                            {"device", "device"},
+                            {"peak_reserved", "peak reserved", Unit::bytes},
+                            {"peak_allocated", "peak allocated", Unit::bytes},
+                            {"peak_reserved_vs_median", "vs median", Unit::ratio},
+                            {"driver_total", "device total", Unit::bytes},
+                            {"headroom", "headroom", Unit::bytes},
+                            {"segments", "segments", Unit::count},
+                            {"ooms", "OOMs", Unit::count},
+                            {"closest_to_oom", "closest"},
+                            {"lower_bounds", "lower bounds"}});
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const RunSummary& run = ranks[i].run;
+    const std::optional<std::uint64_t> room = headroom(run);
+    table.rows.push_back({ranks[i].rank ? Value{static_cast<std::uint64_t>(*ranks[i].rank)} : Value{},
+                          std::filesystem::path(run.file).filename().string(), static_cast<std::int64_t>(run.device),
+                          run.peak_reserved, run.peak_allocated,
+                          f.median_peak_reserved > 0 ? Value{static_cast<double>(run.peak_reserved) / f.median_peak_reserved}
+                                                     : Value{},
+                          run.device_total ? Value{*run.device_total} : Value{}, room ? Value{*room} : Value{},
+                          run.peak_segments, run.ooms, f.closest_to_oom == i, run.lower_bounds});
+  }
+  const std::vector<SiteSpread> spreads = site_spreads(ranks);
+  Table& sites = doc.table("sites", "sites whose bytes at the allocated peak differ most between ranks",
+                           {{"spread", "max - min", Unit::bytes},
+                            {"min_bytes", "min", Unit::bytes},
+                            {"min_rank", "on rank"},
+                            {"max_bytes", "max", Unit::bytes},
+                            {"max_rank", "on rank"},
+                            {"median_bytes", "median", Unit::bytes},
+                            {"stack", "site"}});
+  for (std::size_t i = 0; i < detail::listed(spreads.size(), options.site_limit); ++i) {
+    const SiteSpread& s = spreads[i];
+    sites.rows.push_back({s.max - s.min, s.min, rank_label(ranks[s.min_rank], s.min_rank), s.max,
+                          rank_label(ranks[s.max_rank], s.max_rank), static_cast<std::uint64_t>(median(s.bytes)),
+                          *s.frames});
+  }
+  if (!f.headroom_known) {
+    doc.notes.push_back(
+        "headroom: unknown for the ranks whose file records no device total (PyTorch's pickles record none); the "
+        "rank closest to OOM is then the one with the largest peak reserved.");
+  } else {
+    doc.notes.push_back("headroom is the device total less the peak reserved: the CUDA context and other processes "
+                        "take some of it.");
+  }
+  if (bounds) doc.notes.push_back("some traces do not cover their whole run: their peaks are lower bounds.");
+  std::size_t unnamed = 0;
+  for (const RankSummary& r : ranks) unnamed += r.rank ? 0 : 1;
+  if (unnamed != 0)
+    doc.notes.push_back(std::to_string(unnamed) + " file name(s) carry no rank number (rank_N, gpuN, deviceN): "
+                        "shown as #position.");
+  if (options.site_limit != 0 && spreads.size() > options.site_limit)
+    doc.notes.push_back(std::to_string(spreads.size() - options.site_limit) + " more sites differ (--limit)");
+  return doc;
+}
+
+void write_ranks_jsonl(const std::vector<RankSummary>& ranks, const RanksOptions& options, std::ostream& out) {
+  const RanksFigures f = ranks_figures(ranks);
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const RunSummary& run = ranks[i].run;
+    JsonWriter json(out);
+    json.begin_object();
+    json.key("rank");
+    if (ranks[i].rank) json.value(static_cast<std::uint64_t>(*ranks[i].rank));
+    else json.null();
+    json.key("position");
+    json.value(static_cast<std::uint64_t>(i));
+    json.key("file");
+    json.value(run.file);
+    json.key("program");
+    json.value(run.program);
+    json.key("device");
+    json.value(static_cast<std::int64_t>(run.device));
+    json.key("peak_reserved");
+    json.value(run.peak_reserved);
+    json.key("peak_allocated");
+    json.value(run.peak_allocated);
+    json.key("peak_reserved_vs_median");
+    if (f.median_peak_reserved > 0) json.value(static_cast<double>(run.peak_reserved) / f.median_peak_reserved);
+    else json.null();
+    json.key("driver_total");
+    if (run.device_total) json.value(*run.device_total);
+    else json.null();
+    json.key("headroom");
+    if (const auto room = headroom(run)) json.value(*room);
+    else json.null();
+    json.key("segments");
+    json.value(run.peak_segments);
+    json.key("ooms");
+    json.value(run.ooms);
+    json.key("closest_to_oom");
+    json.value(f.closest_to_oom == i);
+    json.key("lower_bounds");
+    json.value(run.lower_bounds);
+    json.key("top_sites");
+    json.begin_array();
+    for (std::size_t s = 0; s < detail::listed(run.sites.size(), options.site_limit); ++s) {
+      if (run.sites[s].bytes_at_peak == 0) break;
+      json.begin_object();
+      json.key("bytes_at_peak");
+      json.value(run.sites[s].bytes_at_peak);
+      json.key("site");
+      json.value(run.sites[s].frames.front());
+      json.end_object();
+    }
+    json.end_array();
+    json.end_object();
+    out << '\n';
+  }
+}
+
+}  // namespace cachealloc::analyzer

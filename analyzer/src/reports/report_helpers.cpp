@@ -1,0 +1,120 @@
+#include "reports/report_helpers.hpp"
+
+#include "cachealloc/snapshot/pickle.hpp"
+
+namespace cachealloc::analyzer {
+
+using snapshot::Snapshot;
+
+namespace detail {
+
+AnalysisOptions analysis_options(const ReportOptions& options) {
+  AnalysisOptions result;
+  result.device = options.device;
+  result.window = options.window;
+  result.progress = options.progress;
+  result.threads = options.threads;
+  return result;
+}
+
+std::string title(const Snapshot& snapshot, std::int32_t device, const std::string& what) {
+  std::string line = what + ": ";
+  line += snapshot.header.program.empty() ? std::string("unknown program") : snapshot.header.program;
+  if (snapshot.header.pid != 0) line += " (pid " + std::to_string(snapshot.header.pid) + ")";
+  line += ", device " + std::to_string(device);
+  for (const snapshot::DeviceInfo& info : snapshot.devices) {
+    if (info.index == device && !info.name.empty()) line += " (" + info.name + ")";
+  }
+  return line;
+}
+
+std::string moment(const Analysis& analysis) {
+  if (analysis.window.end == 0) return "before the first event";
+  return "after event #" + std::to_string(analysis.window.end - 1) +
+         (analysis.window.end == analysis.event_count ? " (the dump)" : "");
+}
+
+void add_common_notes(Document& document, const Snapshot& snapshot, const Analysis& analysis) {
+  if (snapshot.settings.contains(snapshot::kSegmentsOnlySetting)) {
+    // pickle.dump(torch.cuda.memory_snapshot()): what _memory_viz stats reads.
+    document.notes.push_back("a segments-only PyTorch snapshot (torch.cuda.memory_snapshot(), not _snapshot()): "
+                             "the layout at the dump is exact, but it has no trace, so there are no events, peaks, "
+                             "timeline, OOMs or per-site history, and no allocator settings. Record with "
+                             "torch.cuda.memory._record_memory_history() and _dump_snapshot() for those.");
+  } else if (analysis.block_policy_assumed && analysis.dropped_events == 0 && !analysis.starts_mid_run) {
+    document.notes.push_back("the snapshot has no allocator_settings (PyTorch before 2.11?): block sizes follow "
+                             "PyTorch's default policy, so allocated figures and peaks are lower bounds (marked >=).");
+  } else if (analysis.inferred_block_sizes != 0 && analysis.dropped_events == 0 && !analysis.starts_mid_run) {
+    document.notes.push_back(std::to_string(analysis.inferred_block_sizes) +
+                             " allocations did not follow PyTorch's policy replayed over the trace (no block fit, or "
+                             "the final layout says otherwise), so their sizes are inferred: allocated figures and "
+                             "peaks are lower bounds (marked >=).");
+  } else if (analysis.truncated()) {
+    const std::string why = analysis.dropped_events > 0
+                                ? "the ring overflowed: " + std::to_string(analysis.dropped_events) +
+                                      " earlier events were lost"
+                                : "the trace begins mid-run: the allocator held memory before its first event";
+    document.notes.push_back(why +
+                             ". The state before the ring was derived from the final layout; layouts and figures at "
+                             "the end are exact, counts, peaks and per-site totals are lower bounds (marked >=).");
+  }
+  if (analysis.blocks_from_before_ring != 0) {
+    document.notes.push_back(std::to_string(analysis.blocks_from_before_ring) +
+                             (analysis.blocks_from_before_ring == 1 ? " block was" : " blocks were") +
+                             std::string(" allocated before the ring began; their sites come from their free events."));
+  }
+  if (analysis.anomalies.total() != 0 || analysis.unplaced_blocks != 0) {
+    document.notes.push_back(std::to_string(analysis.anomalies.total() + analysis.unplaced_blocks) +
+                             " events did not fit the replayed state and were ignored; figures may be off.");
+  }
+  if (analysis.layout_check.checked && analysis.layout_check.differences != 0) {
+    std::string note = "the replayed final layout differs from the stored one in " +
+                       std::to_string(analysis.layout_check.differences) + " places";
+    if (!analysis.layout_check.first_differences.empty()) note += ", e.g. " + analysis.layout_check.first_differences[0];
+    document.notes.push_back(note);
+  }
+  if (analysis.window.begin != 0 || analysis.window.end != analysis.event_count) {
+    document.notes.push_back("limited to events #" + std::to_string(analysis.window.begin) + " to #" +
+                             std::to_string(analysis.window.end == 0 ? 0 : analysis.window.end - 1) + " of " +
+                             std::to_string(analysis.event_count));
+  }
+}
+
+}  // namespace detail
+
+std::string frame_text(const Snapshot& snapshot, snapshot::FrameId id) {
+  if (id.value >= snapshot.frames.size()) return "<bad frame>";
+  const snapshot::Frame& frame = snapshot.frames[id.value];
+  auto text = [&](snapshot::StringId s) -> std::string {
+    return s.value < snapshot.strings.size() ? snapshot.strings[s.value] : std::string();
+  };
+  const std::string function = text(frame.function);
+  const std::string file = text(frame.file);
+  if (function.empty()) {
+    const std::string module = text(frame.module);
+    return format_address(frame.ip) + (module.empty() ? "" : " (" + module + ")");
+  }
+  if (file.empty()) return function;
+  // Appended piece by piece: g++ 12 at -O3 misreads `":" + to_string(...)`
+  // as an overlapping copy (-Wrestrict).
+  std::string result = function;
+  result += " (";
+  result += file;
+  if (frame.line != 0) {
+    result += ':';
+    result += std::to_string(frame.line);
+  }
+  result += ')';
+  return result;
+}
+
+std::string phase_text(const Snapshot& snapshot, const std::vector<snapshot::StringId>& phase) {
+  std::string text;
+  for (const snapshot::StringId id : phase) {
+    if (!text.empty()) text += '/';
+    text += id.value < snapshot.strings.size() ? snapshot.strings[id.value] : std::string("?");
+  }
+  return text;
+}
+
+}  // namespace cachealloc::analyzer

@@ -1,0 +1,69 @@
+// The allocator's event vocabulary: what kinds of event the allocator reports
+// to its observer (allocator.hpp), and the flags of a new segment.
+//
+// The history records these kinds and the snapshot format stores them, so the
+// numeric values are part of the on-disk format: append only, never renumber.
+// Header-only, so that the snapshot library shares the vocabulary without
+// linking the allocator.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace cachealloc::events {
+
+enum class EventKind : std::uint8_t {
+  alloc = 0,           // address, size = block size, aux = requested bytes
+  free_requested = 1,  // address, size = block size, aux = requested bytes
+  free_completed = 2,  // address, size = block size, aux = requested bytes (may follow
+                       // free_requested later, when the free waited for stream events)
+  split = 3,           // address = block start, size = the front part handed out,
+                       // aux = the remainder, which starts at address + size
+  merge = 4,           // address = merged block start, size = merged size,
+                       // aux = bytes absorbed from the neighbour
+  segment_alloc = 5,   // address, size = segment size, aux = SegmentFlags
+  segment_release = 6, // address, size = segment size
+  segment_map = 7,     // expandable segments: address, size of the range mapped
+  segment_unmap = 8,   // expandable segments: address, size of the range unmapped
+  empty_cache = 9,     // size = bytes released to the device by this call
+  oom = 10,            // size = requested bytes, address = device free bytes,
+                       // aux = allocator cap in bytes (0 = no cap)
+  annotation_begin = 11, // aux = StringId of the annotation's name
+  annotation_end = 12,   // aux = StringId of the annotation's name
+  snapshot = 13,         // PyTorch only: a snapshot was taken here
+};
+inline constexpr int kEventKindCount = 14;
+
+enum SegmentFlags : std::uint64_t {
+  segment_flag_large_pool = 1u << 0,
+  segment_flag_expandable = 1u << 1,
+};
+
+namespace detail {
+inline constexpr std::array<std::string_view, kEventKindCount> kEventKindNames = {
+    "alloc",         "free_requested",  "free_completed", "split",       "merge",
+    "segment_alloc", "segment_release", "segment_map",    "segment_unmap", "empty_cache",
+    "oom",           "annotation_begin", "annotation_end", "snapshot"};
+}  // namespace detail
+
+// The kind's name as tables, JSON and --kind spell it; "unknown" past the last.
+inline const char* to_string(EventKind kind) noexcept {
+  const auto index = static_cast<std::size_t>(kind);
+  return index < detail::kEventKindNames.size() ? detail::kEventKindNames[index].data() : "unknown";
+}
+
+// Returns false when `name` names no kind.
+inline bool parse_event_kind(const std::string& name, EventKind& out) noexcept {
+  for (std::size_t i = 0; i < detail::kEventKindNames.size(); ++i) {
+    if (detail::kEventKindNames[i] == name) {
+      out = static_cast<EventKind>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace cachealloc::events
