@@ -296,7 +296,7 @@ TEST_CASE("largest_free_block is the layout's largest inactive block, pending fr
     std::uint64_t largest = 0;
     for (const auto& segment : allocator.layout())
       for (const auto& block : segment.blocks)
-        if (block.state == snapshot::BlockState::inactive) largest = std::max(largest, block.size);
+        if (block.state == layout::BlockState::inactive) largest = std::max(largest, block.size);
     return largest;
   };
   // then it equals the layout's largest free block, before and after the pending free completes.
@@ -318,7 +318,7 @@ std::uint64_t brute_force_small_best_fit(const CachingAllocator& allocator, std:
   for (const auto& segment : allocator.layout()) {
     if (segment.large_pool) continue;
     for (const auto& block : segment.blocks) {
-      if (block.state != snapshot::BlockState::inactive || block.size < size) continue;
+      if (block.state != layout::BlockState::inactive || block.size < size) continue;
       if (best_size == 0 || block.size < best_size || (block.size == best_size && block.address < best_address)) {
         best_size = block.size;
         best_address = block.address;
@@ -332,7 +332,7 @@ std::uint64_t largest_inactive_block(const CachingAllocator& allocator) {
   std::uint64_t largest = 0;
   for (const auto& segment : allocator.layout())
     for (const auto& block : segment.blocks)
-      if (block.state == snapshot::BlockState::inactive) largest = std::max(largest, block.size);
+      if (block.state == layout::BlockState::inactive) largest = std::max(largest, block.size);
   return largest;
 }
 }  // namespace

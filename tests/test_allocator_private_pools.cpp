@@ -11,8 +11,8 @@ using namespace cachealloc;
 using namespace test_support;
 
 namespace {
-constexpr PoolId kGraphPool{1, 0};
-constexpr PoolId kOtherPool{0, 7};
+constexpr PrivatePoolId kGraphPool{1, 0};
+constexpr PrivatePoolId kOtherPool{0, 7};
 StreamFilter every_stream() {
   return [](Stream) { return true; };
 }
@@ -44,7 +44,7 @@ TEST_CASE("only the streams the filter accepts allocate from the private pool") 
   void* a = allocator.allocate(MiB, capturing);
   void* b = allocator.allocate(MiB, other);
   allocator.end_allocate_to_pool(kGraphPool);
-  const std::map<std::uintptr_t, PoolId> owners = allocator.private_segments();
+  const std::map<std::uintptr_t, PrivatePoolId> owners = allocator.private_segments();
   REQUIRE(owners.size() == 1);
   const std::uintptr_t segment = owners.begin()->first;
   CHECK(owners.begin()->second == kGraphPool);
@@ -109,7 +109,7 @@ TEST_CASE("misuse of private pools is refused") {
   auto device = simulated();
   CachingAllocator allocator(device);
   CHECK_THROWS_AS(allocator.end_allocate_to_pool(kGraphPool), InvalidArgument);
-  CHECK_THROWS_AS(allocator.create_or_incref_pool(PoolId{}), InvalidArgument);
+  CHECK_THROWS_AS(allocator.create_or_incref_pool(PrivatePoolId{}), InvalidArgument);
   CHECK_THROWS_AS(allocator.begin_allocate_to_pool(kGraphPool, StreamFilter{}), InvalidArgument);
   allocator.begin_allocate_to_pool(kGraphPool, every_stream());
   CHECK_THROWS_AS(allocator.begin_allocate_to_pool(kGraphPool, every_stream()), InvalidArgument);
@@ -164,7 +164,7 @@ TEST_CASE("a private pool takes no expandable segments, the default pool still d
   void* in_pool = allocator.allocate(5 * MiB);
   allocator.end_allocate_to_pool(kGraphPool);
   void* outside = allocator.allocate(5 * MiB);
-  for (const snapshot::Segment& segment : allocator.layout()) {
+  for (const layout::Segment& segment : allocator.layout()) {
     const bool has_in_pool = reinterpret_cast<std::uintptr_t>(in_pool) - segment.address < segment.total_size;
     if (has_in_pool) {
       CHECK_FALSE(segment.expandable);

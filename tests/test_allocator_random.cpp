@@ -52,9 +52,9 @@ void check_layout(const CachingAllocator& allocator) {
     for (const auto& block : segment.blocks) {
       CHECK(block.address == cursor);
       cursor += block.size;
-      if (block.state == snapshot::BlockState::active_allocated) allocated += block.size;
+      if (block.state == layout::BlockState::active_allocated) allocated += block.size;
       // Inactive split bytes leave out expandable segments, as in PyTorch.
-      if (block.state == snapshot::BlockState::inactive && segment.blocks.size() > 1 && !segment.expandable)
+      if (block.state == layout::BlockState::inactive && segment.blocks.size() > 1 && !segment.expandable)
         inactive_split += block.size;
     }
     CHECK(cursor == segment.address + segment.total_size);

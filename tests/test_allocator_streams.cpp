@@ -100,7 +100,7 @@ TEST_CASE("simulated: a pending block does not merge until its event completes")
   auto layout = allocator.layout();
   REQUIRE(layout.size() == 1);
   CHECK(layout[0].blocks.size() == 2);
-  CHECK(layout[0].blocks[0].state == snapshot::BlockState::active_pending_free);
+  CHECK(layout[0].blocks[0].state == layout::BlockState::active_pending_free);
   device->synchronize();
   void* c = allocator.allocate(512);  // processes events: a completes and merges
   allocator.deallocate(c);

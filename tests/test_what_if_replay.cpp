@@ -366,7 +366,7 @@ CaptureRun capture_run() {
   options.stacks = StackCapture::none;
   HistoryRecorder recorder(allocator, options);
   const Stream a = device->create_stream();
-  const PoolId pool{0, 7};
+  const PrivatePoolId pool{0, 7};
   void* small = allocator.allocate(512, a);
   allocator.begin_allocate_to_pool(pool, [a](Stream s) { return s == a; });
   void* captured = allocator.allocate(128 << 10, a);
@@ -423,7 +423,7 @@ TEST_CASE("given a reservation on the capture's stream right after the capture, 
   options.stacks = StackCapture::none;
   HistoryRecorder recorder(allocator, options);
   const Stream a = device->create_stream();
-  const PoolId pool{3, 0};
+  const PrivatePoolId pool{3, 0};
   void* one = allocator.allocate(1 << 20, a);
   void* half = allocator.allocate(512 << 10, a);
   allocator.begin_allocate_to_pool(pool, [a](Stream s) { return s == a; });

@@ -66,7 +66,7 @@ using cachealloc::snapshot::BlockState;
 using cachealloc::snapshot::EventKind;
 
 constexpr int kMaxDevices = 64;
-cachealloc::PoolId pool_id(c10::MempoolId_t id) { return cachealloc::PoolId{id.first, id.second}; }
+cachealloc::PrivatePoolId pool_id(c10::MempoolId_t id) { return cachealloc::PrivatePoolId{id.first, id.second}; }
 
 std::uint64_t monotonic_ns() noexcept {
   timespec ts{};
@@ -287,7 +287,7 @@ class TorchAllocator final : public CA::CUDAAllocator {
   bool checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
                                 const std::unordered_set<void*>& expected) override {
     cachealloc::CachingAllocator& allocator = *state(device).allocator;
-    const std::map<std::uintptr_t, cachealloc::PoolId> owners = allocator.private_segments();
+    const std::map<std::uintptr_t, cachealloc::PrivatePoolId> owners = allocator.private_segments();
     std::size_t live = 0;
     for (const cachealloc::snapshot::Segment& segment : allocator.layout()) {
       auto owner = owners.find(segment.address);
@@ -611,10 +611,10 @@ CA::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, bool incl
     } else {
       layout = s->allocator->layout();
     }
-    const std::map<std::uintptr_t, cachealloc::PoolId> owners = s->allocator->private_segments();
+    const std::map<std::uintptr_t, cachealloc::PrivatePoolId> owners = s->allocator->private_segments();
     for (const cachealloc::snapshot::Segment& segment : layout) {
       const auto owner = owners.find(segment.address);
-      const cachealloc::PoolId pool = owner == owners.end() ? cachealloc::PoolId{} : owner->second;
+      const cachealloc::PrivatePoolId pool = owner == owners.end() ? cachealloc::PrivatePoolId{} : owner->second;
       if (one_pool && pool != pool_id(mempool_id)) continue;
       CDA::SegmentInfo* current = nullptr;
       for (const cachealloc::snapshot::Block& block : segment.blocks) {

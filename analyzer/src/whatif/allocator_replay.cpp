@@ -300,7 +300,7 @@ class PoolInference {
  public:
   struct Route {
     std::uint64_t event;  // an alloc (routes) or where a release run starts (releases)
-    std::uint32_t pool;   // 1, 2, ...: PoolId{0, pool}
+    std::uint32_t pool;   // 1, 2, ...: PrivatePoolId{0, pool}
   };
   std::vector<Route> routes;    // requests served from a private pool, in event order
   std::vector<Route> releases;  // where each pool's use ended, in event order
@@ -578,12 +578,12 @@ class LivePointers {
 // this one call, as PyTorch's capture does for each request on its stream.
 // The first request creates the pool (use count 1); the use ends at the
 // recorded release.
-void* allocate_in_pool(CachingAllocator& allocator, PoolId pool, std::size_t bytes, Stream stream) {
+void* allocate_in_pool(CachingAllocator& allocator, PrivatePoolId pool, std::size_t bytes, Stream stream) {
   const bool known = allocator.pool_use_count(pool) > 0;
   allocator.begin_allocate_to_pool(pool, [](Stream) { return true; });
   struct End {
     CachingAllocator& allocator;
-    PoolId pool;
+    PrivatePoolId pool;
     bool known;
     ~End() {
       allocator.end_allocate_to_pool(pool);
@@ -815,7 +815,7 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
       }
       if (e.device != device) return true;
       for (; next_release < pass.pool_releases.size() && pass.pool_releases[next_release].event == i; ++next_release) {
-        const PoolId pool{0, pass.pool_releases[next_release].pool};
+        const PrivatePoolId pool{0, pass.pool_releases[next_release].pool};
         if (allocator.pool_use_count(pool) > 0) allocator.release_pool(pool);
       }
       if (next_empty < empties.size() && empties[next_empty] == i) {
@@ -832,7 +832,7 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
           if (options.scale != 1.0)
             bytes = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(static_cast<double>(bytes) * options.scale)));
           const bool to_pool = next_route < pass.pool_routes.size() && pass.pool_routes[next_route].event == i;
-          const PoolId pool{0, to_pool ? pass.pool_routes[next_route++].pool : 0};
+          const PrivatePoolId pool{0, to_pool ? pass.pool_routes[next_route++].pool : 0};
           try {
             void* ptr = to_pool ? allocate_in_pool(allocator, pool, bytes, stream_of(e.stream))
                                 : allocator.allocate(bytes, stream_of(e.stream));

@@ -120,11 +120,11 @@ class AllocatorObserver {
 
 // A private memory pool, PyTorch's MempoolId_t: the pool a CUDA graph
 // capture or a torch.cuda.MemPool allocates from. {0, 0} is the default pool.
-struct PoolId {
+struct PrivatePoolId {
   std::uint64_t first = 0;
   std::uint64_t second = 0;
   bool is_default() const noexcept { return first == 0 && second == 0; }
-  friend auto operator<=>(PoolId, PoolId) = default;
+  friend auto operator<=>(PrivatePoolId, PrivatePoolId) = default;
 };
 // Chooses, at each allocation during begin/end_allocate_to_pool, whether the
 // request on this stream goes to the private pool. Called on the allocating
@@ -144,7 +144,7 @@ struct PoolCheckpoint {
   struct SegmentState {
     std::vector<BlockState> blocks;  // in address order, from the segment's start
   };
-  PoolId pool;
+  PrivatePoolId pool;
   std::vector<SegmentState> segments;
 };
 // What restore_pool changed: blocks that were allocated and are now free
@@ -194,7 +194,7 @@ class CachingAllocator {
 
   // With a private pool: releases that pool's whole free segments, only once
   // the pool is no longer used (use count 0), as PyTorch's emptyCache(id).
-  void empty_cache(PoolId pool);
+  void empty_cache(PrivatePoolId pool);
 
   // Private pools, as PyTorch's (CUDA graphs, MemPool). Blocks of a private
   // pool are reused only for that pool's requests, are never released while
@@ -203,22 +203,22 @@ class CachingAllocator {
   // event is queried or recorded (frees that need one wait until every
   // capture has ended), and device reservations run in relaxed capture mode.
   // Creates the pool with use count 1, or adds one use to a live pool.
-  void create_or_incref_pool(PoolId pool);
+  void create_or_incref_pool(PrivatePoolId pool);
   // Until end_allocate_to_pool(pool), requests on streams that `filter`
   // accepts come from `pool` (created or incref'd). Throws InvalidArgument
   // when already allocating to that pool.
-  void begin_allocate_to_pool(PoolId pool, StreamFilter filter);
+  void begin_allocate_to_pool(PrivatePoolId pool, StreamFilter filter);
   // Throws InvalidArgument when not allocating to that pool.
-  void end_allocate_to_pool(PoolId pool);
+  void end_allocate_to_pool(PrivatePoolId pool);
   // Drops one use; at 0 the pool's free segments may be released (by
   // empty_cache or an out-of-memory retry) and, once it holds none, it is gone.
   // Throws InvalidArgument for an unknown pool.
-  void release_pool(PoolId pool);
+  void release_pool(PrivatePoolId pool);
   // The pool's use count; 0 for a pool that does not exist (any more).
-  int pool_use_count(PoolId pool) const;
+  int pool_use_count(PrivatePoolId pool) const;
   // The pool's segments and blocks now. Throws InvalidArgument for a pool
   // that does not exist or is no longer used.
-  PoolCheckpoint checkpoint_pool(PoolId pool);
+  PoolCheckpoint checkpoint_pool(PrivatePoolId pool);
   // Puts the pool's blocks back as they were at `checkpoint`: frees every
   // block allocated in the pool now, then allocates the checkpoint's blocks
   // (requested = block size, as PyTorch does) and frees again those that were
@@ -228,7 +228,7 @@ class CachingAllocator {
   PoolRestore restore_pool(const PoolCheckpoint& checkpoint);
   // The private pool of each segment that belongs to one, by the segment's
   // address (layout()'s segments of the default pool are not listed).
-  std::map<std::uintptr_t, PoolId> private_segments() const;
+  std::map<std::uintptr_t, PrivatePoolId> private_segments() const;
 
   // Caps reserved memory at fraction x device total. Throws InvalidArgument
   // outside [0, 1].

@@ -109,7 +109,7 @@ std::size_t CachingAllocator::Impl::allocation_size(std::size_t size) noexcept {
   return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
 }
 
-Shard& CachingAllocator::Impl::shard_for(Stream stream, PoolId pool) {
+Shard& CachingAllocator::Impl::shard_for(Stream stream, PrivatePoolId pool) {
   const std::uint64_t key = stream.handle ^ (pool.first * 0x632be59bd9b4e019ull) ^ (pool.second * 0x85157af5ull);
   const std::size_t home = static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ull) >> 54) % kShardSlots;
   for (std::size_t i = 0; i < kShardSlots; ++i) {
@@ -125,7 +125,7 @@ Shard& CachingAllocator::Impl::shard_for(Stream stream, PoolId pool) {
     if (!shard) {
       shard = new Shard(stream, pool);
       auto pos = std::lower_bound(shards.begin(), shards.end(), std::pair{stream, pool},
-                                  [](const Shard* s, const std::pair<Stream, PoolId>& k) {
+                                  [](const Shard* s, const std::pair<Stream, PrivatePoolId>& k) {
                                     return std::pair{s->stream, s->pool_id} < k;
                                   });
       shards.insert(pos, shard);
@@ -136,12 +136,12 @@ Shard& CachingAllocator::Impl::shard_for(Stream stream, PoolId pool) {
   throw InvalidArgument("allocate: more than " + std::to_string(kShardSlots) + " distinct streams and pools");
 }
 
-PoolId CachingAllocator::Impl::capture_pool(Stream stream) {
+PrivatePoolId CachingAllocator::Impl::capture_pool(Stream stream) {
   std::lock_guard lock(captures_mutex);
   for (const auto& [pool, filter] : captures) {
     if (filter(stream)) return pool;
   }
-  return PoolId{};
+  return PrivatePoolId{};
 }
 
 void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t size, std::size_t requested,
@@ -222,7 +222,7 @@ void* CachingAllocator::Impl::allocate(std::size_t requested, Stream stream) {
   if (!capture && t_shard.allocator == generation && t_shard.stream == stream.handle) [[likely]] {
     pool = t_shard.shard;
   } else {
-    pool = &shard_for(stream, capture ? capture_pool(stream) : PoolId{});
+    pool = &shard_for(stream, capture ? capture_pool(stream) : PrivatePoolId{});
     if (!capture) t_shard = ThreadShard{generation, stream.handle, pool};
   }
   Shard& shard = *pool;

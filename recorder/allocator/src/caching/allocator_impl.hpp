@@ -214,9 +214,9 @@ struct PendingFree {
 // Aligned to a cache line: shards of threads on different streams never
 // share one.
 struct alignas(64) Shard {
-  Shard(Stream s, PoolId p) : stream(s), pool_id(p) {}
+  Shard(Stream s, PrivatePoolId p) : stream(s), pool_id(p) {}
   Stream stream;
-  PoolId pool_id;
+  PrivatePoolId pool_id;
   detail::PoolMutex mutex;
   FreeSet small_blocks{kMinBlockSize};
   FreeSet large_blocks{kLargeBinWidth};
@@ -252,10 +252,10 @@ struct CachingAllocator::Impl {
 
   std::size_t round_size(std::size_t size) const noexcept;
   static std::size_t allocation_size(std::size_t size) noexcept;
-  Shard& shard_for(Stream stream, PoolId pool = {});
+  Shard& shard_for(Stream stream, PrivatePoolId pool = {});
   // The private pool a capture under way takes this stream's requests to,
   // else the default pool.
-  PoolId capture_pool(Stream stream);
+  PrivatePoolId capture_pool(Stream stream);
   bool capturing() const noexcept { return captures_underway.load(std::memory_order_acquire) != 0; }
   // Records the deferred events of every pool (every pool lock held).
   void insert_deferred_events();
@@ -386,7 +386,7 @@ struct CachingAllocator::Impl {
   // PyTorch's release_cached_blocks(mempool_id): the default pool's whole
   // free segments and those of private pools no longer used (all of them
   // for the default id, else only that pool's).
-  void release_cached_blocks(PoolId which = {});
+  void release_cached_blocks(PrivatePoolId which = {});
   void synchronize_and_free_events();
   void release_block(Block* block);
   std::size_t release_unsplit(FreeSet& set);
@@ -416,12 +416,12 @@ struct CachingAllocator::Impl {
   detail::PoolMutex registry_mutex;  // in lock_all's vector with the pool locks
 
   // Private pools by id, with their use counts; under registry_mutex.
-  std::map<PoolId, int> private_pools;
+  std::map<PrivatePoolId, int> private_pools;
   // Captures under way: the pool and filter of each, in the order begun
   // (the first whose filter accepts a stream wins). captures_mutex is a
   // leaf; captures_underway is its size, read without the lock.
   std::mutex captures_mutex;
-  std::vector<std::pair<PoolId, StreamFilter>> captures;
+  std::vector<std::pair<PrivatePoolId, StreamFilter>> captures;
   std::atomic<int> captures_underway{0};
   std::atomic<std::size_t> deferred_event_blocks{0};
 

@@ -214,7 +214,7 @@ std::size_t CachingAllocator::Impl::release_unsplit(FreeSet& set) {
 // expandable segments, unmap every free whole chunk.
 // Private pools: only those no longer used (use count 0), and only for the
 // default id or their own; a pool left with no segment is forgotten.
-void CachingAllocator::Impl::release_cached_blocks(PoolId which) {
+void CachingAllocator::Impl::release_cached_blocks(PrivatePoolId which) {
   if (which.is_default()) {
     if (!capturing()) synchronize_and_free_events();
     for (Shard* s : shards)
@@ -223,7 +223,7 @@ void CachingAllocator::Impl::release_cached_blocks(PoolId which) {
       if (s->pool_id.is_default()) release_unsplit(s->small_blocks);
   }
   for (auto it = private_pools.begin(); it != private_pools.end();) {
-    const PoolId pool = it->first;
+    const PrivatePoolId pool = it->first;
     if (it->second > 0 || (!which.is_default() && pool != which)) {
       ++it;
       continue;
@@ -338,7 +338,7 @@ void CachingAllocator::empty_cache() {
   impl_->emit_global(EventKind::empty_cache, Stream{}, 0, before - impl_->total_reserved.load(), 0);
 }
 
-void CachingAllocator::empty_cache(PoolId pool) {
+void CachingAllocator::empty_cache(PrivatePoolId pool) {
   if (pool.is_default()) {
     empty_cache();
     return;
@@ -353,7 +353,7 @@ void CachingAllocator::empty_cache(PoolId pool) {
     impl_->emit_global(EventKind::empty_cache, Stream{}, 0, before - impl_->total_reserved.load(), 0);
 }
 
-void CachingAllocator::create_or_incref_pool(PoolId pool) {
+void CachingAllocator::create_or_incref_pool(PrivatePoolId pool) {
   if (pool.is_default()) throw InvalidArgument("create_or_incref_pool: {0, 0} is the default pool");
   std::lock_guard lock(impl_->registry_mutex);
   auto [it, created] = impl_->private_pools.try_emplace(pool, 1);
@@ -365,7 +365,7 @@ void CachingAllocator::create_or_incref_pool(PoolId pool) {
   }
 }
 
-void CachingAllocator::begin_allocate_to_pool(PoolId pool, StreamFilter filter) {
+void CachingAllocator::begin_allocate_to_pool(PrivatePoolId pool, StreamFilter filter) {
   if (!filter) throw InvalidArgument("begin_allocate_to_pool: no stream filter");
   create_or_incref_pool(pool);
   std::lock_guard lock(impl_->captures_mutex);
@@ -379,7 +379,7 @@ void CachingAllocator::begin_allocate_to_pool(PoolId pool, StreamFilter filter) 
   impl_->captures_underway.store(static_cast<int>(impl_->captures.size()), std::memory_order_release);
 }
 
-void CachingAllocator::end_allocate_to_pool(PoolId pool) {
+void CachingAllocator::end_allocate_to_pool(PrivatePoolId pool) {
   std::lock_guard lock(impl_->captures_mutex);
   for (auto it = impl_->captures.begin(); it != impl_->captures.end(); ++it) {
     if (it->first == pool) {
@@ -392,7 +392,7 @@ void CachingAllocator::end_allocate_to_pool(PoolId pool) {
                         std::to_string(pool.second) + ")");
 }
 
-void CachingAllocator::release_pool(PoolId pool) {
+void CachingAllocator::release_pool(PrivatePoolId pool) {
   std::lock_guard lock(impl_->registry_mutex);
   auto it = impl_->private_pools.find(pool);
   if (it == impl_->private_pools.end() || it->second <= 0)
@@ -401,13 +401,13 @@ void CachingAllocator::release_pool(PoolId pool) {
   --it->second;
 }
 
-int CachingAllocator::pool_use_count(PoolId pool) const {
+int CachingAllocator::pool_use_count(PrivatePoolId pool) const {
   std::lock_guard lock(impl_->registry_mutex);
   auto it = impl_->private_pools.find(pool);
   return it == impl_->private_pools.end() ? 0 : it->second;
 }
 
-PoolCheckpoint CachingAllocator::checkpoint_pool(PoolId pool) {
+PoolCheckpoint CachingAllocator::checkpoint_pool(PrivatePoolId pool) {
   std::vector<std::unique_lock<detail::PoolMutex>> locks;
   impl_->lock_all(locks);
   auto it = impl_->private_pools.find(pool);
@@ -432,7 +432,7 @@ PoolRestore CachingAllocator::restore_pool(const PoolCheckpoint& checkpoint) {
   Impl& impl = *impl_;
   std::vector<std::unique_lock<detail::PoolMutex>> locks;
   impl.lock_all(locks);
-  const PoolId pool = checkpoint.pool;
+  const PrivatePoolId pool = checkpoint.pool;
   auto fail = [&](const std::string& why) {
     throw InvalidArgument("restore_pool: pool (" + std::to_string(pool.first) + ", " + std::to_string(pool.second) +
                           "): " + why);
@@ -507,10 +507,10 @@ PoolRestore CachingAllocator::restore_pool(const PoolCheckpoint& checkpoint) {
   return result;
 }
 
-std::map<std::uintptr_t, PoolId> CachingAllocator::private_segments() const {
+std::map<std::uintptr_t, PrivatePoolId> CachingAllocator::private_segments() const {
   std::vector<std::unique_lock<detail::PoolMutex>> locks;
   impl_->lock_all(locks);
-  std::map<std::uintptr_t, PoolId> out;
+  std::map<std::uintptr_t, PrivatePoolId> out;
   std::lock_guard guard(impl_->segments_mutex);
   for (const auto& [address, head] : impl_->segments) {
     if (head->shard->pool_id.is_default()) continue;
