@@ -44,7 +44,7 @@ inline std::vector<std::size_t> segment_sizes(const cachealloc::CachingAllocator
   return sizes;
 }
 
-// docs/verification/issue16_fragmenting_workload.py through our allocator:
+// testdata/pytorch/fragmenting/workload.py through our allocator:
 // step i allocates 256 MiB + 6 MiB * i, frees the previous activation and
 // keeps half of it plus 2 MiB, which pins every segment. Frees everything at
 // the end. Returns whether it ran out of memory. (test_what_if_replay and

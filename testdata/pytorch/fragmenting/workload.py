@@ -13,9 +13,9 @@ is used: no kernels, no library workspaces, so the allocator sees exactly
 these requests. (The same workload through our allocator on the simulated
 device is tests/test_what_if_replay.cpp's "fragmenting workload" case.)
 
-  python3 issue16_fragmenting_workload.py record OUT.pickle
+  python3 workload.py record OUT.pickle
       records the run under the environment's PYTORCH_CUDA_ALLOC_CONF (no cap)
-  python3 issue16_fragmenting_workload.py run CAP_BYTES [OUT.pickle]
+  python3 workload.py run CAP_BYTES [OUT.pickle]
       runs it under set_per_process_memory_fraction(CAP_BYTES / total) and prints
       one JSON line: peak reserved and allocated, segments, device allocs/frees,
       retries, whether it ran out of memory and at which step

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Session 16 on the H200: what PyTorch's empty_cache() gives back right after a dump
-# (testdata/pytorch/make_snapshots.py records reserved_bytes_after_empty_cache), against
-# the analyzer's "releasable by empty_cache" at the dump, for expandable segments and not.
-#   bash docs/verification/empty_cache_truth_session16.sh   (pickles left in $OUT/empty_cache)
+# On a CUDA machine with torch 2.11: what PyTorch's empty_cache() gives back right after a
+# dump (testdata/pytorch/make_snapshots.py records reserved_bytes_after_empty_cache), against
+# the analyzer's "releasable by empty_cache" at the dump, for expandable segments and not
+# (docs/VERIFICATION.md, "What empty_cache gives back"). Makes testdata/pytorch/empty_cache/.
+#   B=build/bin OUT=/tmp/out bash testdata/pytorch/empty_cache/make_truth.sh   (pickles left in $OUT/empty_cache)
 set -u
-export LD_LIBRARY_PATH=$PWD/build-h200/syslib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-O=$OUT/empty_cache; mkdir -p $O
+B=${B:-build/bin}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+O=${OUT:-/tmp}/empty_cache; mkdir -p $O
 echo "== machine"; date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for conf in "expandable_segments:True" "expandable_segments:True,max_split_size_mb:64" "default"; do
   if [ $conf = default ]; then python3 testdata/pytorch/make_snapshots.py $O varlen
@@ -14,12 +16,12 @@ done
 python3 testdata/pytorch/make_snapshots.py $O cnn
 echo "== PyTorch's empty_cache() against the analyzer"
 for p in $O/*.pickle; do
-  python3 - "$p" <<'PY'
+  python3 - "$p" "$B/cachealloc-analyze" <<'PY'
 import json, subprocess, sys
-p = sys.argv[1]
+p, analyze = sys.argv[1], sys.argv[2]
 s = json.load(open(p[:-len('.pickle')] + '.stats.json'))
 truth = s['reserved_bytes.all.current'] - s['reserved_bytes_after_empty_cache']
-doc = json.loads(subprocess.run(['build-h200/rel/cachealloc-analyze', 'fragmentation', p, '--format', 'json'],
+doc = json.loads(subprocess.run([analyze, 'fragmentation', p, '--format', 'json'],
                                 check=True, capture_output=True, text=True).stdout)
 ours = doc['releasable_by_empty_cache']
 print(f"{p.split('/')[-1]}: reserved {s['reserved_bytes.all.current']}, PyTorch's empty_cache() gave back {truth}, "
