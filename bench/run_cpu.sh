@@ -10,6 +10,8 @@
 #   bash bench/run_cpu.sh                        # rows 1-5
 #   PART=analyzer bash bench/run_cpu.sh          # one part: analyzer|pickles|dump|allocator|more
 #   PART=more bash bench/run_cpu.sh              # row 6, the commands measured once
+#   PART=compare BASE=../before/build-rel/bin bash bench/run_cpu.sh
+#                                                # B against BASE, alternating (bench/compare_builds.sh)
 #   BASE=../before/build-rel/bin BASE_LABEL=before bash bench/run_cpu.sh
 #                                                # every row also with other binaries, rounds alternating
 #
@@ -58,7 +60,8 @@ ROUNDS=${ROUNDS:-3}
 CPU=${CPU:-1}
 WORK=${WORK:-/tmp/cachealloc-bench}
 case "$PART" in all|analyzer|pickles|dump|allocator|more) ;;
-  *) echo "PART must be all, analyzer, pickles, dump, allocator or more" >&2; exit 2 ;; esac
+  compare) CACHEALLOC_DEVICE=simulated exec bash bench/compare_builds.sh ;;
+  *) echo "PART must be all, analyzer, pickles, dump, allocator, more or compare" >&2; exit 2 ;; esac
 for f in cachealloc-synthetic cachealloc-analyze bench_analyze_throughput bench_dump_time bench_history_overhead \
          bench_mixed bench_clock_read bench_page_faults; do
   [ -x "$B/$f" ] || { echo "missing $B/$f: build Release into $(dirname "$B") first" >&2; exit 2; }

@@ -12,6 +12,8 @@
 #   bash bench/run_gpu.sh                        # everything
 #   PART=table bash bench/run_gpu.sh             # the figures only
 #   PART=suites bash bench/run_gpu.sh            # the suites and conformance only
+#   PART=compare BASE=../before/build-rel/bin bash bench/run_gpu.sh
+#                                                # B against BASE, alternating (bench/compare_builds.sh)
 #   BASE=../before/build-rel/bin BASE_LABEL=before bash bench/run_gpu.sh
 #                                                # rows 1-3 also with other binaries, rounds alternating
 #
@@ -68,7 +70,9 @@ SUITES=${SUITES:-build/bin}
 CONFORMANCE_RUNS=${CONFORMANCE_RUNS:-3}
 WORK=${WORK:-/tmp/cachealloc-bench}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-case "$PART" in all|table|suites) ;; *) echo "PART must be all, table or suites" >&2; exit 2 ;; esac
+case "$PART" in all|table|suites) ;;
+  compare) CACHEALLOC_DEVICE=cuda exec bash bench/compare_builds.sh ;;
+  *) echo "PART must be all, table, suites or compare" >&2; exit 2 ;; esac
 export LD_LIBRARY_PATH=$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONUNBUFFERED=1
 mkdir -p "$WORK"
