@@ -7,6 +7,7 @@
 #include <ctime>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 #include "cachealloc/config.hpp"
@@ -22,7 +23,6 @@
 namespace cachealloc {
 
 namespace {
-
 
 std::vector<std::string> command_line() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
@@ -172,6 +172,245 @@ snapshot::DeviceUsage to_snapshot(const DeviceUsage& reading) {
   return u;
 }
 
+using State = HistoryRecorder::State;
+
+// A chunk of RingCopy::words.
+struct RawChunk {
+  std::size_t offset;
+  std::uint32_t used;
+  std::uint64_t base;
+  std::uint32_t thread;
+};
+
+// The ring's records, copied raw under the locks (a memcpy per chunk) and
+// decoded after them, with what the ring knew at that moment.
+struct RingCopy {
+  std::vector<RawChunk> chunks;
+  std::vector<std::uint64_t> words;
+  std::size_t held = 0;             // events in the copied chunks
+  std::uint64_t total = 0;          // events recorded since start()
+  std::uint64_t newest_dropped = 0;
+  std::uint64_t max_entries = 0;
+  detail::TickAnchor anchor;
+};
+
+// What the cut reads besides the layout. The driver and NVML are read
+// inside it too, so their figures describe the same moment as reserved (no
+// allocator call can run).
+struct CutReadings {
+  std::map<std::string, std::int64_t> stats;
+  std::optional<MemoryInfo> memory;  // none from a device that cannot report it
+  DeviceUsage usage_at_dump;
+  std::vector<State::OomUsage> oom_usage;
+  RingCopy ring;
+};
+
+// Needs every pool lock (no thread is filling its staging chunk); takes ring_lock.
+RingCopy copy_ring(State& s) {
+  RingCopy copy;
+  std::lock_guard lock(s.ring_lock);
+  auto take = [&](const Chunk* chunk) {
+    if (!chunk || chunk->empty()) return;
+    copy.chunks.push_back(RawChunk{copy.words.size(), chunk->used, chunk->base_ticks, chunk->thread});
+    copy.words.insert(copy.words.end(), chunk->words, chunk->words + chunk->used);
+    copy.held += chunk->count.load(std::memory_order_relaxed);
+  };
+  std::size_t words = 0;
+  for (const Chunk* chunk : s.ring) words += chunk->used;
+  for (const auto& slot : s.slots) words += slot->staging.used;
+  copy.words.reserve(words + s.annotation_slot->staging.used);
+  for (const Chunk* chunk : s.ring) take(chunk);
+  for (const auto& slot : s.slots) take(&slot->staging);
+  take(&s.annotation_slot->staging);
+  copy.total = s.evicted + copy.held;
+  copy.newest_dropped = s.newest_dropped;
+  copy.max_entries = s.max_entries;
+  copy.anchor = s.anchor;
+  return copy;
+}
+
+// Runs inside layout()'s callback, where every pool lock is held.
+CutReadings read_in_cut(State& s) {
+  CutReadings cut;
+  cut.stats = s.allocator.stats().to_map();
+  Device& device = s.allocator.device();
+  try {
+    cut.memory = device.memory_info();
+  } catch (const std::exception&) {
+    // A device that cannot report memory still gets its history dumped.
+  }
+  cut.usage_at_dump = device.usage();
+  {
+    std::lock_guard usage_lock(s.usage_mutex);
+    cut.oom_usage = s.oom_usage;
+  }
+  cut.ring = copy_ring(s);
+  return cut;
+}
+
+// The ring holds at least max_entries events, and often more (records are
+// smaller than the worst case it is sized for). When it holds more, only
+// the newest max_entries are decoded: the time of the max_entries-th
+// newest bounds them (with its ties, which keep_unbroken_newest settles).
+std::uint64_t oldest_ticks_to_decode(const RingCopy& ring) {
+  if (ring.held <= ring.max_entries) return 0;
+  std::vector<std::uint64_t> times;
+  times.reserve(ring.held);
+  for (const RawChunk& chunk : ring.chunks)
+    detail::record_times(ring.words.data() + chunk.offset, chunk.used, chunk.base, times);
+  const auto nth = times.end() - static_cast<std::ptrdiff_t>(ring.max_entries);
+  std::nth_element(times.begin(), nth, times.end());
+  return *nth;
+}
+
+// The events of the copy, times still in ticks, in time order chunk by chunk only.
+std::vector<snapshot::Event> decode_newest(const RingCopy& ring, std::int32_t device) {
+  const std::uint64_t from_ticks = oldest_ticks_to_decode(ring);
+  std::vector<snapshot::Event> events;
+  events.reserve(std::min<std::size_t>(ring.held, ring.max_entries + Chunk::kWords));
+  for (const RawChunk& chunk : ring.chunks)
+    detail::decode_records(ring.words.data() + chunk.offset, chunk.used, chunk.base, device, chunk.thread, events,
+                           from_ticks);
+  return events;
+}
+
+// Chunks come from different threads, so the events are in time order
+// only chunk by chunk. Sort (stable: a thread's events keep their order),
+// drop what is older than an event the ring let go, so that the trace is
+// one unbroken stretch of time, and keep the newest max_entries. (Events
+// of one allocator call share a time; those of an evicted event's own call
+// that are still here came after it, and stay.)
+void keep_unbroken_newest(std::vector<snapshot::Event>& events, const RingCopy& ring) {
+  std::stable_sort(events.begin(), events.end(),
+                   [](const snapshot::Event& a, const snapshot::Event& b) { return a.time_ns < b.time_ns; });
+  if (ring.total > events.size()) {
+    const auto older = std::lower_bound(events.begin(), events.end(), ring.newest_dropped,
+                                        [](const snapshot::Event& e, std::uint64_t t) { return e.time_ns < t; });
+    events.erase(events.begin(), older);
+  }
+  if (events.size() > ring.max_entries)
+    events.erase(events.begin(), events.begin() + static_cast<std::ptrdiff_t>(events.size() - ring.max_entries));
+}
+
+// Each OOM's NVML reading, with the index of its event, while times are
+// still ticks; a reading whose OOM the ring let go goes with it.
+std::vector<snapshot::DeviceUsage> pair_oom_usage(const std::vector<State::OomUsage>& readings,
+                                                  const std::vector<snapshot::Event>& events) {
+  std::vector<snapshot::DeviceUsage> usage;
+  for (const State::OomUsage& reading : readings) {
+    if (reading.usage.source == DeviceUsage::Source::unavailable) continue;
+    auto it = std::lower_bound(events.begin(), events.end(), reading.ticks,
+                               [](const snapshot::Event& e, std::uint64_t t) { return e.time_ns < t; });
+    for (; it != events.end() && it->time_ns == reading.ticks; ++it) {
+      if (it->kind != snapshot::EventKind::oom || it->thread != reading.thread) continue;
+      snapshot::DeviceUsage u = to_snapshot(reading.usage);
+      u.event = static_cast<std::uint64_t>(it - events.begin());
+      usage.push_back(u);
+      break;
+    }
+  }
+  std::sort(usage.begin(), usage.end(),
+            [](const snapshot::DeviceUsage& a, const snapshot::DeviceUsage& b) { return a.event < b.event; });
+  return usage;
+}
+
+// Ticks to CLOCK_MONOTONIC ns, by the line through the anchors of start()
+// and of the dump (clock.hpp).
+void convert_ticks_to_ns(std::vector<snapshot::Event>& events, const detail::TickAnchor& start,
+                         const detail::TickAnchor& dump) {
+  const long double tick_ns =
+      dump.ticks > start.ticks
+          ? static_cast<long double>(dump.ns - start.ns) / static_cast<long double>(dump.ticks - start.ticks)
+          : 1.0L;
+  for (auto& event : events) {
+    const auto delta = static_cast<long double>(static_cast<std::int64_t>(event.time_ns - start.ticks));
+    event.time_ns = start.ns + static_cast<std::uint64_t>(static_cast<std::int64_t>(delta * tick_ns));
+  }
+}
+
+// `oom_usage`: the readings at OOMs, their times in ns; the reading at the
+// dump goes after them.
+snapshot::DeviceInfo describe_device(const Device& device, const CutReadings& cut,
+                                     std::vector<snapshot::DeviceUsage> oom_usage, std::uint64_t dump_ns) {
+  snapshot::DeviceInfo info;
+  info.index = device.index();
+  info.name = device.name();
+  if (cut.memory) {
+    info.total_bytes = cut.memory->total;
+    info.driver_free_at_dump = cut.memory->free;
+    info.driver_total_at_dump = cut.memory->total;
+  }
+  const DeviceUsage& at_dump = cut.usage_at_dump;
+  info.usage_note = at_dump.note;
+  switch (at_dump.source) {
+    case DeviceUsage::Source::nvml: info.usage_source = snapshot::UsageSource::nvml; break;
+    case DeviceUsage::Source::simulated: info.usage_source = snapshot::UsageSource::simulated; break;
+    case DeviceUsage::Source::unavailable: info.usage_source = snapshot::UsageSource::unavailable; break;
+  }
+  if (at_dump.source != DeviceUsage::Source::unavailable) {
+    info.usage = std::move(oom_usage);
+    snapshot::DeviceUsage reading = to_snapshot(at_dump);
+    reading.time_ns = dump_ns;
+    info.usage.push_back(reading);
+  }
+  return info;
+}
+
+void add_settings(std::map<std::string, std::string>& settings, const AllocatorConfig& config,
+                  const Device& device, const HistoryOptions& options) {
+  const std::string canonical = to_string(config);
+  add_config_pairs(canonical, settings);
+  settings["config"] = config.source.empty() ? canonical : config.source;
+  settings["device.backend"] = device.backend();
+  settings["history.max_entries"] = std::to_string(options.max_entries);
+  settings["history.stacks"] = to_string(options.stacks);
+  settings["history.max_frames"] = std::to_string(options.max_frames);
+  settings["history.stacks_on_free"] = options.stacks_on_free ? "true" : "false";
+  settings["history.clock"] = to_string(options.clock);
+  if (options.clock == HistoryClock::coarse) {
+    timespec resolution{};
+    if (clock_getres(CLOCK_MONOTONIC_COARSE, &resolution) == 0)
+      settings["history.clock_resolution_ns"] =
+          std::to_string(static_cast<std::uint64_t>(resolution.tv_sec) * 1'000'000'000u +
+                         static_cast<std::uint64_t>(resolution.tv_nsec));
+  }
+}
+
+std::vector<std::string> copy_annotation_names(State& s) {
+  std::lock_guard lock(s.strings_mutex);
+  return s.strings;
+}
+
+// The recorder's stack ids that the events and the segments refer to: only
+// those are symbolized.
+std::unordered_map<std::uint32_t, bool> referenced_stacks(const snapshot::Snapshot& out) {
+  std::unordered_map<std::uint32_t, bool> referenced;
+  for (const auto& event : out.events)
+    if (event.stack) referenced[event.stack.value] = true;
+  for (const auto& segment : out.segments) {
+    if (segment.stack) referenced[segment.stack.value] = true;
+    for (const auto& block : segment.blocks)
+      if (block.stack) referenced[block.stack.value] = true;
+  }
+  return referenced;
+}
+
+// Fills the string, frame and stack tables (the annotation names first, so
+// that their ids hold) and gives the events and segments the snapshot's
+// stack ids. Returns the frames the symbolizer failed on.
+std::uint64_t symbolize_stacks(snapshot::Snapshot& out, std::vector<std::string> annotation_names,
+                               const detail::StackTable& table) {
+  const std::unordered_map<std::uint32_t, bool> referenced = referenced_stacks(out);
+  TableBuilder tables(out, std::move(annotation_names));
+  tables.add_stacks(table.entries(), referenced);
+  for (auto& event : out.events) event.stack = tables.map(event.stack);
+  for (auto& segment : out.segments) {
+    segment.stack = tables.map(segment.stack);
+    for (auto& block : segment.blocks) block.stack = tables.map(block.stack);
+  }
+  return tables.symbolization_failures();
+}
+
 }  // namespace
 
 // The cut. The layout, the stats and the ring must describe the same moment,
@@ -182,196 +421,30 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
   State& s = *state_;
   snapshot::Snapshot out;
   out.header = make_header();
+  CutReadings cut;
+  std::vector<snapshot::Segment> layout = s.allocator.layout([&] { cut = read_in_cut(s); });
 
-  std::map<std::string, std::int64_t> stats;
-  std::uint64_t total = 0;  // events recorded since start()
-  std::uint64_t newest_dropped = 0;
-  std::uint64_t max_entries = 0;
-  detail::TickAnchor anchor;
-  std::vector<snapshot::Event> events;
-  struct RawChunk {
-    std::size_t offset;
-    std::uint32_t used;
-    std::uint64_t base;
-    std::uint32_t thread;
-  };
-  std::vector<RawChunk> raw;
-  std::vector<std::uint64_t> raw_words;
-  std::size_t held = 0;
-  Device& device = s.allocator.device();
-  // The driver and NVML are read inside the cut too, so their figures
-  // describe the same moment as reserved (no allocator call can run).
-  MemoryInfo memory;
-  bool memory_known = false;
-  DeviceUsage usage_at_dump;
-  std::vector<State::OomUsage> oom_usage;
-  std::vector<snapshot::Segment> layout = s.allocator.layout([&] {
-    stats = s.allocator.stats().to_map();
-    try {
-      memory = device.memory_info();
-      memory_known = true;
-    } catch (const std::exception&) {
-      // A device that cannot report memory still gets its history dumped.
-    }
-    usage_at_dump = device.usage();
-    {
-      std::lock_guard usage_lock(s.usage_mutex);
-      oom_usage = s.oom_usage;
-    }
-    // Copied raw under the locks (a memcpy per chunk), decoded after them.
-    std::lock_guard lock(s.ring_lock);
-    auto take = [&](const Chunk* chunk) {
-      if (!chunk || chunk->empty()) return;
-      raw.push_back(RawChunk{raw_words.size(), chunk->used, chunk->base_ticks, chunk->thread});
-      raw_words.insert(raw_words.end(), chunk->words, chunk->words + chunk->used);
-      held += chunk->count.load(std::memory_order_relaxed);
-    };
-    std::size_t words = 0;
-    for (const Chunk* chunk : s.ring) words += chunk->used;
-    for (const auto& slot : s.slots) words += slot->staging.used;
-    raw_words.reserve(words + s.annotation_slot->staging.used);
-    for (const Chunk* chunk : s.ring) take(chunk);
-    for (const auto& slot : s.slots) take(&slot->staging);
-    take(&s.annotation_slot->staging);
-    total = s.evicted + held;
-    newest_dropped = s.newest_dropped;
-    max_entries = s.max_entries;
-    anchor = s.anchor;
-  });
-  // The ring holds at least max_entries events, and often more (records are
-  // smaller than the worst case it is sized for). When it holds more, only
-  // the newest max_entries are decoded: the time of the max_entries-th
-  // newest bounds them (with its ties, which the trim below settles).
-  std::uint64_t from_ticks = 0;
-  if (held > max_entries) {
-    std::vector<std::uint64_t> times;
-    times.reserve(held);
-    for (const RawChunk& chunk : raw) detail::record_times(raw_words.data() + chunk.offset, chunk.used, chunk.base, times);
-    const auto nth = times.end() - static_cast<std::ptrdiff_t>(max_entries);
-    std::nth_element(times.begin(), nth, times.end());
-    from_ticks = *nth;
-  }
-  events.reserve(std::min<std::size_t>(held, max_entries + Chunk::kWords));
-  for (const RawChunk& chunk : raw)
-    detail::decode_records(raw_words.data() + chunk.offset, chunk.used, chunk.base, s.device, chunk.thread, events,
-                           from_ticks);
-  std::vector<std::uint64_t>().swap(raw_words);
+  std::vector<snapshot::Event> events = decode_newest(cut.ring, s.device);
+  std::vector<std::uint64_t>().swap(cut.ring.words);
   const detail::TickAnchor dump_anchor = detail::TickAnchor::now(s.tick_source());
-  // Chunks come from different threads, so the events are in time order
-  // only chunk by chunk. Sort (stable: a thread's events keep their order),
-  // drop what is older than an event the ring let go, so that the trace is
-  // one unbroken stretch of time, and keep the newest max_entries. (Events
-  // of one allocator call share a time; those of an evicted event's own call
-  // that are still here came after it, and stay.)
-  std::stable_sort(events.begin(), events.end(),
-                   [](const snapshot::Event& a, const snapshot::Event& b) { return a.time_ns < b.time_ns; });
-  if (total > events.size()) {
-    const auto older = std::lower_bound(events.begin(), events.end(), newest_dropped,
-                                        [](const snapshot::Event& e, std::uint64_t t) { return e.time_ns < t; });
-    events.erase(events.begin(), older);
-  }
-  if (events.size() > max_entries)
-    events.erase(events.begin(), events.begin() + static_cast<std::ptrdiff_t>(events.size() - max_entries));
-  out.dropped_events = total - events.size();
+  keep_unbroken_newest(events, cut.ring);
+  out.dropped_events = cut.ring.total - events.size();
   out.events = std::move(events);
 
-  // Pair each OOM's NVML reading with its event while times are still
-  // ticks; a reading whose OOM the ring let go goes with it.
-  std::vector<snapshot::DeviceUsage> usage;
-  for (const State::OomUsage& reading : oom_usage) {
-    if (reading.usage.source == DeviceUsage::Source::unavailable) continue;
-    auto it = std::lower_bound(out.events.begin(), out.events.end(), reading.ticks,
-                               [](const snapshot::Event& e, std::uint64_t t) { return e.time_ns < t; });
-    for (; it != out.events.end() && it->time_ns == reading.ticks; ++it) {
-      if (it->kind != snapshot::EventKind::oom || it->thread != reading.thread) continue;
-      snapshot::DeviceUsage u = to_snapshot(reading.usage);
-      u.event = static_cast<std::uint64_t>(it - out.events.begin());
-      usage.push_back(u);
-      break;
-    }
-  }
-  std::sort(usage.begin(), usage.end(),
-            [](const snapshot::DeviceUsage& a, const snapshot::DeviceUsage& b) { return a.event < b.event; });
+  // Paired before the conversion: a reading is keyed to its OOM by ticks.
+  std::vector<snapshot::DeviceUsage> oom_usage = pair_oom_usage(cut.oom_usage, out.events);
+  convert_ticks_to_ns(out.events, cut.ring.anchor, dump_anchor);
+  for (snapshot::DeviceUsage& u : oom_usage) u.time_ns = out.events[u.event].time_ns;
+  out.devices.push_back(describe_device(s.allocator.device(), cut, std::move(oom_usage), dump_anchor.ns));
 
-  // Ticks to CLOCK_MONOTONIC ns (history_state.hpp).
-  const long double tick_ns =
-      dump_anchor.ticks > anchor.ticks
-          ? static_cast<long double>(dump_anchor.ns - anchor.ns) / static_cast<long double>(dump_anchor.ticks - anchor.ticks)
-          : 1.0L;
-  for (auto& event : out.events) {
-    const auto delta = static_cast<long double>(static_cast<std::int64_t>(event.time_ns - anchor.ticks));
-    event.time_ns = anchor.ns + static_cast<std::uint64_t>(static_cast<std::int64_t>(delta * tick_ns));
-  }
+  add_settings(out.settings, s.allocator.config(), s.allocator.device(), options());
+  out.stats = std::move(cut.stats);
 
-  for (snapshot::DeviceUsage& u : usage) u.time_ns = out.events[u.event].time_ns;
-  snapshot::DeviceInfo info;
-  info.index = device.index();
-  info.name = device.name();
-  if (memory_known) {
-    info.total_bytes = memory.total;
-    info.driver_free_at_dump = memory.free;
-    info.driver_total_at_dump = memory.total;
-  }
-  info.usage_note = usage_at_dump.note;
-  switch (usage_at_dump.source) {
-    case DeviceUsage::Source::nvml: info.usage_source = snapshot::UsageSource::nvml; break;
-    case DeviceUsage::Source::simulated: info.usage_source = snapshot::UsageSource::simulated; break;
-    case DeviceUsage::Source::unavailable: info.usage_source = snapshot::UsageSource::unavailable; break;
-  }
-  if (usage_at_dump.source != DeviceUsage::Source::unavailable) {
-    info.usage = std::move(usage);
-    snapshot::DeviceUsage at_dump = to_snapshot(usage_at_dump);
-    at_dump.time_ns = dump_anchor.ns;
-    info.usage.push_back(at_dump);
-  }
-  out.devices.push_back(info);
-
-  const AllocatorConfig& config = s.allocator.config();
-  const std::string canonical = to_string(config);
-  add_config_pairs(canonical, out.settings);
-  out.settings["config"] = config.source.empty() ? canonical : config.source;
-  out.settings["device.backend"] = device.backend();
-  {
-    const HistoryOptions options = this->options();
-    out.settings["history.max_entries"] = std::to_string(options.max_entries);
-    out.settings["history.stacks"] = to_string(options.stacks);
-    out.settings["history.max_frames"] = std::to_string(options.max_frames);
-    out.settings["history.stacks_on_free"] = options.stacks_on_free ? "true" : "false";
-    out.settings["history.clock"] = to_string(options.clock);
-    if (options.clock == HistoryClock::coarse) {
-      timespec resolution{};
-      if (clock_getres(CLOCK_MONOTONIC_COARSE, &resolution) == 0)
-        out.settings["history.clock_resolution_ns"] =
-            std::to_string(static_cast<std::uint64_t>(resolution.tv_sec) * 1'000'000'000u +
-                           static_cast<std::uint64_t>(resolution.tv_nsec));
-    }
-  }
-  out.stats = std::move(stats);
-
-  std::vector<std::string> annotation_strings;
-  {
-    std::lock_guard lock(s.strings_mutex);
-    annotation_strings = s.strings;
-  }
-  std::unordered_map<std::uint32_t, bool> referenced;
-  for (const auto& event : out.events)
-    if (event.stack) referenced[event.stack.value] = true;
-  for (const auto& segment : layout) {
-    if (segment.stack) referenced[segment.stack.value] = true;
-    for (const auto& block : segment.blocks)
-      if (block.stack) referenced[block.stack.value] = true;
-  }
-  TableBuilder tables(out, std::move(annotation_strings));
-  tables.add_stacks(s.table.entries(), referenced);
-  for (auto& event : out.events) event.stack = tables.map(event.stack);
-  for (auto& segment : layout) {
-    segment.stack = tables.map(segment.stack);
-    for (auto& block : segment.blocks) block.stack = tables.map(block.stack);
-  }
   out.segments = std::move(layout);
+  const std::uint64_t symbolization_failures = symbolize_stacks(out, copy_annotation_names(s), s.table);
   out.threads = detail::registered_threads();
   make_text_valid(out);
-  s.symbolization_failures.store(tables.symbolization_failures(), std::memory_order_relaxed);
+  s.symbolization_failures.store(symbolization_failures, std::memory_order_relaxed);
   return out;
 }
 

@@ -1,5 +1,5 @@
-// Test hooks into the recorder (history.cpp). Private to the recorder and
-// its tests.
+// Test hooks into the recorder (ring.cpp, recording.cpp). Private to the
+// recorder and its tests.
 //
 // The ring copy hook is called by a thread after it has claimed a ring chunk
 // and before it copies its events into it, outside ring_lock. Tests use it

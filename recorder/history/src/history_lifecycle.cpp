@@ -1,0 +1,113 @@
+// The recorder's life: construction, start() (which resets the ring and
+// picks the clock), stop(), destruction, and deactivate() for failures.
+#include <cstdio>
+
+#include "history_options.hpp"
+#include "history_state.hpp"
+
+namespace cachealloc {
+
+namespace {
+std::atomic<std::uint64_t> g_next_recorder_id{1};
+}  // namespace
+
+HistoryRecorder::State::State(CachingAllocator& a)
+    : allocator(a), id(g_next_recorder_id.fetch_add(1)), use_tsc(detail::tsc_is_invariant()) {}
+
+void HistoryRecorder::State::deactivate(const char* why) noexcept {
+  recording.store(false, std::memory_order_release);
+  if (!deactivated.exchange(true, std::memory_order_acq_rel))
+    std::fprintf(stderr, "cachealloc: %s; deactivating history recording\n", why);
+}
+
+HistoryRecorder::HistoryRecorder(CachingAllocator& allocator, const HistoryOptions& options)
+    : state_(std::make_unique<State>(allocator)) {
+  state_->device = allocator.device().index();
+  if (options.enabled) {
+    start(options);
+  } else {
+    detail::validate(options);
+    std::lock_guard lock(state_->control);
+    state_->options = options;
+  }
+}
+
+HistoryRecorder::~HistoryRecorder() {
+  stop();
+  {
+    std::lock_guard lock(state_->oom_mutex);
+    state_->quitting = true;
+    state_->oom_cv.notify_all();
+  }
+  if (state_->oom_worker.joinable()) state_->oom_worker.join();
+}
+
+void HistoryRecorder::start(const HistoryOptions& options) {
+  if (!options.enabled) {
+    stop();
+    return;
+  }
+  detail::validate(options);
+  State& s = *state_;
+  std::lock_guard control(s.control);
+  // Reset while every pool lock is held, so that no event is in flight.
+  s.allocator.layout([&] {
+    std::lock_guard lock(s.ring_lock);
+    for (Chunk* chunk : s.ring) {
+      chunk->clear();
+      s.spare.push_back(chunk);
+    }
+    s.ring.clear();
+    for (auto& slot : s.slots) {
+      slot->staging.clear();
+      slot->last_record = ThreadSlot::kNoRecord;
+      slot->stacks.clear();
+    }
+    s.annotation_slot->staging.clear();
+    s.next = 0;
+    s.evicted = 0;
+    s.newest_dropped = 0;
+    s.max_entries = options.max_entries;
+    s.ticks.store(options.clock == HistoryClock::coarse ? detail::TickSource::coarse
+                  : s.use_tsc                             ? detail::TickSource::tsc
+                                                          : detail::TickSource::monotonic,
+                  std::memory_order_relaxed);
+    s.anchor = detail::TickAnchor::now(s.tick_source());
+  });
+  {
+    std::lock_guard lock(s.usage_mutex);
+    s.oom_usage.clear();
+  }
+  s.options = options;
+  s.stacks.store(options.stacks, std::memory_order_relaxed);
+  s.max_frames.store(options.max_frames, std::memory_order_relaxed);
+  s.stacks_on_free.store(options.stacks_on_free, std::memory_order_relaxed);
+  {
+    // control -> oom_mutex, the documented order (history_state.hpp). The
+    // worker reads the path here, under oom_mutex alone, never `control`.
+    std::lock_guard lock(s.oom_mutex);
+    s.oom_dump_path = options.dump_on_oom;
+    if (!options.dump_on_oom.empty() && !s.oom_worker.joinable()) {
+      s.oom_worker = std::thread([this] { oom_dump_loop(); });
+    }
+  }
+  s.deactivated.store(false, std::memory_order_relaxed);
+  s.recording.store(true, std::memory_order_release);
+  s.allocator.set_observer(this);
+}
+
+void HistoryRecorder::stop() noexcept {
+  State& s = *state_;
+  s.recording.store(false, std::memory_order_release);
+  s.allocator.set_observer(nullptr);
+  // Every on_event runs under a pool lock, so once layout() has held them
+  // all, no call is left in flight and the caller may destroy us.
+  try {
+    (void)s.allocator.layout();
+  } catch (...) {
+  }
+}
+
+bool HistoryRecorder::recording() const noexcept { return state_->recording.load(std::memory_order_acquire); }
+
+}  // namespace cachealloc

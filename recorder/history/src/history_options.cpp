@@ -1,0 +1,48 @@
+// HistoryOptions: their checks, their names in text (parse and to_string),
+// and the recorder's copy of them.
+#include "history_options.hpp"
+
+#include <string>
+
+#include "cachealloc/errors.hpp"
+#include "history_state.hpp"
+
+namespace cachealloc {
+
+void detail::validate(const HistoryOptions& options) {
+  if (options.max_entries == 0) throw InvalidArgument("record_history: max_entries must be at least 1");
+  if (options.max_frames == 0 || options.max_frames > detail::kMaxStackFrames)
+    throw InvalidArgument("record_history: max_frames must be within [1, " +
+                          std::to_string(detail::kMaxStackFrames) + "], not " + std::to_string(options.max_frames));
+}
+
+StackCapture parse_stack_capture(std::string_view text) {
+  if (text == "none") return StackCapture::none;
+  if (text == "native") return StackCapture::native;
+  if (text == "unwind") return StackCapture::unwind;
+  throw InvalidArgument("unknown stack capture '" + std::string(text) + "' (expected none, native or unwind)");
+}
+
+HistoryClock parse_history_clock(std::string_view text) {
+  if (text == "precise") return HistoryClock::precise;
+  if (text == "coarse") return HistoryClock::coarse;
+  throw InvalidArgument("unknown history clock '" + std::string(text) + "' (expected precise or coarse)");
+}
+
+const char* to_string(HistoryClock clock) noexcept { return clock == HistoryClock::coarse ? "coarse" : "precise"; }
+
+const char* to_string(StackCapture capture) noexcept {
+  switch (capture) {
+    case StackCapture::native: return "native";
+    case StackCapture::unwind: return "unwind";
+    case StackCapture::none: break;
+  }
+  return "none";
+}
+
+HistoryOptions HistoryRecorder::options() const {
+  std::lock_guard lock(state_->control);
+  return state_->options;
+}
+
+}  // namespace cachealloc
