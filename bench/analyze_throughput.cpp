@@ -8,7 +8,7 @@
 //
 // --rewrite writes the snapshot again as format version 5 (event encoding 2)
 // or 6 (encoding 3), so that one binary compares the two encodings
-// (docs/PERFORMANCE.md, "Analyzer decode (session 8)").
+// (docs/FORMAT.md, "Encoding 3 (format version 6)").
 //
 // Reports, best of 3 runs each:
 //   - decode + analysis, streaming, one core: FileEvents reads and decodes

@@ -1,4 +1,4 @@
-// Issue 19, item 6: how long a dump takes with many distinct native stacks,
+// How long a dump takes with many distinct native stacks,
 // symbolization included.
 //
 //   bench_dump_time [events=1000000] [distinct stacks=10000] [out: kept when given]

@@ -1,4 +1,4 @@
-// Issue 19's mixed workload (bench/mixed_workload.hpp) on our allocator:
+// The mixed workload (bench/mixed_workload.hpp) on our allocator:
 //
 //   bench_mixed [steps=1000000] [passes=5] [history: off|none|native]
 //

@@ -1,4 +1,4 @@
-// The mixed workload of issue 19's table, shared by bench_mixed (ours) and
+// The mixed workload of docs/PERFORMANCE.md's tables, shared by bench_mixed (ours) and
 // bench/torch_peer.cpp (PyTorch's allocator), so that both run the same
 // requests in the same order: 256 slots; each step frees one slot's block
 // (when it holds one) and allocates a new one in its place. Slots and sizes

@@ -1,7 +1,7 @@
 // bench_page_faults: what the first touch of fresh memory costs, per 4 KiB
 // page, with small pages and with MADV_HUGEPAGE given first: the cost the
 // snapshot reader's large buffers pay once each (snapshot/src/huge_pages.hpp,
-// docs/PERFORMANCE.md, session 15).
+// docs/PERFORMANCE.md, "What limits the figures").
 //
 //   bench_page_faults [MiB [rounds]]     (default 256 MiB, 3 rounds)
 //

@@ -1,5 +1,5 @@
-// `ranks` over many files, scaling with threads (issue 16), results in
-// docs/PERFORMANCE.md ("ranks").
+// `ranks` over many files, scaling with threads, results in
+// docs/PERFORMANCE.md ("Figures measured once").
 //
 //   bench_ranks_scaling [--dir DIR] [--files 64] [--events 200000] [--threads 1,2,4,8,16]
 //

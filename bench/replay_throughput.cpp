@@ -1,4 +1,4 @@
-// What-if replay throughput (issue 16): events per second of replay_allocator
+// What-if replay throughput: events per second of replay_allocator
 // on one core, over a snapshot already in memory (no decoding), for the whole
 // call (the recorded-figures pass plus the replay through the allocator).
 // Reports the best wall time and the best CPU time of the calling thread: on

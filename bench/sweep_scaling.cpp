@@ -1,4 +1,4 @@
-// Setting sweep scaling with cores (issue 16): wall time of sweep() over the
+// Setting sweep scaling with cores: wall time of sweep() over the
 // same grid with 1, 2, ... N threads (each replay its own allocator and
 // simulated device), over a snapshot already in memory. Usage:
 //   bench_sweep_scaling FILE [CAPACITY_BYTES] [THREADS...]

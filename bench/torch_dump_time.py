@@ -1,5 +1,5 @@
 """PyTorch's _dump_snapshot with many distinct stacks, to set beside
-bench_dump_time (issue 19, item 6; docs/PERFORMANCE.md).
+bench_dump_time (docs/PERFORMANCE.md).
 
     python3 bench/torch_dump_time.py [events=1000000] [distinct=10000] [timeout_s=240]
 

@@ -7,7 +7,7 @@
 // our allocator PyTorch's (the extension of python/), so the same loop
 // measures ours through PyTorch's own raw_alloc/raw_delete.
 //   torch_peer --mixed [steps=1000000] [passes=5]
-// runs issue 19's mixed workload (bench/mixed_workload.hpp, the requests
+// runs the mixed workload (bench/mixed_workload.hpp, the requests
 // bench_mixed gives ours) on one thread and the default stream.
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>

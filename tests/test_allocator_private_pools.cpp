@@ -1,6 +1,6 @@
 // Private pools (PyTorch's MempoolId_t: CUDA graph capture, torch.cuda.MemPool).
 // PyTorch's own figures for the same calls are compared on the H200 by
-// python/tests/torch_api_probe.py (docs/VERIFICATION.md, issue 17).
+// python/tests/torch_api_probe.py (docs/VERIFICATION.md, "The PyTorch drop-in").
 #include <doctest/doctest.h>
 
 #include <thread>

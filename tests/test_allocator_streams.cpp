@@ -166,9 +166,9 @@ std::int64_t kept_passing_more_peak(CachingAllocator& allocator, Stream side, co
 }  // namespace
 
 TEST_CASE("after other threads worked on their own streams, one thread on two streams still gets its call order's peaks") {
-  // Session 7's publishing switched to batches whenever another thread had
-  // published last, and the next lone thread then folded its two pools in
-  // stream order: a peak of 60 MiB here instead of 100.
+  // Publishing in batches whenever another thread had published last would
+  // make the next lone thread fold its two pools in stream order: a peak of
+  // 60 MiB here instead of 100.
   auto device = test_device();
   CachingAllocator allocator(device);
   std::vector<Stream> streams;

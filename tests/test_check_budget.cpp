@@ -1,4 +1,4 @@
-// check (issue 16): each budget, met and exceeded, against the recording's own
+// check: each budget, met and exceeded, against the recording's own
 // figures; the exit codes of `cachealloc-analyze check` (0 met, 1 exceeded,
 // 2 bad input, 3 met only by a lower bound); the doctest helper; and the
 // Python helper, which needs no torch. A trace that does not cover the whole

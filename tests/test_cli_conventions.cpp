@@ -1,4 +1,4 @@
-// The command-line convention of every executable in cli/ (issue 14), run
+// The command-line convention of every executable in cli/, run
 // end to end: for each case, the exit code and the exact first line of
 // stderr. Also the bounds: a non-snapshot is refused within 1 s and 50 MB,
 // and events --all-events streams in bounded memory.

@@ -2,7 +2,7 @@
 // whole device, recorded at the dump and at every OOM, and the summary's
 // chain from allocated to the device's total. The simulated device's figures
 // are the ground truth here; the cuda backend's are held to nvidia-smi on
-// the H200 (docs/VERIFICATION.md, issue 12).
+// the H200 (docs/VERIFICATION.md, "NVML's figures against nvidia-smi").
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// diff A B (issue 16): two recordings with a known change. Both runs go
+// diff A B: two recordings with a known change. Both runs go
 // through the real allocator on the simulated device with the recorder on;
 // B is A with one site grown, one new site inside a new annotation, and one
 // site gone. The expected figures come from the construction and from the

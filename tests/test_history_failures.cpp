@@ -1,4 +1,4 @@
-// The recorder never disturbs its host (issue 18): each failure below
+// The recorder never disturbs its host: each failure below
 // switches recording off with one line on stderr while the allocator goes on
 // serving, and a dump killed by SIGKILL leaves the previous complete snapshot
 // or the new one, never a torn file. OOMs from many threads at once are all

@@ -1,4 +1,4 @@
-// Every failure class of issue 18, replayed from the files kept in
+// Every class of hostile input, replayed from the files kept in
 // testdata/hostile/ (made by testdata/hostile/make_hostile.py) and from
 // endless inputs made on the spot: cachealloc-analyze either refuses the input
 // with exit 2 and one line naming the problem (expected.tsv holds the line's

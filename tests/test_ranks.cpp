@@ -1,4 +1,4 @@
-// ranks FILE... | DIR (issue 16): N recordings, one per rank, with known
+// ranks FILE... | DIR: N recordings, one per rank, with known
 // per-rank differences, made by the real allocator and the recorder on
 // simulated devices of known capacity. Expected figures come from the
 // construction and the allocator's own stats.

@@ -1,9 +1,9 @@
 // The simulated device's driver address model, one placement rule at a time:
 // where reserve() puts memory, relative to the model's base B. Each layout
 // below is built through the public Device interface, as the allocator
-// builds it. The figures are those measured on the H200 (issue 13); the
-// whole-sequence ground truth is in test_conformance.cpp and
-// testdata/driver/.
+// builds it. The figures are those measured on the H200 (docs/VERIFICATION.md,
+// "The driver address model"); the whole-sequence ground truth is in
+// test_conformance.cpp and testdata/driver/.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -305,7 +305,7 @@ TEST_CASE("every cudaMalloc the H200's driver answered in testdata/driver lands 
     const Probe probe = read_probe(file);
     cachealloc::SimulatedDeviceOptions options;
     options.base_address = kBase;
-    // Under a real limit the driver keeps about 2 MiB of its free memory back (issue 13).
+    // Under a real limit the driver keeps about 2 MiB of its free memory back.
     if (probe.device_free) options.capacity = probe.device_free - 2 * kMiB;
     auto device = cachealloc::make_simulated_device(options);
     // ...when the same calls reach the simulated device, then each returns

@@ -1,4 +1,4 @@
-// The setting sweep and the recommendation (issue 16, items 2 and 3). The
+// The setting sweep and the recommendation. The
 // ground truth is the real allocator: the recommended setting is run for real
 // (CachingAllocator on the simulated device, under that setting and the cap)
 // and its peaks must equal the replayed ones, as test_what_if_replay's last

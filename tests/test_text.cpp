@@ -1,6 +1,6 @@
 // Text from a file is made safe to print: JSON stays valid UTF-8 whatever
 // the file holds, and tables and error messages carry no control character
-// of the file (issue 18, "output always well-formed").
+// of the file (docs/RELIABILITY.md, "The promise").
 #include <doctest/doctest.h>
 
 #include <sstream>

@@ -1,4 +1,4 @@
-// Self-consistency of the what-if replay (issue 16): replaying each
+// Self-consistency of the what-if replay: replaying each
 // recording in testdata/ with its own settings through the real allocator on
 // the simulated device reproduces the recorded run's figures exactly. The
 // figures come from the recorded run itself, never from our earlier output:

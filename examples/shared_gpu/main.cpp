@@ -1,6 +1,6 @@
 // cachealloc-example-shared-gpu: one of several processes sharing a GPU, to
 // hold the snapshot's NVML figures to nvidia-smi (docs/VERIFICATION.md,
-// issue 12). It allocates through our allocator, optionally reserves memory
+// "NVML's figures against nvidia-smi"). It allocates through our allocator, optionally reserves memory
 // outside it (cudaMalloc on the cuda backend, as cuBLAS or NCCL would),
 // and dumps a snapshot at a moment a script chooses, while nothing changes:
 //

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Drives every torch.cuda memory API named in issue 17 and writes what each
+"""Drives every torch.cuda memory API the drop-in implements and writes what each
 returned, as JSON. Run once on PyTorch's allocator and once after
 cachealloc.torch.install(), in separate processes; compare_torch_runs.py then
 checks that the two agree (PyTorch's allocator is the ground truth), and the

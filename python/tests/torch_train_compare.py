@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A real training run for issue 17's comparison: a transformer on variable
+"""A real training run for the drop-in comparison: a transformer on variable
 sequence lengths, a second stream whose tensors are handed over with
 record_stream, and empty_cache() halfway. After every step it records
 torch.cuda.memory_stats() (allocated, reserved, active, inactive_split,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the hostile inputs of testdata/hostile/: one file per failure class
-of issue 18, each made by this script from our own golden files
+of docs/RELIABILITY.md, each made by this script from our own golden files
 (testdata/format_versions/) or from plain Python pickles shaped like
 torch.cuda.memory._snapshot(). tests/test_hostile_inputs.cpp replays each
 against expected.tsv. Run from the repository root:

@@ -158,9 +158,10 @@ bool explains_the_trace(const Replay& replay, const Snapshot& head, std::int32_t
 // (its CPU affinity mask, not every online core), from kRangesFromCores
 // cores up; below that, one, since the one-thread pass with its blocks
 // decoded ahead on the other cores (FileEvents) is faster there: ranges
-// decode every event twice (docs/PERFORMANCE.md, session 12: on the H200
-// host 4 threads in ranges gave 33.6 M events/s against 45 for one thread
-// with 4 decoding, 8 threads 62.7; on the 2-core dev VM 31-32 against 35-47).
+// decode every event twice (on the H200's host 4 threads in ranges give
+// 33.6 M events/s against 45 for one thread with 4 decoding, 8 threads 62.7;
+// on a 2-core x86 machine 31-32 against 35-47; docs/PERFORMANCE.md,
+// "Analyzer").
 constexpr unsigned kRangesFromCores = 6;
 unsigned automatic_threads() noexcept {
   const unsigned cores = snapshot::detail::usable_cores();

@@ -116,7 +116,7 @@ class EffectBuilder {
         // A block born and gone inside the range changes nothing: drop its
         // record, so that the index holds about the live blocks, not every
         // address the range ever used (a lookup in an index of every address
-        // missed the cache: 45-60 ns per event on the dev VM).
+        // missed the cache: 45-60 ns per event on a 2-core x86 machine).
         if (!c.uses_incoming) {
           const auto id = static_cast<std::uint32_t>(&c - effect_.blocks.data());
           block_index_.erase(e.address);
@@ -412,7 +412,7 @@ bool run(EventSource& source, const AnalysisOptions& options, const InitialLayou
   // calling thread has the states, runs the pass of range k; thread 0 runs
   // the first range's pass at once. (Keeping the events the effect decoded
   // for the pass costs more than decoding them again: the page faults of a
-  // buffer that size, measured in session 12.)
+  // buffer that size; docs/PERFORMANCE.md, "What limits the figures".)
   std::vector<Effect> effects(ranges - 1);
   std::vector<std::vector<Segment>> starts(ranges);
   std::vector<std::vector<StringId>> open_at(ranges);

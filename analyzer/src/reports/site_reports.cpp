@@ -15,7 +15,8 @@ namespace {
 
 // Free device memory that a reservation can fail with anyway: the driver
 // refused one with 3.125 MiB to spare on the H200 (docs/VERIFICATION.md,
-// session 12). Far more than that free means cudaMalloc did not fail.
+// "The driver's margin near a full device varies between processes"). Far
+// more than that free means cudaMalloc did not fail.
 constexpr std::uint64_t kDriverMargin = std::uint64_t{64} << 20;
 
 constexpr std::size_t kDefaultSiteLimit = 20;

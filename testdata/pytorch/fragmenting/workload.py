@@ -1,4 +1,4 @@
-"""A fragmenting workload for issue 16 (what-if replay), for torch 2.11 on the H200.
+"""A fragmenting workload for the what-if replay, for torch 2.11 on the H200.
 
 Step i allocates an activation of A_i = 256 MiB + 6 MiB * i (a fresh segment:
 it is larger than every free block), frees the previous activation, and keeps

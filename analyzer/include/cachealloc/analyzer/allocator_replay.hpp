@@ -130,7 +130,8 @@ struct ReplayResult {
   std::uint64_t deferred_frees = 0;              // frees that waited for another stream
   // Private memory pools (CUDA graph captures, MemPools) inferred from the
   // recorded addresses, and the requests replayed in them (see
-  // docs/VERIFICATION.md, "private pools").
+  // docs/VERIFICATION.md, "Private pools inferred from the recorded
+  // addresses").
   std::uint64_t inferred_private_pools = 0;
   std::uint64_t private_pool_requests = 0;
   std::uint64_t requests = 0;                    // allocs and failed requests replayed

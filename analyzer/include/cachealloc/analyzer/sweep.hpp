@@ -1,4 +1,4 @@
-// The setting sweep and the recommendation (issue 16): the recorded request
+// The setting sweep and the recommendation: the recorded request
 // stream replayed through the real allocator (replay_allocator) under every
 // point of a grid of allocator settings, ranked, and the one verdict drawn
 // from the ranking.

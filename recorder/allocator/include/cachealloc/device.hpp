@@ -186,7 +186,7 @@ class ForwardingDevice : public Device {
 
 std::shared_ptr<Device> make_simulated_device(const SimulatedDeviceOptions& options = {});
 // An H200 as measured (driver 580.159.04, CUDA 13.0; docs/VERIFICATION.md,
-// issue 12): cudaMemGetInfo's total, the CUDA context of a process that
+// "NVML's figures against nvidia-smi"): cudaMemGetInfo's total, the CUDA context of a process that
 // loads only cudart (518 MiB) and the driver's reservation (615.06 MiB).
 SimulatedDeviceOptions simulated_h200_options();
 // Parses the simulated device's settings, "key=value,..." with keys

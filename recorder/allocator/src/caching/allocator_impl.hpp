@@ -132,7 +132,7 @@ using UnmappedSet = boost::intrusive::multiset<
 struct StatDelta {
   std::int64_t net = 0, high = 0, up = 0;
   // Branch-free: the peak and the sign of a change follow the request
-  // sizes, which no predictor learns (issue 19's mixed workload).
+  // sizes, which no predictor learns (the mixed workload).
   void increase(std::int64_t amount) noexcept {
     net += amount;
     up += amount;
@@ -463,9 +463,9 @@ struct CachingAllocator::Impl {
   // a batch's end uses try_lock: when another thread is folding, it goes on
   // and tries again at its next operation (waiting only at
   // kPublishBatchLimit). With 16 threads a fold pulls its lines of `stats`
-  // from another core; session 7's scheme, which also stored a shared
-  // `last_publisher` at every fold and read it on every call, left 16
-  // threads at 5-9x one thread's cost per pair (docs/PERFORMANCE.md).
+  // from another core; also storing a shared `last_publisher` at every fold
+  // and reading it on every call left 16 threads at 5-9x one thread's cost
+  // per pair on the H200's host.
   static constexpr std::uint32_t kPublishBatch = 1024;
   static constexpr std::uint32_t kPublishBatchLimit = 4 * kPublishBatch;
   void maybe_publish(Shard& shard) noexcept;

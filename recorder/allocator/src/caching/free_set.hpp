@@ -14,8 +14,8 @@
 // up to 256 MiB: a bin holds up to 128 sizes, and only the request's own bin
 // needs a search, in a tree of that bin's few blocks. One tree for the whole
 // large pool cost about 13 levels of pointer chasing per lookup with a few
-// hundred blocks cached (issue 19's mixed workload: docs/PERFORMANCE.md,
-// session 17).
+// hundred blocks cached (the mixed workload: docs/PERFORMANCE.md, "What
+// limits the figures").
 //
 // Cost: the bins (4,096 tree headers, 128 KiB per set) are allocated once,
 // with the set; insert and erase touch one bin's tree and at most two bitmap

@@ -6,11 +6,12 @@
 //
 // At most an eighth of the slots are used: 128 bytes per live block. At up
 // to three quarters, a take (the probe, then the backward shift, which walks
-// to the end of the cluster) cost 81 instructions and 2.6 mispredicted
-// branches in issue 19's mixed workload (callgrind's branch simulation), and
-// the workload's step 150 ns on the dev VM; at a quarter, 43 instructions,
-// 1.3 mispredictions and 133 ns (session 16); at an eighth, 128 to 118 ns
-// (session 17, with the binned large pool; docs/PERFORMANCE.md).
+// to the end of the cluster) costs 81 instructions and 2.6 mispredicted
+// branches in the mixed workload (callgrind's branch simulation), and the
+// workload's step 150 ns on a 2-core x86 machine; at a quarter, 43
+// instructions, 1.3 mispredictions and 133 ns; at an eighth, 128 ns, and
+// 118 ns with the large pool binned (docs/PERFORMANCE.md, "On a 2-core x86
+// machine").
 #pragma once
 
 #include <cstddef>

@@ -5,7 +5,7 @@
 // with it every figure that follows.
 //
 // Measured on an NVIDIA H200, driver 580.159.04, CUDA 13.0, PyTorch 2.11
-// (issue 13; docs/VERIFICATION.md, "Issue 13: the driver address model").
+// (docs/VERIFICATION.md, "The driver address model").
 // In MiB, relative to a base B that is 32 MiB aligned:
 //
 //   - The driver keeps a list of VA chunks, each with its live allocations
