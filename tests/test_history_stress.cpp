@@ -199,7 +199,7 @@ std::size_t events_of_pairs(int pairs) {
 
 TEST_CASE("8 threads on a ring of three chunks: chunks copied outside the ring lock are never shared between threads") {
   // Threads copy their full staging chunk into the ring outside ring_lock
-  // (history.cpp, flush). With a ring this small, and some copies held open
+  // (ring.cpp, flush). With a ring this small, and some copies held open
   // for 2 ms, it goes round while a copy is still under way; the next thread
   // to reach that chunk must wait for it, or it would write its events into
   // the chunk the other thread then overwrites: events lost without being
