@@ -1,17 +1,12 @@
+// The snapshot format's bytes: the framing, encode() and decode() of a
+// whole snapshot, and the pieces of version 3 that the streaming reader
+// shares (format_v3.hpp).
 #include "cachealloc/snapshot/format.hpp"
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <string>
 
-#include "cachealloc/snapshot/invariants.hpp"
 #include "cachealloc/snapshot/ring_start.hpp"
 
 #include "archive.hpp"
@@ -45,69 +40,6 @@ T get_le(std::span<const std::byte> bytes, std::size_t offset) {
   T value = 0;
   for (std::size_t i = 0; i < sizeof(T); ++i) value |= static_cast<T>(std::to_integer<T>(bytes[offset + i]) << (8 * i));
   return value;
-}
-
-// --- validation ----------------------------------------------------------
-
-void check_stack(StackId id, const Snapshot& snapshot, const std::string& where) {
-  if (id.value != 0 && id.value >= snapshot.stacks.size()) {
-    inconsistent(where + " references stack " + std::to_string(id.value) + " but the stack table has " +
-                 std::to_string(snapshot.stacks.size()) + " entries");
-  }
-}
-void check_string(StringId id, const Snapshot& snapshot, const std::string& where) {
-  if (id.value != 0 && id.value >= snapshot.strings.size()) {
-    inconsistent(where + " references string " + std::to_string(id.value) + " but the string table has " +
-                 std::to_string(snapshot.strings.size()) + " entries");
-  }
-}
-
-// The segments of a layout and their blocks; `suffix` says which layout in
-// messages ("" for the final one).
-// NVML's readings: a known source, figures within the device, OOM readings
-// in event order naming an OOM event, the dump's reading last. The events
-// are checked only when they are here (a streaming reader checks the index
-// against its event count, reader.cpp).
-void check_usage(const Snapshot& snapshot) {
-  for (const DeviceInfo& device : snapshot.devices) {
-    const std::string where = "device " + std::to_string(device.index);
-    if (static_cast<int>(device.usage_source) > static_cast<int>(UsageSource::unavailable))
-      inconsistent(where + " has unknown usage source " + std::to_string(static_cast<int>(device.usage_source)));
-    if (!device.usage.empty() && device.usage_source != UsageSource::nvml &&
-        device.usage_source != UsageSource::simulated)
-      inconsistent(where + " holds usage readings but its usage source is " + to_string(device.usage_source));
-    for (std::size_t i = 0; i < device.usage.size(); ++i) {
-      const DeviceUsage& u = device.usage[i];
-      const std::string which = where + " usage reading " + std::to_string(i);
-      if (u.device_used > u.device_total || u.device_reserved > u.device_total - u.device_used ||
-          (u.process_found && u.process_used > u.device_total) || u.other_processes_used > u.device_total)
-        inconsistent(which + " has figures beyond the device's total of " + std::to_string(u.device_total) + " bytes");
-      if (u.event == kUsageAtDump) {
-        if (i + 1 != device.usage.size()) inconsistent(which + " is the dump's but not the last");
-        continue;
-      }
-      if (i > 0 && u.event <= device.usage[i - 1].event)
-        inconsistent(which + " names event " + std::to_string(u.event) + ", not after the previous reading's");
-      if (!snapshot.events.empty() &&
-          (u.event >= snapshot.events.size() || snapshot.events[u.event].kind != EventKind::oom))
-        inconsistent(which + " names event " + std::to_string(u.event) + ", which is not an OOM of the trace");
-    }
-  }
-}
-
-void check_layout(const std::vector<Segment>& segments, const Snapshot& snapshot, const std::string& suffix) {
-  for (std::size_t s = 0; s < segments.size(); ++s) {
-    const Segment& segment = segments[s];
-    check_stack(segment.stack, snapshot, "segment " + std::to_string(s) + suffix);
-    for (std::size_t b = 0; b < segment.blocks.size(); ++b) {
-      const Block& block = segment.blocks[b];
-      const std::string where = "block " + std::to_string(b) + " of segment " + std::to_string(s) + suffix;
-      if (static_cast<std::uint8_t>(block.state) > static_cast<std::uint8_t>(BlockState::unmapped)) {
-        inconsistent(where + " has unknown state " + std::to_string(static_cast<int>(block.state)));
-      }
-      check_stack(block.stack, snapshot, where);
-    }
-  }
 }
 
 // --- versions ------------------------------------------------------------
@@ -193,72 +125,6 @@ Snapshot decode_body(std::uint32_t version, std::span<const std::byte> body) {
   return snapshot;
 }
 
-// --- files ---------------------------------------------------------------
-
-[[noreturn]] void io_error(const std::string& action, const std::filesystem::path& path, int error) {
-  throw SnapshotError(ErrorCode::io, "cannot " + action + " " + path.string() + ": " + std::strerror(error));
-}
-
-// Owns a descriptor so every error path closes it.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const noexcept { return fd_; }
-  // Returns close()'s errno, 0 on success: on NFS a failed close can be the
-  // only report of a failed write.
-  int close() noexcept {
-    const int result = ::close(fd_);
-    fd_ = -1;
-    return result == 0 ? 0 : errno;
-  }
-
- private:
-  int fd_;
-};
-
-// Removes the temporary file unless the rename succeeded.
-class TemporaryFile {
- public:
-  explicit TemporaryFile(std::filesystem::path path) : path_(std::move(path)) {}
-  TemporaryFile(const TemporaryFile&) = delete;
-  TemporaryFile& operator=(const TemporaryFile&) = delete;
-  ~TemporaryFile() {
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-  const std::filesystem::path& path() const noexcept { return path_; }
-  void release() noexcept { path_.clear(); }
-
- private:
-  std::filesystem::path path_;
-};
-
-int write_all(int fd, std::span<const std::byte> bytes) {
-  while (!bytes.empty()) {
-    const ssize_t written = ::write(fd, bytes.data(), bytes.size());
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    bytes = bytes.subspan(static_cast<std::size_t>(written));
-  }
-  return 0;
-}
-
-// The rename is durable only once the directory entry is on disk. Best effort:
-// some filesystems refuse fsync on a directory, and the data is safe anyway.
-void sync_directory(const std::filesystem::path& directory) noexcept {
-  const int fd = ::open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
 // Writes a u64 placeholder, runs `write`, then stores the bytes it appended
 // in the placeholder.
 template <class Write>
@@ -313,83 +179,6 @@ std::vector<std::byte> encode_framed(const Snapshot& snapshot, std::uint32_t ver
 }
 
 }  // namespace
-
-void validate(const Snapshot& snapshot) {
-  for (std::size_t i = 0; i < snapshot.frames.size(); ++i) {
-    const Frame& frame = snapshot.frames[i];
-    const std::string where = "frame " + std::to_string(i);
-    check_string(frame.function, snapshot, where);
-    check_string(frame.file, snapshot, where);
-    check_string(frame.module, snapshot, where);
-  }
-  for (std::size_t i = 0; i < snapshot.stacks.size(); ++i) {
-    for (const FrameId frame : snapshot.stacks[i].frames) {
-      if (frame.value >= snapshot.frames.size()) {
-        inconsistent("stack " + std::to_string(i) + " references frame " + std::to_string(frame.value) +
-                     " but the frame table has " + std::to_string(snapshot.frames.size()) + " entries");
-      }
-    }
-  }
-  check_layout(snapshot.segments, snapshot, "");
-  for (std::size_t r = 0; r < snapshot.ring_start.size(); ++r) {
-    const RingStart& start = snapshot.ring_start[r];
-    const std::string where = "ring start " + std::to_string(r);
-    if (r > 0 && start.device <= snapshot.ring_start[r - 1].device) {
-      inconsistent(where + " is for device " + std::to_string(start.device) + ", not after device " +
-                   std::to_string(snapshot.ring_start[r - 1].device));
-    }
-    check_layout(start.segments, snapshot, " of " + where);
-  }
-  // The layout and text rules both readers share (invariants.hpp).
-  if (const std::optional<std::string> problem = layout_problem(snapshot)) inconsistent(*problem);
-  check_usage(snapshot);
-  detail::validate_events(snapshot, snapshot.events, 0);
-}
-
-namespace {
-// The full checks of one event, in their order; reached only for an event
-// the screen in validate_events flags, which fails one of them.
-[[gnu::noinline]] void validate_event(const Snapshot& snapshot, const Event& event, std::uint64_t i) {
-  if (static_cast<int>(event.kind) >= kEventKindCount) {
-    inconsistent("event " + std::to_string(i) + " has unknown kind " + std::to_string(static_cast<int>(event.kind)));
-  }
-  if (!snapshot.threads.empty() && event.thread >= snapshot.threads.size()) {
-    inconsistent("event " + std::to_string(i) + " references thread " + std::to_string(event.thread) +
-                 " but the thread table has " + std::to_string(snapshot.threads.size()) + " entries");
-  }
-  if (event.stack.value != 0 && event.stack.value >= snapshot.stacks.size()) {
-    check_stack(event.stack, snapshot, "event " + std::to_string(i));
-  }
-  if (event.kind == EventKind::annotation_begin || event.kind == EventKind::annotation_end) {
-    if (event.aux > UINT32_MAX) {
-      inconsistent("event " + std::to_string(i) + " names annotation string " + std::to_string(event.aux) +
-                   ", past 32 bits");
-    }
-    check_string(StringId{static_cast<std::uint32_t>(event.aux)}, snapshot, "event " + std::to_string(i));
-  }
-}
-}  // namespace
-
-// A branch-free screen of the cheap conditions (a chain of branches per
-// event was 7% of a streaming analysis, session 9), and the full checks,
-// with their messages, only for the events it flags. The streaming reader
-// screens while decoding (EventScreen) and comes here only for a block
-// that fails.
-void detail::validate_events(const Snapshot& snapshot, std::span<const Event> events, std::uint64_t first_index) {
-  const EventScreen limits = event_screen(snapshot);
-  constexpr auto annotation_begin = static_cast<unsigned>(EventKind::annotation_begin);
-  constexpr auto annotation_end = static_cast<unsigned>(EventKind::annotation_end);
-  for (std::size_t k = 0; k < events.size(); ++k) {
-    const Event& event = events[k];
-    const auto kind = static_cast<unsigned>(static_cast<std::uint8_t>(event.kind));
-    const bool flagged = (kind >= static_cast<unsigned>(kEventKindCount)) | (event.thread >= limits.thread_limit) |
-                         ((event.stack.value != 0) & (event.stack.value >= limits.stack_limit)) |
-                         (((kind == annotation_begin) | (kind == annotation_end)) & (event.aux != 0) &
-                          (event.aux >= limits.string_limit));
-    if (flagged) [[unlikely]]
-      validate_event(snapshot, event, first_index + k);
-  }
-}
 
 std::vector<std::byte> encode(const Snapshot& snapshot) {
   validate(snapshot);
@@ -449,58 +238,6 @@ Snapshot decode(std::span<const std::byte> bytes) {
   return snapshot;
 }
 
-void write_snapshot(const Snapshot& snapshot, const std::filesystem::path& path) {
-  const std::vector<std::byte> bytes = encode(snapshot);  // may throw: nothing is on disk yet
-
-  // Beside the target, so rename() stays within one filesystem and is atomic.
-  // open(O_EXCL) with 0666 lets the umask decide the final permissions, as
-  // for any file the program creates; mkstemp would force 0600.
-  static std::atomic<unsigned> counter{0};
-  int fd = -1;
-  std::filesystem::path temporary_path;
-  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
-    temporary_path = path;
-    temporary_path += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-    fd = ::open(temporary_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && errno != EEXIST) io_error("write snapshot", path, errno);
-  }
-  if (fd < 0) io_error("write snapshot", path, EEXIST);
-  TemporaryFile temporary(temporary_path);
-  FileDescriptor file(fd);
-
-  if (const int error = write_all(file.get(), bytes); error != 0) io_error("write snapshot", path, error);
-  if (::fsync(file.get()) != 0) io_error("sync snapshot", path, errno);
-  if (const int error = file.close(); error != 0) io_error("write snapshot", path, error);
-  if (::rename(temporary.path().c_str(), path.c_str()) != 0) io_error("write snapshot", path, errno);
-  temporary.release();
-  sync_directory(path.parent_path());
-}
-
-Snapshot read_snapshot(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) io_error("open snapshot", path, errno);
-  FileDescriptor file(fd);
-  struct stat info {};
-  if (::fstat(file.get(), &info) != 0) io_error("read snapshot", path, errno);
-  if (S_ISDIR(info.st_mode)) io_error("read snapshot", path, EISDIR);
-
-  // Read to the end rather than trusting st_size: pipes and /proc files lie.
-  std::vector<std::byte> bytes;
-  if (S_ISREG(info.st_mode) && info.st_size > 0)
-    detail::reserve_with_huge_pages(bytes, static_cast<std::size_t>(info.st_size));
-  std::array<std::byte, 1 << 16> buffer{};
-  for (;;) {
-    const ssize_t got = ::read(file.get(), buffer.data(), buffer.size());
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      io_error("read snapshot", path, errno);
-    }
-    if (got == 0) break;
-    bytes.insert(bytes.end(), buffer.begin(), buffer.begin() + got);
-  }
-  return decode(bytes);
-}
-
 // --- version 3 pieces (format_v3.hpp) --------------------------------------
 
 void detail::inconsistent(const std::string& what) {
@@ -546,15 +283,6 @@ detail::EventSectionHeader detail::parse_event_section_header(std::span<const st
                  std::to_string(kMaxBlockEvents));
   }
   return header;
-}
-
-detail::EventScreen detail::event_screen(const Snapshot& tables) {
-  EventScreen screen;
-  screen.thread_limit = tables.threads.empty() ? UINT64_MAX : tables.threads.size();
-  screen.stack_limit = tables.stacks.size();
-  // An annotation's string id must also fit 32 bits (validate_events).
-  screen.string_limit = std::min<std::uint64_t>(tables.strings.size(), std::uint64_t{1} << 32);
-  return screen;
 }
 
 void detail::decode_block(std::span<const std::byte> bytes, std::size_t file_offset, std::uint64_t block,

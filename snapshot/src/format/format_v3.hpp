@@ -1,7 +1,7 @@
 // The pieces of format version 3 (docs/FORMAT.md, "Version 3") shared by the
 // whole-file decoder (format.cpp) and the streaming reader (reader.cpp), so
-// the two accept and reject exactly the same files. Private to the snapshot
-// library.
+// the two accept and reject exactly the same files; the event checks are in
+// validate.cpp. Private to the snapshot library.
 #pragma once
 
 #include <cstddef>

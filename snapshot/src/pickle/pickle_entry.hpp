@@ -1,5 +1,5 @@
 // Reading one PyTorch trace entry straight from the pickle's bytes, for the
-// restricted unpickler (pickle_reader.cpp): its one-by-one fast path and its
+// restricted unpickler (unpickler.hpp): its one-by-one fast path and its
 // parallel chunk readers both use EntryScanner.
 //
 // PyTorch writes millions of trace entries in one shape:
@@ -51,30 +51,8 @@ constexpr MemoEntry memo_kind_bits(Kind kind) noexcept {
 inline constexpr Kind kMemoKinds[4] = {Kind::none, Kind::list, Kind::tuple, Kind::dict};
 inline Kind memo_kind(MemoEntry entry) noexcept { return kMemoKinds[entry >> kMemoKindShift]; }
 
-// PyTorch's trace-entry keys: a TraceField, kActionKey or kNotATraceKey.
-inline constexpr int kActionKey = -1;
-inline constexpr int kNotATraceKey = -2;
-int trace_key_of(std::string_view key) noexcept;
-std::optional<EventKind> trace_action_of(std::string_view name) noexcept;
-
 // The deepest frames list a scan takes; deeper ones go one by one.
 inline constexpr std::size_t kMaxScannedFrames = 64;
-
-inline std::uint64_t& trace_slot(Event& entry, TraceField field) noexcept {
-  switch (field) {
-    case TraceField::addr: return entry.address;
-    case TraceField::size: return entry.size;
-    case TraceField::stream: return entry.stream;
-    case TraceField::time_us: return entry.time_ns;
-    default: return entry.aux;  // device_free
-  }
-}
-inline void set_field_state(Event& entry, TraceField field, FieldState state) noexcept {
-  const int shift = 3 * static_cast<int>(field);
-  auto bits = static_cast<std::uint32_t>(entry.device);
-  bits = (bits & ~(7u << shift)) | (static_cast<std::uint32_t>(state) << shift);
-  entry.device = static_cast<std::int32_t>(bits);
-}
 
 // The memo as a scanner may read it: entries [0, count) are all set (every
 // one was stored by MEMOIZE), and none of it changes during a scan.

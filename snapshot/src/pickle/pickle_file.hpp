@@ -1,5 +1,6 @@
 // Whole-file reads and atomic writes for the pickle reader, the pickle writer
-// and load(). format.cpp keeps its own copy private; these two are small.
+// and load(). format/snapshot_file.cpp keeps its own copy private; these two
+// are small.
 #pragma once
 
 #include <cstddef>

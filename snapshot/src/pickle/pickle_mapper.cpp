@@ -597,7 +597,7 @@ class Mapper {
     const auto number = [&](TraceField f, bool allow_negative) {
       const FieldState state = pickle::field_state(entry, f);
       // The common case without building a Value: a non-negative int.
-      if (state == FieldState::integer) return pickle_slot(entry, f);
+      if (state == FieldState::integer) return pickle::trace_slot(entry, f);
       return u64_of(field(f), pickle::trace_key(f), where, allow_negative);
     };
     Event event;
@@ -620,15 +620,6 @@ class Mapper {
       event.aux = size;  // PyTorch records the requested bytes; the block size comes later
     }
     return event;
-  }
-  static std::uint64_t pickle_slot(const Event& entry, TraceField field) {
-    switch (field) {
-      case TraceField::addr: return entry.address;
-      case TraceField::size: return entry.size;
-      case TraceField::stream: return entry.stream;
-      case TraceField::time_us: return entry.time_ns;
-      default: return entry.aux;
-    }
   }
 
   std::optional<Event> map_event(const Value& value, std::int32_t device, const Where& where) {

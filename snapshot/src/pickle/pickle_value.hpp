@@ -1,4 +1,4 @@
-// The value tree of the restricted unpickler (pickle_reader.cpp) that the
+// The value tree of the restricted unpickler (unpickler.hpp) that the
 // mapper (pickle_mapper.cpp) turns into a Snapshot.
 //
 // Compact by design: a 3M-entry PyTorch trace is ~200 MB of pickle, and one
@@ -18,8 +18,9 @@
 //       * a dict whose keys are all trace-entry keys ('action' with a known
 //         action, 'addr', 'size', 'stream', 'time_us', 'frames',
 //         'device_free', 'compile_context', 'user_metadata') is a
-//         TraceEntry: its fields packed into an Event-sized record (see
-//         TraceFields), so the trace can become the model's events in place.
+//         TraceEntry: its fields packed into an Event-sized record
+//         (trace_schema.hpp), so the trace can become the model's events in
+//         place.
 //         'compile_context' and 'user_metadata' keep only their presence: no
 //         mapping reads them (a TraceEntry iterated as a dict shows them as None).
 //       * a list of consecutive TraceEntries (a device's trace) is a
@@ -39,6 +40,7 @@
 
 #include "cachealloc/snapshot/model.hpp"
 #include "cachealloc/snapshot/pickle.hpp"
+#include "trace_schema.hpp"
 
 namespace cachealloc::snapshot::pickle {
 
@@ -80,23 +82,6 @@ struct Container {
   std::uint64_t offset = 0;
 };
 static_assert(sizeof(Container) == 16);
-
-// The fields of a TraceEntry, packed into an Event of Tree::traces:
-//   kind = the action; time_ns = time_us; address = addr; size; stream;
-//   aux = device_free; thread = the 'frames' container; device = the state
-//   of each field (FieldState, 3 bits each, at 3 * TraceField); stack = the
-//   dict's own ContainerId.
-enum class TraceField : std::uint8_t { addr, size, stream, time_us, device_free, frames, compile_context, user_metadata };
-inline constexpr int kTraceFieldCount = 8;
-enum class FieldState : std::uint8_t { absent, none, boolean, integer, negative, too_big, container };
-
-std::string_view trace_key(TraceField field) noexcept;
-// PyTorch's name of an action, e.g. "segment_free" for segment_release.
-std::string_view trace_action_name(EventKind kind) noexcept;
-
-inline FieldState field_state(const Event& entry, TraceField field) noexcept {
-  return static_cast<FieldState>((static_cast<std::uint32_t>(entry.device) >> (3 * static_cast<int>(field))) & 7u);
-}
 
 // The dict and the frames list of a trace entry read whole
 // (pickle_entry.hpp) have no Container stored: their ids name them by the

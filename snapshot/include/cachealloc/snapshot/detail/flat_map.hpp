@@ -1,6 +1,6 @@
 // An open-addressing hash map from a 64-bit key to a small value: the event
-// codec's predictor (event_codec.cpp), the ring-start derivation
-// (ring_start.cpp) and the analyzer's replay (analyzer/detail/flat_hash.hpp)
+// encodings (event_encoding2.cpp, event_encoding3.cpp), the ring-start
+// derivation (ring_start.cpp) and the analyzer's replay (analyzer/detail/flat_hash.hpp)
 // all use it. An implementation detail of the libraries, not an API.
 //
 // Why not std::unordered_map: it costs a node allocation per insert, a free
