@@ -56,8 +56,8 @@ void add_check_command(CLI::App& app, Runner& runner) {
       "snapshots carry the allocator's peaks, so they always conclude; --accept-lower-bounds turns 3 into 0.");
   auto verdict = runner.verdict;
   command->callback([&runner, args, verdict] {
-    runner.select_writer("check", [args, verdict](analyzer::EventSource& source, analyzer::ReportOptions& options,
-                                                  std::ostream& out) {
+    runner.select("check", WriterJob{[args, verdict](analyzer::EventSource& source,
+                                                     analyzer::ReportOptions& options, std::ostream& out) {
       analyzer::Budgets budgets;
       if (!args->peak_reserved.empty()) budgets.peak_reserved = byte_count(args->peak_reserved, "--max-peak-reserved");
       if (!args->peak_allocated.empty()) budgets.peak_allocated = byte_count(args->peak_allocated, "--max-peak-allocated");
@@ -82,7 +82,7 @@ void add_check_command(CLI::App& app, Runner& runner) {
         out << "note: the trace does not cover the whole run; its peaks are lower bounds\n";
       }
       *verdict = !result.ok() ? 1 : met ? 0 : 3;
-    });
+    }});
   });
 }
 

@@ -10,6 +10,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/load.hpp"
@@ -63,6 +64,35 @@ std::string events_range(std::size_t count) {
   return count == 0 ? std::string("it has no events") : "events #0 to #" + std::to_string(count - 1);
 }
 
+// Fails now, as a usage error, on a --filter that is not a regular expression.
+void check_site_filter(const snapshot::Snapshot& head, const analyzer::SiteFilter& sites) {
+  try {
+    const analyzer::SiteNamer check(head, sites);
+  } catch (const std::regex_error& error) {
+    throw UsageError("--filter: not a regular expression: " + std::string(error.what()));
+  }
+}
+
+// -o, -f and --table: where the output goes.
+void add_output_options(CLI::App& command, CommonOptions& options) {
+  command.add_option("-o,--output", options.output,
+                     "write to this file (- : stdout); with --format csv, DIR/ writes one file per table");
+  command.add_flag("-f,--force", options.force, "overwrite the -o file if it exists");
+  command.add_option("--table", options.table, "--format csv: write only this table (see the error for the names)");
+}
+
+// --frames, --all-frames and --filter: which frames name a site and are shown.
+void add_site_options(CLI::App& command, analyzer::SiteFilter& sites) {
+  command.add_option("--frames", sites.frames, "frames shown per stack, from the site outwards (0: all)")
+      ->check(whole_number(0, 1000))
+      ->capture_default_str();
+  command.add_flag("--all-frames", sites.all_frames,
+                   "show every frame: no filter of allocator, framework and interpreter frames");
+  command.add_option("--filter", sites.drop, "also leave out frames matching this regular expression (repeatable)")
+      ->expected(1)
+      ->take_all();
+}
+
 }  // namespace
 
 void add_files_options(CLI::App& command, CommonOptions& options, const std::string& files_help, bool jsonl) {
@@ -73,26 +103,14 @@ void add_files_options(CLI::App& command, CommonOptions& options, const std::str
                                                         : "output format: table, csv or json")
       ->check(one_of(formats))
       ->capture_default_str();
-  command.add_option("-o,--output", options.output,
-                     "write to this file (- : stdout); with --format csv, DIR/ writes one file per table");
-  command.add_flag("-f,--force", options.force, "overwrite the -o file if it exists");
-  command.add_option("--table", options.table, "--format csv: write only this table (see the error for the names)");
+  add_output_options(command, options);
   command.add_option("--device", options.device, "device index in every file (default: the first in each)")
       ->check(whole_number(0, 65535));
   command.add_option("--decode-threads", options.decode_threads,
                      "threads decoding each file's blocks ahead of its analysis (0: none)")
       ->check(whole_number(0, 64))
       ->capture_default_str();
-  command.add_option("--frames", options.sites.frames,
-                     "user frames that name a site (and match it between files), from the site outwards (0: all)")
-      ->check(whole_number(0, 1000))
-      ->capture_default_str();
-  command.add_flag("--all-frames", options.sites.all_frames,
-                   "every frame: no filter of allocator, framework and interpreter frames");
-  command.add_option("--filter", options.sites.drop,
-                     "also leave out frames matching this regular expression (repeatable)")
-      ->expected(1)
-      ->take_all();
+  add_site_options(command, options.sites);
   add_version_flags(command, std::string(kProgram) + " " CACHEALLOC_VERSION);
 }
 
@@ -103,10 +121,7 @@ void add_common_options(CLI::App& command, CommonOptions& options) {
   command.add_option("--format", options.format, "output format: table, csv or json")
       ->check(one_of({"table", "csv", "json"}))
       ->capture_default_str();
-  command.add_option("-o,--output", options.output,
-                     "write to this file (- : stdout); with --format csv, DIR/ writes one file per table");
-  command.add_flag("-f,--force", options.force, "overwrite the -o file if it exists");
-  command.add_option("--table", options.table, "--format csv: write only this table (see the error for the names)");
+  add_output_options(command, options);
   command.add_option("--from", options.from, "first event: an index, or a time since the first event (1.5s, 200ms)");
   command.add_option("--to", options.to, "last event, inclusive: an index or a time");
   command.add_option("--device", options.device, "device index (default: the first in the snapshot)")
@@ -120,15 +135,7 @@ void add_common_options(CLI::App& command, CommonOptions& options) {
                      "this process may run on, from 6 up, else 1; 1: one, with --decode-threads decoding ahead)")
       ->check(whole_number(0, 256))
       ->capture_default_str();
-  command.add_option("--frames", options.sites.frames, "frames shown per stack, from the site outwards (0: all)")
-      ->check(whole_number(0, 1000))
-      ->capture_default_str();
-  command.add_flag("--all-frames", options.sites.all_frames,
-                   "show every frame: no filter of allocator, framework and interpreter frames");
-  command.add_option("--filter", options.sites.drop,
-                     "also leave out frames matching this regular expression (repeatable)")
-      ->expected(1)
-      ->take_all();
+  add_site_options(command, options.sites);
   add_version_flags(command, std::string(kProgram) + " " CACHEALLOC_VERSION);
 }
 
@@ -172,54 +179,73 @@ std::uint64_t byte_count(const std::string& text, const char* option) {
   return value << (10 * (power + 1));
 }
 
+// Where a job's output goes, settled before the input is read.
+struct Runner::Destination {
+  analyzer::Format format;
+  bool jsonl = false;            // ranks --format jsonl: the job writes its own lines
+  bool to_folder = false;        // -o DIR/: one CSV file per table, `output` empty
+  std::optional<Output> output;  // stdout or the -o file
+};
+
 void Runner::run() const {
-  const bool jsonl = files_ && common.format == "jsonl";  // ranks: its --format check allows it
+  if (!job_) throw std::logic_error("no subcommand selected");
+  // Only a files job may take jsonl (ranks: its --format check allows it);
+  // only a report, or a files job's document, is rendered into -o DIR/.
+  const bool files = std::holds_alternative<FilesJob>(*job_);
+  const bool rendered = files || std::holds_alternative<ReportJob>(*job_);
+  const bool jsonl = files && common.format == "jsonl";
   const std::optional<analyzer::Format> format = jsonl ? analyzer::Format::json : analyzer::parse_format(common.format);
   if (!format) throw UsageError("--format: expected table, csv or json");
   if (!common.table.empty() && *format != analyzer::Format::csv)
     throw UsageError("--table " + common.table + ": only with --format csv");
   // -o is checked before the input is read: a refusal costs nothing.
   const bool to_folder = !common.output.empty() && common.output != "-" && Output::names_directory(common.output);
-  if (to_folder && (action_ || writer_ || *format != analyzer::Format::csv))
+  if (to_folder && (!rendered || *format != analyzer::Format::csv))
     throw UsageError("-o " + common.output + ": a folder takes only --format csv (one file per table)");
-  std::optional<Output> output;
-  if (!to_folder) output.emplace(common.output, common.force);
+  Destination to{*format, jsonl, to_folder, std::nullopt};
+  if (!to_folder) to.output.emplace(common.output, common.force);
+  std::visit([&](const auto& job) { run_job(job, to); }, *job_);
+}
 
-  if (files_) {
-    analyzer::ReportOptions options;
-    options.device = common.device;
-    options.sites = common.sites;
-    try {
-      const snapshot::Snapshot empty;
-      const analyzer::SiteNamer check(empty, common.sites);
-    } catch (const std::regex_error& error) {
-      throw UsageError("--filter: not a regular expression: " + std::string(error.what()));
-    }
-    std::ostringstream discard;
-    const std::optional<analyzer::Document> document =
-        files_(common.files, options, jsonl, output ? output->stream() : static_cast<std::ostream&>(discard));
-    if (document) return write(*document, *format, to_folder, output);
-    output->commit();
-    return;
-  }
+void Runner::run_job(const FilesJob& job, Destination& to) const {
+  analyzer::ReportOptions options;
+  options.device = common.device;
+  options.sites = common.sites;
+  check_site_filter(snapshot::Snapshot{}, common.sites);
+  std::ostringstream discard;
+  const std::optional<analyzer::Document> document =
+      job.build(common.files, options, to.jsonl, to.output ? to.output->stream() : static_cast<std::ostream&>(discard));
+  if (document) return write(*document, to);
+  to.output->commit();
+}
 
-  if (action_) {
-    action_(analyzer::load(common.file), *output);
-    output->commit();
-    return;
-  }
+void Runner::run_job(const SnapshotJob& job, Destination& to) const {
+  job.write(analyzer::load(common.file), *to.output);
+  to.output->commit();
+}
+
+void Runner::run_job(const WriterJob& job, Destination& to) const {
   analyzer::FileEvents source(common.file, common.decode_threads);
-  check_device(source.head(), common.device);
+  analyzer::ReportOptions options = one_file_options(source);
+  job.write(source, options, to.output->stream());
+  to.output->commit();
+}
 
+void Runner::run_job(const ReportJob& job, Destination& to) const {
+  analyzer::FileEvents source(common.file, common.decode_threads);
+  analyzer::ReportOptions options = one_file_options(source);
+  write(job.build(source, options), to);
+}
+
+// The options of a job over one file's events: the device, the site filter,
+// the window of --from and --to, and a progress line on a terminal.
+analyzer::ReportOptions Runner::one_file_options(analyzer::EventSource& source) const {
+  check_device(source.head(), common.device);
   analyzer::ReportOptions options;
   options.device = common.device;
   options.sites = common.sites;
   options.threads = common.analysis_threads;
-  try {
-    const analyzer::SiteNamer check(source.head(), common.sites);
-  } catch (const std::regex_error& error) {
-    throw UsageError("--filter: not a regular expression: " + std::string(error.what()));
-  }
+  check_site_filter(source.head(), common.sites);
   const std::size_t count = source.event_count();
   if (!common.from.empty()) {
     options.window.begin = event_point(source, common.from, "--from");
@@ -234,20 +260,13 @@ void Runner::run() const {
                        common.to_option + " must be at or after --from)");
   }
   options.progress = progress_indicator(name_);
-  if (writer_) {
-    writer_(source, options, output->stream());
-    output->commit();
-    return;
-  }
-  write(build_(source, options), *format, to_folder, output);
+  return options;
 }
 
-void Runner::write(const analyzer::Document& document, analyzer::Format format_value, bool to_folder,
-                   std::optional<Output>& output) const {
-  const std::optional<analyzer::Format> format = format_value;
-  if (*format != analyzer::Format::csv) {
-    analyzer::render(document, *format, output->stream());
-    output->commit();
+void Runner::write(const analyzer::Document& document, Destination& to) const {
+  if (to.format != analyzer::Format::csv) {
+    analyzer::render(document, to.format, to.output->stream());
+    to.output->commit();
     return;
   }
   const std::vector<std::string> tables = analyzer::csv_tables(document);
@@ -255,11 +274,11 @@ void Runner::write(const analyzer::Document& document, analyzer::Format format_v
     if (std::find(tables.begin(), tables.end(), common.table) == tables.end())
       throw UsageError("--table: '" + common.table + "' is not a table of the " + name_ + " report (tables: " +
                        join(tables) + ")" + did_you_mean(common.table, tables));
-    analyzer::render_csv_table(document, common.table, output->stream());
-    output->commit();
+    analyzer::render_csv_table(document, common.table, to.output->stream());
+    to.output->commit();
     return;
   }
-  if (to_folder) {
+  if (to.to_folder) {
     if (::mkdir(common.output.c_str(), 0777) != 0 && errno != EEXIST)
       throw UsageError("cannot write " + common.output + ": " + std::strerror(errno));
     std::string folder = common.output;
@@ -275,8 +294,8 @@ void Runner::write(const analyzer::Document& document, analyzer::Format format_v
   if (tables.size() > 1)
     throw UsageError("--format csv: the " + name_ + " report has " + std::to_string(tables.size()) + " tables (" +
                      join(tables) + "); choose one with --table NAME, or write each to its own file with -o DIR/");
-  analyzer::render(document, *format, output->stream());
-  output->commit();
+  analyzer::render(document, to.format, to.output->stream());
+  to.output->commit();
 }
 
 }  // namespace cachealloc::cli

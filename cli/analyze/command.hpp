@@ -1,7 +1,7 @@
 // What every cachealloc-analyze subcommand shares: the common options, and
 // the one path from a file name to printed output (load, build the report,
 // render, write). A subcommand file only declares its own options and says
-// which report to build.
+// which job it registers: a report, a writer, a snapshot job or a files job.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,6 +11,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "../common/conventions.hpp"
@@ -40,7 +41,32 @@ struct CommonOptions {
   std::vector<std::string> files;  // diff A B, ranks FILE... | DIR
 };
 
-using BuildReport = std::function<analyzer::Document(analyzer::EventSource&, analyzer::ReportOptions&)>;
+// The four kinds of job a subcommand registers (Runner::select). Each reads
+// its input its own way; the runner checks -o first, then does the job.
+//
+// One file's events, a report built from them; the runner renders it as
+// --format says (to -o, or one CSV file per table with -o DIR/).
+struct ReportJob {
+  std::function<analyzer::Document(analyzer::EventSource&, analyzer::ReportOptions&)> build;
+};
+// One file's events, and text the job writes itself to -o's stream
+// (flamegraph, html, check, export --what perfetto): no -o DIR/.
+struct WriterJob {
+  std::function<void(analyzer::EventSource&, analyzer::ReportOptions&, std::ostream&)> write;
+};
+// The whole snapshot, written to the -o file (convert): no -o DIR/.
+struct SnapshotJob {
+  std::function<void(const snapshot::Snapshot&, Output&)> write;
+};
+// Several files (diff, ranks): common.files, the options and -o's stream.
+// Returns the document to render, or nothing when it wrote its own lines
+// (ranks --format jsonl, the one format outside table/csv/json).
+struct FilesJob {
+  std::function<std::optional<analyzer::Document>(const std::vector<std::string>& files,
+                                                  analyzer::ReportOptions& options, bool jsonl, std::ostream& out)>
+      build;
+};
+using Job = std::variant<ReportJob, WriterJob, SnapshotJob, FilesJob>;
 
 class Runner {
  public:
@@ -48,51 +74,27 @@ class Runner {
   CommonOptions common;
   // The exit status after a successful run: 0, or a verdict (check: 1 a budget exceeded, 3 one unconfirmed).
   std::shared_ptr<int> verdict = std::make_shared<int>(0);
-  // Remembers what to build; main() calls run() after parsing succeeded.
-  void select(std::string name, BuildReport build) {
+  // Remembers the job of subcommand `name`; main() calls run() after parsing succeeded.
+  void select(std::string name, Job job) {
     name_ = std::move(name);
-    build_ = std::move(build);
+    job_ = std::move(job);
   }
-  // For subcommands that write a file rather than a report (convert): the
-  // snapshot, and where -o points (checked before the input is read).
-  void select_action(std::string name, std::function<void(const snapshot::Snapshot&, Output&)> action) {
-    name_ = std::move(name);
-    action_ = std::move(action);
-  }
-  // For subcommands that write their own text from the events (flamegraph,
-  // export --what perfetto): the source, the options and -o's stream.
-  using Writer = std::function<void(analyzer::EventSource&, analyzer::ReportOptions&, std::ostream&)>;
-  void select_writer(std::string name, Writer write) {
-    name_ = std::move(name);
-    build_ = {};
-    writer_ = std::move(write);
-  }
-  // For subcommands over several files (diff, ranks): common.files, the
-  // options and -o's stream; returns the document to render, or nothing when
-  // it wrote its own lines (ranks --format jsonl, the one format outside
-  // table/csv/json).
-  using FilesReport = std::function<std::optional<analyzer::Document>(
-      const std::vector<std::string>& files, analyzer::ReportOptions& options, bool jsonl, std::ostream& out)>;
-  void select_files(std::string name, FilesReport build) {
-    name_ = std::move(name);
-    files_ = std::move(build);
-  }
-  bool selected() const {
-    return static_cast<bool>(build_) || static_cast<bool>(action_) || static_cast<bool>(writer_) ||
-           static_cast<bool>(files_);
-  }
-  // Checks -o, opens the file, checks the options against it, builds,
-  // renders and writes. Throws UsageError or SnapshotError.
+  bool selected() const { return job_.has_value(); }
+  // Checks -o, reads the input, does the selected job and writes its output.
+  // Throws UsageError or SnapshotError.
   void run() const;
 
  private:
+  struct Destination;
+  void run_job(const ReportJob& job, Destination& to) const;
+  void run_job(const WriterJob& job, Destination& to) const;
+  void run_job(const SnapshotJob& job, Destination& to) const;
+  void run_job(const FilesJob& job, Destination& to) const;
+  analyzer::ReportOptions one_file_options(analyzer::EventSource& source) const;
+  void write(const analyzer::Document& document, Destination& to) const;
+
   std::string name_;
-  BuildReport build_;
-  std::function<void(const snapshot::Snapshot&, Output&)> action_;
-  Writer writer_;
-  FilesReport files_;
-  void write(const analyzer::Document& document, analyzer::Format format, bool to_folder,
-             std::optional<Output>& output) const;
+  std::optional<Job> job_;
 };
 
 // Adds the options of a subcommand over several files: FILES (the

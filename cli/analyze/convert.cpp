@@ -56,7 +56,7 @@ void add_convert_command(CLI::App& app, Runner& runner) {
                          " (.pickle, .pkl: pickle; .bin, .snap, .casnap: ours); add --to-format ours|pickle");
       }
     }
-    runner.select_action("convert", [target](const snapshot::Snapshot& snapshot, Output& out) {
+    runner.select("convert", SnapshotJob{[target](const snapshot::Snapshot& snapshot, Output& out) {
       std::vector<std::byte> bytes;
       if (target == "pickle") {
         const std::vector<std::string> losses = snapshot::pickle_conversion_losses(snapshot);
@@ -70,7 +70,7 @@ void add_convert_command(CLI::App& app, Runner& runner) {
         bytes = snapshot::encode(snapshot);
       }
       out.stream().write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    });
+    }});
   });
 }
 

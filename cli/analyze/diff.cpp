@@ -54,8 +54,9 @@ void add_diff_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze diff a.bin b.bin --by allocated --limit 0 --format json\n"
       "  cachealloc-analyze diff a.bin b.bin --format csv --table phases");
   command->callback([&runner, args] {
-    runner.select_files("diff", [args, &runner](const std::vector<std::string>& files, analyzer::ReportOptions& options,
-                                                 bool, std::ostream&) -> std::optional<analyzer::Document> {
+    runner.select("diff", FilesJob{[args, &runner](const std::vector<std::string>& files,
+                                                   analyzer::ReportOptions& options, bool,
+                                                   std::ostream&) -> std::optional<analyzer::Document> {
       if (files.size() != 2)
         throw UsageError("diff takes two snapshots, A and B (got " + std::to_string(files.size()) + ")");
       if (files[0] == "-" && files[1] == "-") throw UsageError("diff: only one of A and B can be standard input");
@@ -67,7 +68,7 @@ void add_diff_command(CLI::App& app, Runner& runner) {
                                         : analyzer::DiffOptions::SiteMetric::peak;
       diff.limit = args->limit;
       return analyzer::diff_report(a, b, diff);
-    });
+    }});
   });
 }
 

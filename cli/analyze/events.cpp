@@ -32,8 +32,8 @@ void add_events_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze events run.bin --kind segment_alloc,segment_release --from 1s --to 2s\n"
       "  cachealloc-analyze events run.bin --all-events --format csv -o events.csv");
   command->callback([&runner, kinds, limit, buckets, all_events] {
-    runner.select("events", [kinds, limit, buckets, all_events](analyzer::EventSource& source,
-                                                                analyzer::ReportOptions& options) {
+    runner.select("events", ReportJob{[kinds, limit, buckets, all_events](analyzer::EventSource& source,
+                                                                          analyzer::ReportOptions& options) {
       for (const std::string& name : *kinds) {
         snapshot::EventKind kind;
         if (!snapshot::parse_event_kind(name, kind)) {
@@ -51,7 +51,7 @@ void add_events_command(CLI::App& app, Runner& runner) {
       options.buckets = *all_events ? 0 : *buckets;
       options.stream_rows = *all_events;
       return analyzer::events_report(source, options);
-    });
+    }});
   });
 }
 

@@ -37,22 +37,22 @@ void add_export_command(CLI::App& app, Runner& runner) {
       const std::size_t slices =
           *all_events ? 0 : command->get_option("--buckets")->count() != 0 ? *buckets : analyzer::kDefaultPerfettoBuckets;
       if (!*all_events && slices == 0) throw UsageError("--buckets 0: for every change use --all-events");
-      runner.select_writer("export", [slices](analyzer::EventSource& source, analyzer::ReportOptions& options,
-                                              std::ostream& out) {
+      runner.select("export", WriterJob{[slices](analyzer::EventSource& source, analyzer::ReportOptions& options,
+                                                 std::ostream& out) {
         analyzer::write_perfetto_trace(source, options, slices, out);
-      });
+      }});
       return;
     }
     if (*all_events) throw UsageError("--all-events: only with --what perfetto");
     // CSV unless --format was given explicitly.
     if (command->get_option("--format")->count() == 0) runner.common.format = "csv";
-    runner.select("export", [what, buckets](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+    runner.select("export", ReportJob{[what, buckets](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       options.buckets = *buckets;
       // One row per event: rows are made while the table is written, so
       // memory stays one row whatever the trace's length.
       options.stream_rows = *buckets == 0;
       return analyzer::export_report(source, *analyzer::parse_export_table(*what), options);
-    });
+    }});
   });
 }
 

@@ -27,8 +27,8 @@ void add_flamegraph_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze flamegraph torch.pickle --metric reserved --at end -o reserved.svg\n"
       "  cachealloc-analyze flamegraph run.bin --at 1.5s --collapsed | flamegraph.pl > live.svg");
   command->callback([&runner, at, metric, collapsed] {
-    runner.select_writer("flamegraph", [at, metric, collapsed](analyzer::EventSource& source,
-                                                               analyzer::ReportOptions& options, std::ostream& out) {
+    runner.select("flamegraph", WriterJob{[at, metric, collapsed](analyzer::EventSource& source,
+                                                                  analyzer::ReportOptions& options, std::ostream& out) {
       analyzer::FlameOptions flame;
       flame.metric = *metric == "requested"  ? analyzer::FlameMetric::requested
                      : *metric == "reserved" ? analyzer::FlameMetric::reserved
@@ -49,7 +49,7 @@ void add_flamegraph_command(CLI::App& app, Runner& runner) {
         analyzer::write_collapsed(graph, out);
       else
         analyzer::write_flame_svg(graph, out);
-    });
+    }});
   });
 }
 

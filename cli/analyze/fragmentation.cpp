@@ -18,10 +18,11 @@ void add_fragmentation_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze fragmentation run.bin\n"
       "  cachealloc-analyze fragmentation run.bin --buckets 200 --format csv --table over_time -o frag.csv");
   command->callback([&runner, buckets] {
-    runner.select("fragmentation", [buckets](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+    runner.select("fragmentation", ReportJob{[buckets](analyzer::EventSource& source,
+                                                       analyzer::ReportOptions& options) {
       options.buckets = *buckets;
       return analyzer::fragmentation_report(source, options);
-    });
+    }});
   });
 }
 

@@ -24,12 +24,12 @@ void add_html_command(CLI::App& app, Runner& runner) {
   command->callback([&runner, exact, command] {
     if (command->get_option("--from")->count() != 0 || command->get_option("--to")->count() != 0)
       throw UsageError("html: the report covers the whole trace; select a window in the page (drag on the timeline)");
-    runner.select_writer("html", [exact](analyzer::EventSource& source, analyzer::ReportOptions& options,
-                                         std::ostream& out) {
+    runner.select("html", WriterJob{[exact](analyzer::EventSource& source, analyzer::ReportOptions& options,
+                                            std::ostream& out) {
       analyzer::HtmlOptions html;
       html.exact_events = *exact;
       analyzer::write_html_report(source, options, html, out);
-    });
+    }});
   });
 }
 

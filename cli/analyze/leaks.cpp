@@ -17,11 +17,12 @@ void add_leaks_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze leaks run.bin --min-size 1M\n"
       "  cachealloc-analyze leaks run.bin --to 12000 --format json");
   command->callback([&runner, min_size, limit] {
-    runner.select("leaks", [min_size, limit](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+    runner.select("leaks", ReportJob{[min_size, limit](analyzer::EventSource& source,
+                                                       analyzer::ReportOptions& options) {
       options.min_size = byte_count(*min_size, "--min-size");
       options.limit = *limit;
       return analyzer::leaks_report(source, options);
-    });
+    }});
   });
 }
 

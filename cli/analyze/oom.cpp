@@ -12,9 +12,11 @@ void add_oom_command(CLI::App& app, Runner& runner) {
       "Examples:\n"
       "  cachealloc-analyze oom run.bin\n"
       "  cachealloc-analyze oom run.bin --format json");
-  command->callback([&runner] { runner.select("oom", [](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+  command->callback([&runner] {
+    runner.select("oom", ReportJob{[](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       return analyzer::oom_report_with_recommendation(source, options);
-    }); });
+    }});
+  });
 }
 
 }  // namespace cachealloc::cli

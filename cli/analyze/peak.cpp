@@ -20,11 +20,11 @@ void add_peak_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze peak run.bin\n"
       "  cachealloc-analyze peak run.bin --metric reserved --limit 10");
   command->callback([&runner, metric, limit] {
-    runner.select("peak", [metric, limit](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+    runner.select("peak", ReportJob{[metric, limit](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       options.peak_reserved = *metric == "reserved";
       options.limit = *limit;
       return analyzer::peak_report(source, options);
-    });
+    }});
   });
 }
 

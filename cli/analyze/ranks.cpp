@@ -44,9 +44,9 @@ void add_ranks_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze ranks snapshots/ --format jsonl -o ranks.jsonl   # one JSON line per rank");
   command->callback([&runner, args, command] {
     if (command->get_option("--decode-threads")->count() == 0) runner.common.decode_threads = 0;
-    runner.select_files("ranks", [args, &runner](const std::vector<std::string>& arguments,
-                                                  analyzer::ReportOptions& options, bool jsonl,
-                                                  std::ostream& out) -> std::optional<analyzer::Document> {
+    runner.select("ranks", FilesJob{[args, &runner](const std::vector<std::string>& arguments,
+                                                    analyzer::ReportOptions& options, bool jsonl,
+                                                    std::ostream& out) -> std::optional<analyzer::Document> {
       analyzer::RanksOptions ranks;
       ranks.summary = {options.sites, options.device, false};
       ranks.threads = args->threads;
@@ -72,7 +72,7 @@ void add_ranks_command(CLI::App& app, Runner& runner) {
         return std::nullopt;
       }
       return analyzer::ranks_report(summaries, ranks);
-    });
+    }});
   });
 }
 

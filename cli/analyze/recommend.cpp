@@ -35,7 +35,7 @@ void add_recommend_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze recommend run.pickle                    # at the recorded cap, if the run had one\n"
       "  cachealloc-analyze recommend run.bin --capacity 20GiB --format json");
   command->callback([&runner, args] {
-    runner.select("recommend", [args](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+    runner.select("recommend", ReportJob{[args](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       analyzer::RecommendOptions recommend;
       recommend.sweep.device = options.device;
       recommend.sweep.set = args->set;
@@ -47,7 +47,7 @@ void add_recommend_command(CLI::App& app, Runner& runner) {
       } catch (const cachealloc::Error& error) {
         throw UsageError(error.what());
       }
-    });
+    }});
   });
 }
 

@@ -61,7 +61,7 @@ void add_replay_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze replay run.pickle --sweep --capacity 20GiB   # rank a grid of settings at that cap\n"
       "  cachealloc-analyze replay run.pickle --sweep --sweep-axis max_split_size_mb=unlimited,128,512 --threads 8");
   command->callback([&runner, args] {
-    runner.select("replay", [args](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+    runner.select("replay", ReportJob{[args](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       analyzer::AllocatorReplayOptions replay;
       replay.device = options.device;
       replay.set = args->set;
@@ -87,7 +87,7 @@ void add_replay_command(CLI::App& app, Runner& runner) {
       } catch (const cachealloc::Error& error) {
         throw UsageError(error.what());
       }
-    });
+    }});
   });
 }
 

@@ -18,7 +18,7 @@ void add_segments_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze segments run.bin --at 1200\n"
       "  cachealloc-analyze segments run.bin --at-time 2.5s --format csv -o blocks.csv");
   command->callback([&runner, at, at_time] {
-    runner.select("segments", [at, at_time](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+    runner.select("segments", ReportJob{[at, at_time](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       if (!at->empty()) options.at = event_point(source, *at, "--at");
       if (options.at && *options.at >= source.event_count())
         throw UsageError("--at " + *at + " is past the last event (" +
@@ -35,7 +35,7 @@ void add_segments_command(CLI::App& app, Runner& runner) {
                          ") is before --from (event #" + std::to_string(options.window.begin) + ")");
       if (options.at == analyzer::kNoEvent) options.at = std::nullopt, options.window.end = 0;
       return analyzer::segments_report(source, options);
-    });
+    }});
   });
 }
 

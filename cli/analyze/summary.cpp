@@ -19,9 +19,9 @@ void add_summary_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze summary run.bin --from 2s --to 5s");
   command->callback([&runner, at] {
     if (!at->empty()) runner.common.to = *at, runner.common.to_option = "--at";
-    runner.select("summary", [](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+    runner.select("summary", ReportJob{[](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       return analyzer::summary_report(source, options);
-    });
+    }});
   });
 }
 

@@ -20,11 +20,12 @@ void add_timeline_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze timeline run.bin --buckets 50\n"
       "  cachealloc-analyze timeline run.bin --all-events --format csv -o timeline.csv");
   command->callback([&runner, buckets, all_events] {
-    runner.select("timeline", [buckets, all_events](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+    runner.select("timeline", ReportJob{[buckets, all_events](analyzer::EventSource& source,
+                                                              analyzer::ReportOptions& options) {
       options.buckets = *all_events ? 0 : *buckets;
       options.stream_rows = *all_events;
       return analyzer::timeline_report(source, options);
-    });
+    }});
   });
 }
 

@@ -20,13 +20,13 @@ void add_top_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze top run.bin\n"
       "  cachealloc-analyze top run.bin --by peak --limit 5");
   command->callback([&runner, by, limit] {
-    runner.select("top", [by, limit](analyzer::EventSource& source, analyzer::ReportOptions& options) {
+    runner.select("top", ReportJob{[by, limit](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       options.order = *by == "count"  ? analyzer::ReportOptions::SiteOrder::count
                       : *by == "peak" ? analyzer::ReportOptions::SiteOrder::peak
                                       : analyzer::ReportOptions::SiteOrder::bytes;
       options.limit = *limit == 0 ? std::numeric_limits<std::size_t>::max() : *limit;
       return analyzer::top_report(source, options);
-    });
+    }});
   });
 }
 

@@ -1,0 +1,112 @@
+// The layout at the ring's start of a trace that begins mid-run: where it
+// comes from, its repair, and its rebuild in the replaying allocator.
+#include <algorithm>
+#include <iterator>
+
+#include "cachealloc/analyzer/analysis.hpp"
+#include "cachealloc/errors.hpp"
+#include "cachealloc/snapshot/ring_start.hpp"
+#include "whatif/replay_parts.hpp"
+
+namespace cachealloc::analyzer::whatif {
+
+namespace {
+
+constexpr std::uint64_t kSmallSize = std::uint64_t{1} << 20;  // the small pool's largest request
+
+// A segment as the comparison sees it: its size, its pool, then each block's
+// size and whether it is free, in address order.
+std::vector<std::uint64_t> shape(const snapshot::Segment& segment) {
+  std::vector<std::uint64_t> out{segment.total_size, segment.large_pool ? 1u : 0u};
+  for (const auto& block : segment.blocks)
+    out.push_back(block.size * 2 + (block.state == snapshot::BlockState::inactive));
+  return out;
+}
+
+}  // namespace
+
+InitialLayout initial_layout(EventSource& source, std::int32_t device) {
+  const snapshot::Snapshot& head = source.head();
+  if (const snapshot::RingStart* stored = snapshot::find_ring_start(head, device)) return *stored;
+  const bool may_begin_mid_run = head.dropped_events > 0 || recorded_setting(head, "trace_may_begin_mid_run") == "true";
+  if (!may_begin_mid_run) return InitialLayout{device, {}, 0, 0};
+  return derive_initial_layout(source, device);
+}
+
+std::uint64_t join_impossible_fragments(std::vector<snapshot::Segment>& segments) {
+  std::uint64_t joined = 0;
+  for (auto& segment : segments) {
+    if (!segment.large_pool || segment.expandable) continue;
+    auto& blocks = segment.blocks;
+    for (std::size_t i = 1; i < blocks.size();) {
+      if (blocks[i].state == snapshot::BlockState::inactive && blocks[i].size <= kSmallSize &&
+          blocks[i - 1].state != snapshot::BlockState::inactive) {
+        blocks[i - 1].size += blocks[i].size;
+        blocks.erase(blocks.begin() + static_cast<std::ptrdiff_t>(i));
+        ++joined;
+      } else {
+        ++i;
+      }
+    }
+  }
+  return joined;
+}
+
+RebuiltStart rebuild_ring_start(CachingAllocator& allocator, Device& device, RecordedStreams& streams,
+                                const std::vector<snapshot::Segment>& segments) {
+  std::vector<std::pair<const snapshot::Block*, void*>> built;
+  std::vector<void*> spacers;
+  for (const auto& segment : segments) {
+    const Stream stream = streams.of(segment.stream);
+    std::vector<void*> whole;
+    try {
+      if (segment.large_pool) {
+        whole.push_back(allocator.allocate(segment.total_size, stream));
+      } else {
+        for (std::uint64_t at = 0; at < segment.total_size; at += kSmallSize)
+          whole.push_back(allocator.allocate(kSmallSize, stream));
+      }
+      for (void* p : whole) allocator.deallocate(p);
+      for (const auto& block : segment.blocks) {
+        if (block.state != snapshot::BlockState::inactive) {
+          built.emplace_back(&block, allocator.allocate(block.size, stream));
+          continue;
+        }
+        // A free block of the small pool may exceed the small pool's
+        // largest request: cut it in requests of at most 1 MiB (they
+        // merge again when let go).
+        const std::uint64_t piece = segment.large_pool ? block.size : kSmallSize;
+        for (std::uint64_t at = 0; at < block.size; at += piece)
+          spacers.push_back(allocator.allocate(std::min(piece, block.size - at), stream));
+      }
+    } catch (const OutOfMemoryError&) {
+      throw InvalidArgument("the layout at the ring's start does not fit the replay's device");
+    }
+  }
+  for (void* ptr : spacers) allocator.deallocate(ptr);
+  RebuiltStart start;
+  for (const auto& [block, ptr] : built) {
+    if (block->state == snapshot::BlockState::active_allocated) {
+      start.allocated.emplace_back(block->address, ptr);
+    } else {
+      const Stream side = device.create_stream();
+      allocator.record_stream(ptr, side);
+      allocator.deallocate(ptr);
+      start.pending.emplace_back(block->address, side);
+    }
+  }
+  return start;
+}
+
+std::uint64_t segments_not_rebuilt(const CachingAllocator& allocator, const std::vector<snapshot::Segment>& segments) {
+  std::vector<std::vector<std::uint64_t>> wanted, got;
+  for (const auto& segment : segments) wanted.push_back(shape(segment));
+  for (const auto& segment : allocator.layout()) got.push_back(shape(segment));
+  std::sort(wanted.begin(), wanted.end());
+  std::sort(got.begin(), got.end());
+  std::vector<std::vector<std::uint64_t>> missing;
+  std::set_difference(wanted.begin(), wanted.end(), got.begin(), got.end(), std::back_inserter(missing));
+  return missing.size();
+}
+
+}  // namespace cachealloc::analyzer::whatif
