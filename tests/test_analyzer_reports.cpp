@@ -267,6 +267,31 @@ TEST_CASE("events --kind lists only those kinds") {
         })));
 }
 
+TEST_CASE("each events slice counts exactly the events from its first to its last, and carries its last event's time") {
+  const auto snap = analyzer::testing::random_trace(9, 3300);
+  for (std::size_t buckets : {7ul, 100ul, 1000ul}) {
+    CAPTURE(buckets);
+    ReportOptions options;
+    options.buckets = buckets;
+    const Document report = analyzer::events_report(snap, options);
+    const auto& table = table_of(report, "events");
+    std::uint64_t total = 0, expected_first = 0;
+    for (std::size_t row = 0; row < table.rows.size(); ++row) {
+      const std::uint64_t first = cell(table, row, "first_event"), last = cell(table, row, "event");
+      CHECK(first == expected_first);
+      CHECK(cell(table, row, "events") == last - first + 1);
+      const std::uint64_t allocs = static_cast<std::uint64_t>(std::count_if(
+          snap.events.begin() + static_cast<std::ptrdiff_t>(first), snap.events.begin() + static_cast<std::ptrdiff_t>(last) + 1,
+          [](const auto& e) { return e.kind == snapshot::EventKind::alloc; }));
+      CHECK(cell(table, row, "alloc") == allocs);
+      CHECK(cell(table, row, "time_ns") == snap.events[last].time_ns - snap.events.front().time_ns);
+      total += cell(table, row, "events");
+      expected_first = last + 1;
+    }
+    CHECK(total == snap.events.size());
+  }
+}
+
 TEST_CASE("an event point is an index or a time since the first event") {
   const auto snap = TraceBuilder().segment(kBase, 2 * kMiB).alloc(kBase, kMiB, kMiB).free(kBase).build();
   std::string error;

@@ -155,8 +155,13 @@ void add_event_buckets(Document& doc, EventSource& source, const Analysis& a, co
     std::uint64_t alloc_bytes = 0, freed_bytes = 0, time_ns = 0;
   };
   std::vector<Slice> rows(slices);
+  // Slice k covers [floor(k * window / slices), floor((k + 1) * window / slices)),
+  // the range its row names: event j is in the last slice that starts at or
+  // before it, ceil((j + 1) * slices / window) - 1.
   auto slice_of = [&](std::size_t i) {
-    return window == 0 ? 0 : std::min(slices - 1, ((i - a.window.begin) * slices) / window);
+    if (window == 0) return std::size_t{0};
+    const std::size_t j = i - a.window.begin;
+    return std::min(slices - 1, ((j + 1) * slices + window - 1) / window - 1);
   };
   for_each_listed(source, a, options, [&](std::size_t i, const snapshot::Event& e) {
     Slice& s = rows[slice_of(i)];
