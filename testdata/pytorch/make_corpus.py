@@ -48,7 +48,9 @@
 #
 # Cases: stacks_all, stacks_python, no_context, expandable, expandable_maxsplit,
 # streams, ring_overflow, oom_retry, empty_cache_mid, roundup_gc, roundup_list,
-# cuda_graph, varlen_transformer, two_devices.
+# cuda_graph, varlen_transformer, two_devices; and the long runs, shaped like
+# users' traces: long_train, long_ring_overflow (begins mid-run), long_expandable,
+# long_rank0 and long_rank1 (two processes of one job on one GPU).
 #
 # MISSING FROM THE CORPUS: the two-device case. Only single-GPU machines were
 # available when the corpus was made, so case_two_devices (below, clearly
@@ -483,6 +485,73 @@ def case_varlen_transformer():
             opt.step()
             opt.zero_grad()
     return encoder, head, opt
+
+
+# --- long runs: traces shaped like users' (tens of thousands of events, many keyframes) ---
+
+LONG_STEPS = 300
+
+
+def long_training(seed, steps=LONG_STEPS, side_stream_every=7, empty_cache_every=100):
+    """A TransformerEncoder trained for `steps` steps on varying sequence lengths: about
+    200 trace entries a step. Every `side_stream_every` steps a batch is prepared on a
+    side stream and handed over with record_stream; every `empty_cache_every` steps the
+    cache is emptied mid-run."""
+    rng = random.Random(seed)
+    with step('init'):
+        layer = nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, batch_first=True)
+        encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).to(DEV)
+        head = nn.Linear(128, 16).to(DEV)
+        opt = torch.optim.AdamW(list(encoder.parameters()) + list(head.parameters()), lr=1e-3)
+    side = torch.cuda.Stream()
+    for i in range(steps):
+        seq = rng.choice([17, 37, 64, 100, 128, 150, 200, 256])
+        with step(f'train_{i}_seq{seq}'):
+            if i % side_stream_every == 0:
+                with torch.cuda.stream(side):
+                    x = torch.randn(8, seq, 128, device=DEV)
+                torch.cuda.current_stream().wait_stream(side)
+                x.record_stream(torch.cuda.current_stream())
+            else:
+                x = torch.randn(8, seq, 128, device=DEV)
+            y = torch.randint(0, 16, (8, seq), device=DEV)
+            F.cross_entropy(head(encoder(x)).flatten(0, 1), y.flatten()).backward()
+            opt.step()
+            opt.zero_grad()
+            del x, y
+            if empty_cache_every and i % empty_cache_every == empty_cache_every - 1:
+                torch.cuda.empty_cache()
+    return encoder, head, opt
+
+
+@case('long_train', max_entries=1_000_000)
+def case_long_train():
+    """300 training steps, every event kept (tens of thousands of trace entries)."""
+    return long_training(21)
+
+
+@case('long_ring_overflow', max_entries=20_000)
+def case_long_ring_overflow():
+    """The same run with a 20,000-entry ring: the trace begins mid-run, after many steps."""
+    return long_training(22)
+
+
+@case('long_expandable', conf='expandable_segments:True', max_entries=1_000_000)
+def case_long_expandable():
+    """The long run under expandable segments."""
+    return long_training(23)
+
+
+@case('long_rank0', max_entries=1_000_000)
+def case_long_rank0():
+    """One of two processes of one job on one GPU (long_rank1 is the other), for ranks."""
+    return long_training(24)
+
+
+@case('long_rank1', max_entries=1_000_000)
+def case_long_rank1():
+    """The second process: the same model, another data order and a longer run."""
+    return long_training(25, steps=LONG_STEPS + 40)
 
 
 # ===== MISSING FROM THE CORPUS: needs two GPUs; only single-GPU machines were available =====
