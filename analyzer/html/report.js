@@ -706,6 +706,7 @@
   report.drawnPoints = () => timeline.data[0].length;
   report.setView = setView;
   report.peakEvent = peakOf('allocated') ? peakOf('allocated').event : null;
+  report.keyframes = keyframes.length;
 
   setView(0, Math.max(0, N - 1));
   mark('timeline');

@@ -6,6 +6,9 @@
 //   - the timeline is drawn and its peak equals `summary --format json`;
 //   - a click at the peak's pixel selects that event, and the segment map then
 //     holds exactly the segments and blocks `segments --at PEAK --format json` lists;
+//   - so does the segment map at 20 events spread over the whole trace (the page
+//     rebuilds each from its nearest keyframe; the long runs of testdata/pytorch/long
+//     have many keyframes, and at least one input must have three or more);
 //   - a brush (drag) over the timeline selects a window whose sites panel holds
 //     the sites `top --from A --to B --format json` gives, with their counts and bytes.
 // And for a few of them: the flamegraph SVG parses as XML and renders with no
@@ -30,7 +33,7 @@ function inputs(dir) {
   for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
     const p = path.join(dir, entry.name);
     if (entry.isDirectory()) found.push(...inputs(p));
-    else if (/\.(bin|pickle)$/.test(entry.name)) found.push(p);
+    else if (/\.(bin|pickle)(\.(zst|gz))?$/.test(entry.name)) found.push(p);
   }
   return found.sort();
 }
@@ -72,6 +75,30 @@ async function open(browser, file) {
   return { page, problems, started, url };
 }
 
+// The page's segment map against `segments --at E --format json`: every
+// segment and block, in order. Reports the first difference; true when equal.
+function sameMap(map, expected, name) {
+  const got = map.segments;
+  let same = check(got.length === expected.segments.length, name + ': ' + got.length + ' segments drawn, segments --at lists ' + expected.segments.length);
+  for (let i = 0; same && i < got.length; ++i) {
+    const g = got[i], e = expected.segments[i];
+    same = check(g.address === parseInt(e.address, 16) && g.size === e.size && g.reserved === e.reserved &&
+                 g.allocated === e.allocated && g.blocks.length === e.blocks && g.pool === e.pool,
+                 name + ': segment ' + e.address + ' as segments --at shows it (' + JSON.stringify({ address: g.address, size: g.size, reserved: g.reserved, allocated: g.allocated, blocks: g.blocks.length }) + ')');
+  }
+  const blocks = got.flatMap((g) => g.blocks);
+  same = same && check(blocks.length === expected.blocks.length, name + ': ' + blocks.length + ' blocks drawn, segments --at lists ' + expected.blocks.length);
+  for (let i = 0; same && i < blocks.length; ++i) {
+    const g = blocks[i], e = expected.blocks[i];
+    same = check(g.address === parseInt(e.address, 16) && g.size === e.size && g.state === e.state &&
+                 g.requested === e.requested && g.site === e.site,
+                 name + ': block ' + e.address + ' (' + JSON.stringify(g) + ' vs ' + JSON.stringify(e) + ')');
+  }
+  return same;
+}
+
+let mostKeyframes = 0;
+
 async function checkReport(browser, input, name) {
   const html = path.join(outdir, name + '.html');
   run(['html', input, '-o', html, '-f']);
@@ -100,24 +127,23 @@ async function checkReport(browser, input, name) {
     await page.mouse.click(at.x, at.y);
     s = await state();
     check(s.moment === peakEvent, name + ': a click at the peak selects event #' + peakEvent + ' (got ' + s.moment + ')');
-    const expected = json(['segments', input, '--at', String(peakEvent)]);
-    const got = s.map.segments;
-    let same = check(got.length === expected.segments.length, name + ': ' + got.length + ' segments drawn, segments --at lists ' + expected.segments.length);
-    for (let i = 0; same && i < got.length; ++i) {
-      const g = got[i], e = expected.segments[i];
-      same = check(g.address === parseInt(e.address, 16) && g.size === e.size && g.reserved === e.reserved &&
-                   g.allocated === e.allocated && g.blocks.length === e.blocks && g.pool === e.pool,
-                   name + ': segment ' + e.address + ' as segments --at shows it');
-    }
-    const blocks = got.flatMap((g) => g.blocks);
-    same = check(blocks.length === expected.blocks.length, name + ': ' + blocks.length + ' blocks drawn, segments --at lists ' + expected.blocks.length);
-    for (let i = 0; same && i < blocks.length; ++i) {
-      const g = blocks[i], e = expected.blocks[i];
-      same = check(g.address === parseInt(e.address, 16) && g.size === e.size && g.state === e.state &&
-                   g.requested === e.requested && g.site === e.site,
-                   name + ': block ' + e.address + ' (' + JSON.stringify(g) + ' vs ' + JSON.stringify(e) + ')');
+    sameMap(s.map, json(['segments', input, '--at', String(peakEvent)]), name);
+  }
+
+  // The segment map at 20 events spread over the trace, each rebuilt by the page
+  // from its nearest keyframe, against `segments --at`.
+  const lastEvent = summary.at_event;
+  let mapsChecked = 0;
+  if (lastEvent !== null && lastEvent !== undefined) {
+    const points = [...new Set(Array.from({ length: 20 }, (_, j) => Math.round((j * lastEvent) / 19)))];
+    for (const at of points) {
+      const map = await page.evaluate((e) => { window.cacheallocReport.selectMoment(e); return JSON.parse(JSON.stringify(window.cacheallocReport.segmentMap)); }, at);
+      if (!sameMap(map, json(['segments', input, '--at', String(at)]), name + ' at #' + at)) break;
+      ++mapsChecked;
     }
   }
+  const keyframes = await page.evaluate(() => window.cacheallocReport.keyframes);
+  mostKeyframes = Math.max(mostKeyframes, keyframes);
 
   // Brush over 30%..60% of the plot.
   const box = await page.evaluate(() => window.cacheallocReport.plotBox());
@@ -152,7 +178,8 @@ async function checkReport(browser, input, name) {
   check(timeAxis.label && timeAxis.points > 0, name + ': the timeline is drawn against time, its axis labelled');
   check(JSON.stringify(timeAxis.view) === JSON.stringify([s.window.from, s.window.to]) || !s.window, name + ': switching the axis keeps the window');
   check(problems.length === 0, name + ': no console errors and no requests' + (problems.length ? ':\n    ' + problems.join('\n    ') : ''));
-  console.log('ok   ' + name + ' (' + fs.statSync(html).size + ' bytes, interactive after ' + interactive + ' ms)');
+  console.log('ok   ' + name + ' (' + fs.statSync(html).size + ' bytes, ' + keyframes + ' keyframes, segment map held to segments --at at ' +
+              mapsChecked + ' events, interactive after ' + interactive + ' ms)');
   await page.close();
 }
 
@@ -194,7 +221,7 @@ function checkPerfetto(validate, input, name) {
     JSON.parse(fs.readFileSync(path.join(__dirname, 'perfetto.schema.json'), 'utf8')));
   try {
     const files = inputs(testdata);
-    check(files.some((f) => f.endsWith('.pickle')) && files.some((f) => f.endsWith('.bin')), 'testdata holds both snapshots and pickles');
+    check(files.some((f) => /\.pickle/.test(f)) && files.some((f) => /\.bin/.test(f)), 'testdata holds both snapshots and pickles');
     for (const input of files) {
       const name = path.relative(testdata, input).replace(/[\/]/g, '_');
       // A segments-only pickle has no trace: html refuses it like the trace reports do.
@@ -214,6 +241,7 @@ function checkPerfetto(validate, input, name) {
       if (/cnn_train|synthetic_2k_native|varlen_transformer|stacks_all/.test(name)) await checkFlameGraph(browser, input, name);
       checkPerfetto(validate, input, name);
     }
+    check(mostKeyframes >= 3, 'some input has three or more keyframes (the most: ' + mostKeyframes + ')');
   } finally {
     await browser.close();
     fs.rmSync(profile, { recursive: true, force: true });

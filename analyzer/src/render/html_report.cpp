@@ -124,7 +124,6 @@ struct KeyframeWriter {
   // the byte offsets of the event columns there, so the page starts decoding
   // at any keyframe without a scan.
   std::vector<std::array<std::uint64_t, 10>> index;
-  std::uint64_t previous_address = 0;
   std::size_t count = 0;
   std::size_t blocks = 0;
   // `address_base` and `time_base`: where the event columns' delta chains
@@ -137,6 +136,9 @@ struct KeyframeWriter {
     column.u(address_base);
     column.u(time_base);
     column.u(layout.size());
+    // Each keyframe's segment addresses start their own delta chain: the page
+    // decodes a keyframe alone, from the one nearest the event it shows.
+    std::uint64_t previous_address = 0;
     std::size_t written = 0;
     for (const Segment& segment : layout) {
       column.delta(segment.address, previous_address);
