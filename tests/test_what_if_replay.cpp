@@ -18,6 +18,7 @@
 
 #include "allocator_support.hpp"
 #include "cachealloc/analyzer/allocator_replay.hpp"
+#include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/analyzer/load.hpp"
 #include "cachealloc/allocator.hpp"
@@ -156,6 +157,24 @@ TEST_CASE("given each PyTorch corpus run, when replayed with its own settings, t
       // reserved from the capture's first request on (by their addresses).
       if (name == "cuda_graph") CHECK(result.private_pool_requests == 24);
     }
+  }
+}
+
+TEST_CASE("given each PyTorch run, when replayed, then the recorded peak's event is the one summary names") {
+  std::vector<std::filesystem::path> files;
+  for (const auto& dir : {kPytorch, kPytorch / "corpus"})
+    for (const auto& file : std::filesystem::directory_iterator(dir))
+      if (file.path().extension() == ".pickle") files.push_back(file.path());
+  std::sort(files.begin(), files.end());
+  REQUIRE(files.size() >= 18);
+  for (const auto& file : files) {
+    CAPTURE(file);
+    analyzer::FileEvents source(file);
+    const analyzer::ReplayResult r = analyzer::replay_allocator(source);
+    analyzer::FileEvents again(file);
+    const analyzer::Analysis a = analyzer::analyze(again, analyzer::AnalysisOptions{});
+    CHECK(r.recorded.peak_reserved == a.peak_reserved.bytes);
+    CHECK(r.recorded.peak_reserved_event == a.peak_reserved.event);
   }
 }
 

@@ -1,6 +1,7 @@
 #include <string>
 
 #include "cachealloc/analyzer/allocator_replay.hpp"
+#include "cachealloc/analyzer/analysis.hpp"
 
 namespace cachealloc::analyzer {
 namespace {
@@ -65,8 +66,10 @@ Document replay_report(const ReplayResult& r) {
   FieldGroup& outcome = doc.group("outcome", "Outcome");
   outcome.add("recorded_fragmentation_at_peak", "recorded fragmentation at the peak", r.recorded.fragmentation_at_peak, Unit::ratio);
   outcome.add("replayed_fragmentation_at_peak", "replayed fragmentation at the peak", r.replayed.fragmentation_at_peak, Unit::ratio);
-  outcome.add("recorded_peak_reserved_event", "recorded peak reserved at event", r.recorded.peak_reserved_event, Unit::event);
-  outcome.add("replayed_peak_reserved_event", "replayed peak reserved at event", r.replayed.peak_reserved_event, Unit::event);
+  // kNoEvent: the peak held at the trace's start ("start"; null in JSON), as in summary.
+  const auto peak_event = [](std::uint64_t event) { return event == kNoEvent ? Value{} : Value{event}; };
+  outcome.add("recorded_peak_reserved_event", "recorded peak reserved at event", peak_event(r.recorded.peak_reserved_event), Unit::event);
+  outcome.add("replayed_peak_reserved_event", "replayed peak reserved at event", peak_event(r.replayed.peak_reserved_event), Unit::event);
   outcome.add("recorded_oom", "recorded run out of memory", oom_text(r.recorded.first_oom));
   outcome.add("replayed_oom", "replayed run out of memory", oom_text(r.replayed.first_oom));
   for (const auto* which : {"recorded", "replayed"}) {

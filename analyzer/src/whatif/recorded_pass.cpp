@@ -36,7 +36,7 @@ class RecordedRunReader {
         engine_(initial.segments, device, head.stacks.size()),
         device_allocs_(initial.segments.size()),
         pools_(config) {
-    peaks_.after(engine_.totals(), 0);
+    peaks_.after(engine_.totals(), kNoEvent);
   }
 
   // The cap of the recorded run: an OOM's (`oom_cap`), else the hint.
@@ -123,14 +123,14 @@ class RecordedRunReader {
   }
 
   // The call that reached a peak ends with its request (a reservation
-  // comes first): the figures are read when the next call starts.
-  void track_peak_call(std::size_t i) {
+  // comes first): the figures are read when the next call starts. The peak's
+  // event stays the one that reached it, the reservation, as in summary.
+  void track_peak_call(std::size_t) {
     if (peak_call_done_) {
       peaks_.boundary(engine_);
       peak_call_done_ = false;
     } else if (peaks_.pending) {
       peak_call_done_ = true;
-      peaks_.peak_event = i;  // the request that reached it
     }
   }
 

@@ -23,6 +23,7 @@
 
 #include "cachealloc/allocator.hpp"
 #include "cachealloc/analyzer/allocator_replay.hpp"
+#include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/analyzer/replay.hpp"
 #include "cachealloc/config.hpp"

@@ -110,7 +110,7 @@ class RequestReplay {
       allocator_.reset_peak_stats();
     }
     if (plan_.fraction != 0) allocator_.set_memory_fraction(plan_.fraction);
-    peaks_.after(engine_.totals(), 0);
+    peaks_.after(engine_.totals(), kNoEvent);
   }
 
   void run() {

@@ -58,7 +58,9 @@ struct OomPoint {
 struct RunFigures {
   std::uint64_t peak_reserved = 0;
   std::uint64_t peak_allocated = 0;
-  std::uint64_t peak_reserved_event = 0;  // the recorded event at (or after) which the peak was reached
+  // The recorded event after which the peak held, as summary names it (the
+  // reservation, not the request that made it); kNoEvent: at the trace's start.
+  std::uint64_t peak_reserved_event = 0;
   std::uint64_t segments = 0;             // cudaMalloc segments at the end (segment.all.current)
   std::uint64_t device_allocs = 0;        // reservations (num_device_alloc), the ring start's included
   std::uint64_t device_frees = 0;         // releases (num_device_free)
