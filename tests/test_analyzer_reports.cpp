@@ -267,6 +267,14 @@ TEST_CASE("events --kind lists only those kinds") {
         })));
 }
 
+TEST_CASE("--kind takes PyTorch's name of a segment release, segment_free") {
+  snapshot::EventKind kind = snapshot::EventKind::alloc;
+  CHECK(snapshot::parse_event_kind("segment_free", kind));
+  CHECK(kind == snapshot::EventKind::segment_release);
+  CHECK(snapshot::parse_event_kind("segment_release", kind));
+  CHECK_FALSE(snapshot::parse_event_kind("segment_frees", kind));
+}
+
 TEST_CASE("each events slice counts exactly the events from its first to its last, and carries its last event's time") {
   const auto snap = analyzer::testing::random_trace(9, 3300);
   for (std::size_t buckets : {7ul, 100ul, 1000ul}) {

@@ -121,6 +121,7 @@ TEST_CASE("given a mistyped subcommand or option, the error names it and what wa
   for (const Case& c : std::vector<Case>{
            {kAnalyze, {"sumary", kSample}, 2, E + "unknown subcommand 'sumary' (did you mean 'summary'?)"},
            {kAnalyze, {"stats", kSample}, 2, E + "unknown subcommand 'stats' (did you mean 'summary'?)"},
+           {kAnalyze, {"leak", kSample}, 2, E + "unknown subcommand 'leak' (did you mean 'leaks'?)"},
            {kAnalyze, {"help"}, 2, E + "unknown subcommand 'help' (did you mean '--help'?)"},
            {kAnalyze, {"peak", kSample, "3", "--limt"}, 2, E + "unknown option '--limt' (did you mean '--limit'?)"},
            {kAnalyze, {"peak", kSample, "3"}, 2, E + "unexpected argument '3' (see --help)"},

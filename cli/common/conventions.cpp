@@ -54,7 +54,9 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
   std::size_t best_distance = 3;
   for (const std::string& candidate : candidates) {
     std::size_t distance = edit_distance(word, candidate);
-    if (word.size() >= 3 && candidate.starts_with(word)) distance = std::min<std::size_t>(distance, 1);
+    // A word that begins a candidate ("leak" of "leaks") is nearer than any
+    // candidate one edit away ("peak").
+    if (word.size() >= 3 && candidate.starts_with(word)) distance = 0;
     const std::size_t allowed = std::max<std::size_t>(word.size(), candidate.size()) <= 4 ? 1 : 2;
     if (distance <= allowed && distance < best_distance) {
       best = candidate;

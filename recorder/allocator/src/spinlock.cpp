@@ -1,4 +1,4 @@
-// The pool lock's futex calls (spinlock.hpp).
+// The shard lock's futex calls (spinlock.hpp).
 #include "cachealloc/detail/spinlock.hpp"
 
 #if defined(__linux__) && defined(__LP64__)

@@ -42,7 +42,7 @@ inline std::uint64_t now_ticks(TickSource source) noexcept {
 // give (AllocatorEvent::order): RDTSC may execute before the lock
 // acquisition before it completes, and so read a time before the previous
 // holder's last event, but the event's time is then raised above that
-// holder's, which the pool's word holds. RDTSCP waits for every earlier
+// holder's, which the shard's word holds. RDTSCP waits for every earlier
 // instruction; on the H200 host and the dev VM it is most of an event's cost.
 inline std::uint64_t now_ticks_unordered(TickSource source) noexcept {
 #if defined(__x86_64__)

@@ -205,7 +205,7 @@ struct CutReadings {
   RingCopy ring;
 };
 
-// Needs every pool lock (no thread is filling its staging chunk); takes ring_lock.
+// Needs every shard lock (no thread is filling its staging chunk); takes ring_lock.
 RingCopy copy_ring(State& s) {
   RingCopy copy;
   std::lock_guard lock(s.ring_lock);
@@ -229,7 +229,7 @@ RingCopy copy_ring(State& s) {
   return copy;
 }
 
-// Runs inside layout()'s callback, where every pool lock is held.
+// Runs inside layout()'s callback, where every shard lock is held.
 CutReadings read_in_cut(State& s) {
   CutReadings cut;
   cut.stats = s.allocator.stats().to_map();
@@ -415,7 +415,7 @@ std::uint64_t symbolize_stacks(snapshot::Snapshot& out, std::vector<std::string>
 
 // The cut. The layout, the stats and the ring must describe the same moment,
 // or a replay of the events will not end in the layout. Every allocator event
-// is appended, and every stats change made, under a pool lock; layout() runs
+// is appended, and every stats change made, under a shard lock; layout() runs
 // our callback while it holds all of them, so what we read there is exact.
 snapshot::Snapshot HistoryRecorder::take_snapshot() const {
   State& s = *state_;

@@ -50,7 +50,7 @@ void HistoryRecorder::start(const HistoryOptions& options) {
   detail::validate(options);
   State& s = *state_;
   std::lock_guard control(s.control);
-  // Reset while every pool lock is held, so that no event is in flight.
+  // Reset while every shard lock is held, so that no event is in flight.
   s.allocator.layout([&] {
     std::lock_guard lock(s.ring_lock);
     for (Chunk* chunk : s.ring) {
@@ -100,7 +100,7 @@ void HistoryRecorder::stop() noexcept {
   State& s = *state_;
   s.recording.store(false, std::memory_order_release);
   s.allocator.set_observer(nullptr);
-  // Every on_event runs under a pool lock, so once layout() has held them
+  // Every on_event runs under a shard lock, so once layout() has held them
   // all, no call is left in flight and the caller may destroy us.
   try {
     (void)s.allocator.layout();

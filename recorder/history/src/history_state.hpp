@@ -62,8 +62,8 @@ struct Chunk {
 };
 
 // One thread's staging chunk. Only its owner writes it, and only inside
-// on_event, which runs under a pool lock; a dump reads it inside
-// CachingAllocator::layout()'s hook, where every pool lock is held, and
+// on_event, which runs under a shard lock; a dump reads it inside
+// CachingAllocator::layout()'s hook, where every shard lock is held, and
 // start() resets it there too.
 struct ThreadSlot {
   Chunk staging;
@@ -86,7 +86,7 @@ struct HistoryRecorder::State {
 
   // Moves a thread's full staging chunk into the ring. Takes ring_lock only
   // to claim the ring chunk, and copies outside it: the caller holds a pool
-  // lock, so no dump or restart (which hold every pool lock) runs meanwhile,
+  // lock, so no dump or restart (which hold every shard lock) runs meanwhile,
   // and threads copy at once instead of in turn. Must not hold ring_lock.
   void flush(ThreadSlot& slot) noexcept;
   // The same with ring_lock held throughout (annotations, which run outside
@@ -122,7 +122,7 @@ struct HistoryRecorder::State {
   std::int32_t device = 0;
   const bool use_tsc;  // whether the precise clock is the TSC, fixed for the recorder's life
   // The tick source of the current recording: set by start() while every
-  // pool lock is held, read by the hot path under one (and, racily but
+  // shard lock is held, read by the hot path under one (and, racily but
   // harmlessly, by annotations).
   std::atomic<detail::TickSource> ticks{detail::TickSource::monotonic};
   detail::TickSource tick_source() const noexcept { return ticks.load(std::memory_order_relaxed); }
@@ -146,7 +146,7 @@ struct HistoryRecorder::State {
   // Lock order, outermost first; a thread holding one lock only ever takes
   // locks further down this list:
   //   1. control                    start/stop and options
-  //   2. the allocator's pool locks  (on_event runs under one; layout() takes all)
+  //   2. the allocator's shard locks  (on_event runs under one; layout() takes all)
   //   3. oom_mutex, ring_lock, strings_mutex, usage_mutex, the stack table's shards and
   //      detail's thread registry: leaves, never held while taking another.
   // The OOM-dump thread therefore never reads `options` (control) while it

@@ -4,7 +4,7 @@
 
 namespace cachealloc {
 
-// What nvidia-smi would show at this OOM. Runs under the pool lock of the
+// What nvidia-smi would show at this OOM. Runs under the shard lock of the
 // failed allocation, which an OOM holds anyway; NVML takes 0.1-1 ms.
 void HistoryRecorder::State::record_oom_usage(std::uint32_t thread, std::uint64_t at_ticks) noexcept {
   try {

@@ -1,5 +1,5 @@
 // The hot path: on_event and on_events, which write an allocator event into
-// the calling thread's staging chunk under the caller's pool lock, and what
+// the calling thread's staging chunk under the caller's shard lock, and what
 // they inline (the thread's slot, the event's time, room in the chunk).
 #include "history_state.hpp"
 #include "ring_hook.hpp"
@@ -73,7 +73,7 @@ void detail::set_thread_clock_skew(std::int64_t ticks) noexcept { t_state.clock_
 // event). Reading the clock costs more than the rest of an event, and the
 // ordered read (RDTSCP) about twice the unordered one, so the order comes
 // from the allocator's order words instead (AllocatorEvent::order): each
-// event is later than the pool's last, than the allocator's last event of
+// event is later than the shard's last, than the allocator's last event of
 // no one pool, and than this thread's last. Only a new segment or mapping,
 // whose address the device may just have taken back from another pool,
 // reads the ordered clock.
@@ -93,7 +93,7 @@ inline __attribute__((always_inline)) std::uint64_t HistoryRecorder::State::even
   }
   if (event.order_floor && t <= *event.order_floor) t = *event.order_floor + 1;
   if (event.order) {
-    // Strictly after the pool's last event, unless that was this call's
+    // Strictly after the shard's last event, unless that was this call's
     // previous event, on the same word: one call's events share its time.
     const bool own_last = event.continues_call && event.order == t_state.last_order && *event.order == t;
     if (t <= *event.order && !own_last) t = *event.order + 1;

@@ -15,8 +15,8 @@
 //   cached unsplit segments, retry once, then throw OutOfMemoryError.
 //
 // Thread safety: every member function may be called from any thread. Each
-// stream has its own pool and lock, so threads working on different streams
-// do not wait for each other on the cached path.
+// stream has its own shard (its small and large pools, and a lock), so
+// threads on different streams do not wait for each other on the cached path.
 #pragma once
 
 #include <atomic>
@@ -46,7 +46,7 @@ struct AllocatorEvent {
   std::size_t aux = 0;  // see events::EventKind for the meaning per kind
   // True when an observer may reuse the timestamp of the previous event on
   // this thread (a split before its alloc, merges after a free): both were
-  // emitted inside one holding of the same pool locks, so no other thread's
+  // emitted inside one holding of the same shard locks, so no other thread's
   // event on that state can lie between them. False for the first event
   // after any lock is taken, and for segment_alloc and segment_map, which
   // follow a device call that may hand out an address another thread has
@@ -54,20 +54,20 @@ struct AllocatorEvent {
   bool continues_call = false;
   // Order words, for an observer that timestamps events with a clock read
   // that is not ordered against the lock it runs under (a plain RDTSC may
-  // execute before the lock's acquisition completes). `order` is the pool's
-  // word, guarded by the pool lock the event holds; for an event of no one
-  // pool (oom, empty_cache, with every pool lock held) it is the
-  // allocator's word, raised first to every pool's. `order_floor`, for pool
+  // execute before the lock's acquisition completes). `order` is the shard's
+  // word, guarded by the shard lock the event holds; for an event of no one
+  // shard (oom, empty_cache, with every shard lock held) it is the
+  // allocator's word, raised first to every shard's. `order_floor`, for shard
   // events, is the allocator's word: read-only here, written only with every
   // lock held. An observer that gives each event a time above *order_floor
   // and above *order, and stores that time in *order, orders the events of
-  // each pool as the allocator went through them. Either may be null (an
+  // each shard as the allocator went through them. Either may be null (an
   // observer called by other code); then no order is implied.
   std::uint64_t* order = nullptr;
   const std::uint64_t* order_floor = nullptr;
 };
 
-// Events of one critical section of one pool (one stream, one order word):
+// Events of one critical section of one shard (one stream, one order word):
 // a split with the alloc of its front part; a free's free_requested and
 // free_completed with the merges that follow. What AllocatorEvent holds
 // once for all, then each event's own fields. Every event after the first
@@ -97,14 +97,14 @@ struct AllocatorEventBatch {
 };
 
 // Receives every allocator event, in order per stream, while the allocator
-// holds the lock of the pool concerned. It must not call back into the
+// holds the lock of the shard concerned. It must not call back into the
 // allocator. For alloc events the returned id is kept with the block (the
 // allocation site in layouts); other return values are ignored.
 class AllocatorObserver {
  public:
   virtual ~AllocatorObserver() = default;
   virtual std::uint32_t on_event(const AllocatorEvent& event) noexcept = 0;
-  // The events of one critical section of one pool, in the order they
+  // The events of one critical section of one shard, in the order they
   // happened (AllocatorEventBatch), in one call instead of one per event:
   // what the cached path reports. Returns the id of the alloc event among
   // them (0 when none). The default reports each through on_event.
@@ -244,15 +244,15 @@ class CachingAllocator {
   std::map<std::string, std::int64_t> memory_stats() const { return stats().to_map(); }
   std::string memory_summary() const { return format_summary(stats()); }
 
-  // Every segment with its blocks, sorted by address. Takes every pool lock
-  // briefly. `while_locked`, when given, runs while every pool lock is still
+  // Every segment with its blocks, sorted by address. Takes every shard lock
+  // briefly. `while_locked`, when given, runs while every shard lock is still
   // held: no allocator event and no stats change can happen during it, so
   // what it reads (stats, an observer's event count) describes the same
   // moment as the layout. It must not call back into the allocator.
   std::vector<layout::Segment> layout(const std::function<void()>& while_locked = {}) const;
   // The largest cached free block, in bytes (mapped memory that no request
   // holds and no stream event waits on), 0 when none: layout()'s largest
-  // inactive block, without building the layout. Takes every pool lock
+  // inactive block, without building the layout. Takes every shard lock
   // briefly; O(pools), no heap allocation beyond the lock list.
   std::size_t largest_free_block() const;
 

@@ -45,7 +45,7 @@ CachingAllocator::Impl::Impl(std::shared_ptr<Device> dev, AllocatorConfig cfg)
 CachingAllocator::Impl::~Impl() {
   unregister_live();  // no other thread folds a pool of this allocator from here on
   try {
-    std::vector<std::unique_lock<detail::PoolMutex>> locks;
+    std::vector<std::unique_lock<detail::ShardMutex>> locks;
     lock_all(locks);
     synchronize_and_free_events();
     // Return every segment, live blocks included: the allocator owns them.
@@ -214,7 +214,7 @@ void* CachingAllocator::Impl::allocate(std::size_t requested, Stream stream) {
   if (!capture && deferred_event_blocks.load(std::memory_order_acquire) != 0) {
     // The first request after every capture ended records the events the
     // frees during capture could not (PyTorch's process_events).
-    std::vector<std::unique_lock<detail::PoolMutex>> locks;
+    std::vector<std::unique_lock<detail::ShardMutex>> locks;
     lock_all(locks);
     insert_deferred_events();
   }
@@ -280,7 +280,7 @@ FreeStatus CachingAllocator::Impl::deallocate(void* ptr) noexcept {
       return FreeStatus::ok;
     }
   }
-  // Not live in any pool (the pool lock is released: this takes them all).
+  // Not live in any pool (the shard lock is released: this takes them all).
   const bool twice = find_free_block_at(address) != nullptr;
   std::fprintf(stderr, "cachealloc: %s %p: %s\n", twice ? "double free of" : "free of unknown pointer", ptr,
                twice ? "the block is already free; ignored" : "not returned by this allocator; ignored");
@@ -290,7 +290,7 @@ FreeStatus CachingAllocator::Impl::deallocate(void* ptr) noexcept {
 void CachingAllocator::Impl::record_stream(void* ptr, Stream stream) {
   const auto address = reinterpret_cast<std::uintptr_t>(ptr);
   Shard* const shard = owners.find(address);
-  std::unique_lock<detail::PoolMutex> lock;
+  std::unique_lock<detail::ShardMutex> lock;
   Block* block = nullptr;
   if (shard) {
     lock = std::unique_lock(shard->mutex);
@@ -408,7 +408,7 @@ namespace {
 
 // Live allocators by generation, so that a thread whose pending pool is in
 // another allocator can fold it there (or learn that allocator is gone).
-// Lock order: g_live_mutex, then that allocator's pool lock.
+// Lock order: g_live_mutex, then that allocator's shard lock.
 std::mutex g_live_mutex;
 std::vector<std::pair<std::uint64_t, CachingAllocator::Impl*>> g_live;
 std::atomic<std::uint64_t> g_next_generation{1};

@@ -68,7 +68,7 @@ struct alignas(64) Block {
   bool allocated = false;
   bool mapped = true;         // false: expandable address range with no memory
   // --- second line ---
-  Shard* shard = nullptr;     // owning stream pool
+  Shard* shard = nullptr;     // owning shard
   std::size_t requested = 0;  // bytes asked for, while allocated or pending
   ExpandableSegment* expandable = nullptr;
   std::vector<Stream> stream_uses;  // streams from record_stream
@@ -217,7 +217,7 @@ struct alignas(64) Shard {
   Shard(Stream s, PrivatePoolId p) : stream(s), pool_id(p) {}
   Stream stream;
   PrivatePoolId pool_id;
-  detail::PoolMutex mutex;
+  detail::ShardMutex mutex;
   FreeSet small_blocks{kMinBlockSize};
   FreeSet large_blocks{kLargeBinWidth};
   // Outstanding events per stream they were recorded on, oldest first.
@@ -257,7 +257,7 @@ struct CachingAllocator::Impl {
   // else the default pool.
   PrivatePoolId capture_pool(Stream stream);
   bool capturing() const noexcept { return captures_underway.load(std::memory_order_acquire) != 0; }
-  // Records the deferred events of every pool (every pool lock held).
+  // Records the deferred events of every pool (every shard lock held).
   void insert_deferred_events();
   Block* get_free_block(Shard& shard, bool small, std::size_t size, bool count_for_gc);
   bool should_split(const Block& block, std::size_t size) const noexcept;
@@ -282,10 +282,10 @@ struct CachingAllocator::Impl {
   bool gc_active() const noexcept {
     return fraction_set_.load(std::memory_order_relaxed) && config.garbage_collection_threshold > 0.0;
   }
-  // Events emitted on this thread since it last took a pool lock (or
+  // Events emitted on this thread since it last took a shard lock (or
   // entered a public call). initial-exec: a plain %fs-relative access, not
   // a __tls_get_addr call. begin_call() runs at every public entry and
-  // after every acquisition of pool locks, so that the first event of each
+  // after every acquisition of shard locks, so that the first event of each
   // critical section reads the clock afresh: a timestamp read under one lock
   // and reused under another could precede another thread's event on the
   // second lock's state, and the dump, which sorts by time, would then put
@@ -310,8 +310,8 @@ struct CachingAllocator::Impl {
   // The events of one critical section of one pool, gathered and reported
   // in one observer call (AllocatorObserver::on_events): the cached path's
   // split and alloc, a free's halves and its merges. Nothing is gathered
-  // without an observer. The observer is read once, under the pool lock:
-  // stop() clears it and then waits for every pool lock, so it stays valid
+  // without an observer. The observer is read once, under the shard lock:
+  // stop() clears it and then waits for every shard lock, so it stays valid
   // until send().
   struct EventBatch {
     EventBatch() noexcept {}  // user-provided: the items are left uninitialized
@@ -356,7 +356,7 @@ struct CachingAllocator::Impl {
     if (batch.count == 1) return gathered.observer->on_event(batch.event(0));
     return gathered.observer->on_events(batch);
   }
-  // An event of no one pool (oom, empty_cache), with every pool lock held:
+  // An event of no one pool (oom, empty_cache), with every shard lock held:
   // the allocator's order word is first raised to every pool's, so that the
   // event is ordered after each pool's last.
   std::uint32_t emit_global(events::EventKind kind, Stream stream, std::uintptr_t address, std::size_t size,
@@ -399,7 +399,7 @@ struct CachingAllocator::Impl {
   void release_expandable_segment(Block* block);
   void release_expandable(std::vector<Block*>& blocks);
   [[noreturn]] void throw_out_of_memory(Stream stream, std::size_t requested);
-  std::vector<Shard*> lock_all(std::vector<std::unique_lock<detail::PoolMutex>>& locks);
+  std::vector<Shard*> lock_all(std::vector<std::unique_lock<detail::ShardMutex>>& locks);
   Block* find_free_block_at(std::uintptr_t address);
 
   std::shared_ptr<Device> device;
@@ -413,7 +413,7 @@ struct CachingAllocator::Impl {
   static constexpr std::size_t kShardSlots = 1024;
   std::array<std::atomic<Shard*>, kShardSlots> shard_table{};
   std::vector<Shard*> shards;  // sorted by (stream handle, pool)
-  detail::PoolMutex registry_mutex;  // in lock_all's vector with the pool locks
+  detail::ShardMutex registry_mutex;  // in lock_all's vector with the shard locks
 
   // Private pools by id, with their use counts; under registry_mutex.
   std::map<PrivatePoolId, int> private_pools;
@@ -470,8 +470,8 @@ struct CachingAllocator::Impl {
   static constexpr std::uint32_t kPublishBatchLimit = 4 * kPublishBatch;
   void maybe_publish(Shard& shard) noexcept;
   void publish(Shard& shard) noexcept;  // needs the shard's lock
-  void publish_all_locked() noexcept;  // every pool lock is held
-  void publish_all();                  // takes each pool lock in turn
+  void publish_all_locked() noexcept;  // every shard lock is held
+  void publish_all();                  // takes each shard lock in turn
   // The default pool this thread last allocated from, by allocator and
   // stream: the next request on that stream skips shard_for's look-up.
   // Pools live as long as their allocator, whose generation is never reused.
@@ -479,7 +479,7 @@ struct CachingAllocator::Impl {
   // The pool this thread last changed (its changes may still be pending).
   static inline thread_local ThreadPending t_pending __attribute__((tls_model("initial-exec")));
   // Publishes the pool this thread left pending when it is not `next`.
-  // Takes that pool's lock: call with no pool lock held.
+  // Takes that pool's lock: call with no shard lock held.
   void flush_deferred(const Shard& next) noexcept {
     Shard* const waiting = t_pending.shard;
     if (waiting == &next || waiting == nullptr) [[likely]]
@@ -496,7 +496,7 @@ struct CachingAllocator::Impl {
 
   // The observer's order word for events of no one pool, and the floor of
   // every pool's (AllocatorEvent::order_floor): written only with every
-  // pool lock held, read under any one. A line of its own, read-shared.
+  // shard lock held, read under any one. A line of its own, read-shared.
   alignas(64) std::uint64_t event_order_all = 0;
 
   alignas(64) mutable detail::Spinlock stats_lock;

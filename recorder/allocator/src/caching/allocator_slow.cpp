@@ -1,6 +1,6 @@
 // The slow path: new segments, the out-of-memory sequence, garbage
 // collection, empty_cache and layouts. Everything that looks at more than one
-// stream's pool runs here with every pool locked, so it sees one consistent
+// stream's shard runs here with every shard locked, so it sees one consistent
 // state, exactly as PyTorch's single allocator lock does.
 #include <algorithm>
 #include <cstdio>
@@ -12,7 +12,7 @@ namespace cachealloc {
 
 using events::EventKind;
 
-std::vector<Shard*> CachingAllocator::Impl::lock_all(std::vector<std::unique_lock<detail::PoolMutex>>& locks) {
+std::vector<Shard*> CachingAllocator::Impl::lock_all(std::vector<std::unique_lock<detail::ShardMutex>>& locks) {
   locks.emplace_back(registry_mutex);
   locks.reserve(shards.size() + 1);
   for (Shard* shard : shards) locks.emplace_back(shard->mutex);  // ascending (stream, pool) order
@@ -79,7 +79,7 @@ Block* CachingAllocator::Impl::reserve_segment(Shard& shard, bool small, std::si
 // segment of every stream and retry once more (counted in num_alloc_retries).
 void* CachingAllocator::Impl::allocate_slow(Shard& shard, std::size_t size, std::size_t requested,
                                             bool device_tried) {
-  std::vector<std::unique_lock<detail::PoolMutex>> locks;
+  std::vector<std::unique_lock<detail::ShardMutex>> locks;
   lock_all(locks);
   const bool small = size <= kSmallSize;
   if (!capturing() && !shard.pending.empty()) process_events(shard);
@@ -280,7 +280,7 @@ void CachingAllocator::Impl::throw_out_of_memory(Stream stream, std::size_t requ
   }
   const std::size_t cap = fraction_set_.load() ? allowed_memory_maximum.load() : 0;
   MemoryStats now;
-  publish_all_locked();  // every pool lock is held here
+  publish_all_locked();  // every shard lock is held here
   {
     std::lock_guard lock(stats_lock);
     ++stats.num_ooms;
@@ -308,12 +308,12 @@ void CachingAllocator::Impl::throw_out_of_memory(Stream stream, std::size_t requ
 
 // A free (not live) block starting at `address`, for telling a double free
 // from a foreign pointer. Error path only.
-// Every pool lock is held for the whole look-up: with only segments_mutex,
+// Every shard lock is held for the whole look-up: with only segments_mutex,
 // another thread's empty_cache could release and recycle the segment between
 // finding its head block and walking it.
 Block* CachingAllocator::Impl::find_free_block_at(std::uintptr_t address) {
   try {
-    std::vector<std::unique_lock<detail::PoolMutex>> locks;
+    std::vector<std::unique_lock<detail::ShardMutex>> locks;
     lock_all(locks);
     std::lock_guard lock(segments_mutex);
     auto it = segments.upper_bound(address);
@@ -330,7 +330,7 @@ Block* CachingAllocator::Impl::find_free_block_at(std::uintptr_t address) {
 
 void CachingAllocator::empty_cache() {
   Impl::begin_call();
-  std::vector<std::unique_lock<detail::PoolMutex>> locks;
+  std::vector<std::unique_lock<detail::ShardMutex>> locks;
   impl_->lock_all(locks);
   const std::size_t before = impl_->total_reserved.load();
   impl_->release_cached_blocks();
@@ -344,7 +344,7 @@ void CachingAllocator::empty_cache(PrivatePoolId pool) {
     return;
   }
   Impl::begin_call();
-  std::vector<std::unique_lock<detail::PoolMutex>> locks;
+  std::vector<std::unique_lock<detail::ShardMutex>> locks;
   impl_->lock_all(locks);
   const std::size_t before = impl_->total_reserved.load();
   impl_->release_cached_blocks(pool);
@@ -408,7 +408,7 @@ int CachingAllocator::pool_use_count(PrivatePoolId pool) const {
 }
 
 PoolCheckpoint CachingAllocator::checkpoint_pool(PrivatePoolId pool) {
-  std::vector<std::unique_lock<detail::PoolMutex>> locks;
+  std::vector<std::unique_lock<detail::ShardMutex>> locks;
   impl_->lock_all(locks);
   auto it = impl_->private_pools.find(pool);
   if (it == impl_->private_pools.end() || it->second <= 0)
@@ -430,7 +430,7 @@ PoolCheckpoint CachingAllocator::checkpoint_pool(PrivatePoolId pool) {
 PoolRestore CachingAllocator::restore_pool(const PoolCheckpoint& checkpoint) {
   Impl::begin_call();
   Impl& impl = *impl_;
-  std::vector<std::unique_lock<detail::PoolMutex>> locks;
+  std::vector<std::unique_lock<detail::ShardMutex>> locks;
   impl.lock_all(locks);
   const PrivatePoolId pool = checkpoint.pool;
   auto fail = [&](const std::string& why) {
@@ -508,7 +508,7 @@ PoolRestore CachingAllocator::restore_pool(const PoolCheckpoint& checkpoint) {
 }
 
 std::map<std::uintptr_t, PrivatePoolId> CachingAllocator::private_segments() const {
-  std::vector<std::unique_lock<detail::PoolMutex>> locks;
+  std::vector<std::unique_lock<detail::ShardMutex>> locks;
   impl_->lock_all(locks);
   std::map<std::uintptr_t, PrivatePoolId> out;
   std::lock_guard guard(impl_->segments_mutex);
@@ -531,7 +531,7 @@ void CachingAllocator::set_memory_fraction(double fraction) {
 }
 
 std::size_t CachingAllocator::largest_free_block() const {
-  std::vector<std::unique_lock<detail::PoolMutex>> locks;
+  std::vector<std::unique_lock<detail::ShardMutex>> locks;
   impl_->lock_all(locks);
   std::size_t largest = 0;
   // Each free set is ordered by size: its last block is its largest.
@@ -542,7 +542,7 @@ std::size_t CachingAllocator::largest_free_block() const {
 }
 
 std::vector<layout::Segment> CachingAllocator::layout(const std::function<void()>& while_locked) const {
-  std::vector<std::unique_lock<detail::PoolMutex>> locks;
+  std::vector<std::unique_lock<detail::ShardMutex>> locks;
   impl_->lock_all(locks);
   std::vector<layout::Segment> out;
   std::lock_guard guard(impl_->segments_mutex);
@@ -581,7 +581,7 @@ std::vector<layout::Segment> CachingAllocator::layout(const std::function<void()
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
   if (while_locked) {
-    // Stats read in the callback publish without taking the pool locks we hold.
+    // Stats read in the callback publish without taking the shard locks we hold.
     Impl::t_holds_all_locks = true;
     try {
       while_locked();

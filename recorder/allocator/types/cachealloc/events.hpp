@@ -55,8 +55,13 @@ inline const char* to_string(EventKind kind) noexcept {
   return index < detail::kEventKindNames.size() ? detail::kEventKindNames[index].data() : "unknown";
 }
 
-// Returns false when `name` names no kind.
+// Returns false when `name` names no kind. PyTorch's trace calls a
+// segment_release "segment_free"; that name is taken too.
 inline bool parse_event_kind(const std::string& name, EventKind& out) noexcept {
+  if (name == "segment_free") {
+    out = EventKind::segment_release;
+    return true;
+  }
   for (std::size_t i = 0; i < detail::kEventKindNames.size(); ++i) {
     if (detail::kEventKindNames[i] == name) {
       out = static_cast<EventKind>(i);

@@ -149,7 +149,7 @@ class HistoryRecorder final : public AllocatorObserver {
   std::uint64_t dropped_events() const noexcept;
   HistoryOptions options() const;
 
-  // AllocatorObserver: called by the allocator under its pool lock.
+  // AllocatorObserver: called by the allocator under its shard lock.
   std::uint32_t on_event(const AllocatorEvent& event) noexcept override;
   std::uint32_t on_events(const AllocatorEventBatch& batch) noexcept override;
 

@@ -160,17 +160,17 @@ class FutexMutex {
 #endif
 
 // Under ThreadSanitizer the pools keep std::mutex, whose lock order TSan
-// checks (a lock-order inversion between pool locks was found that way).
+// checks (a lock-order inversion between shard locks was found that way).
 #if defined(__SANITIZE_THREAD__)
-using PoolMutex = std::mutex;
+using ShardMutex = std::mutex;
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-using PoolMutex = std::mutex;
+using ShardMutex = std::mutex;
 #else
-using PoolMutex = FutexMutex;
+using ShardMutex = FutexMutex;
 #endif
 #else
-using PoolMutex = FutexMutex;
+using ShardMutex = FutexMutex;
 #endif
 
 }  // namespace cachealloc::detail

@@ -1,4 +1,4 @@
-// The pool lock (recorder/allocator/include/cachealloc/detail/spinlock.hpp): mutual exclusion under
+// The shard lock (cachealloc/detail/spinlock.hpp): mutual exclusion under
 // contention, waiters that sleep rather than spin while a holder keeps the
 // lock (the slow path holds it across device calls), and waiters that all get
 // the lock once it is free.
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "../recorder/allocator/include/cachealloc/detail/spinlock.hpp"
+#include "cachealloc/detail/spinlock.hpp"
 
 using cachealloc::detail::FutexMutex;
 
@@ -28,7 +28,7 @@ double thread_cpu_seconds() {
 
 }  // namespace
 
-TEST_CASE("the pool lock excludes: threads hammering one lock lose no increment") {
+TEST_CASE("the shard lock excludes: threads hammering one lock lose no increment") {
   FutexMutex mutex;
   long counter = 0;  // plain: only the lock orders the threads' updates
   constexpr int kThreads = 8;
@@ -48,7 +48,7 @@ TEST_CASE("the pool lock excludes: threads hammering one lock lose no increment"
   CHECK(counter == kThreads * kEach);
 }
 
-TEST_CASE("the pool lock: a waiter sleeps while the holder keeps it, and gets it when it is free") {
+TEST_CASE("the shard lock: a waiter sleeps while the holder keeps it, and gets it when it is free") {
   FutexMutex mutex;
   mutex.lock();
   constexpr int kWaiters = 4;
@@ -86,7 +86,7 @@ TEST_CASE("the pool lock: a waiter sleeps while the holder keeps it, and gets it
 }
 
 #if defined(__linux__) && defined(__LP64__)
-TEST_CASE("the pool lock: unlock wakes a sleeping waiter (its sleeps here are 10 s: only the wake ends one early)") {
+TEST_CASE("the shard lock: unlock wakes a sleeping waiter (its sleeps here are 10 s: only the wake ends one early)") {
   using cachealloc::detail::BasicFutexMutex;
   BasicFutexMutex<10'000'000'000, 10'000'000'000> mutex;
   mutex.lock();
@@ -111,7 +111,7 @@ TEST_CASE("the pool lock: unlock wakes a sleeping waiter (its sleeps here are 10
 }
 #endif
 
-TEST_CASE("the pool lock hands over between two threads in strict turns, and the run ends") {
+TEST_CASE("the shard lock hands over between two threads in strict turns, and the run ends") {
   // Each thread takes the lock until it is its turn, so the lock changes
   // hands at every turn and waiters go to sleep and are woken all the time:
   // the window where an unlock misses a sleeper comes up as often as it can.
