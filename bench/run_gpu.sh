@@ -18,6 +18,7 @@
 #                                                # rows 1-3 also with other binaries, rounds alternating
 #
 # Environment (defaults in brackets):
+#   PART        all | table | suites | compare [all]
 #   B           the Release binaries measured [build-rel/bin]
 #   BASE        a folder of baseline binaries, run beside B in the same rounds of
 #               rows 1-3; their lines start with BASE_LABEL [none]

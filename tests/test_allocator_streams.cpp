@@ -335,7 +335,7 @@ TEST_CASE("every free finds its stream's pool, whatever the segments' alignment 
   }
 }
 
-TEST_CASE("eight threads on one stream share its pool's lock without losing or doubling a block") {
+TEST_CASE("eight threads on one stream share its shard's lock without losing or doubling a block") {
   // The shard lock is contended here on every call, so its waiters sleep and
   // are woken (the lock's slow path). A block handed to two threads at once
   // would come back as a double free from the second.

@@ -125,7 +125,7 @@ TEST_CASE("the shard lock hands over between two threads in strict turns, and th
   std::thread watchdog([&] {
     for (int i = 0; i < 1200 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (!done.load()) {
-      std::fprintf(stderr, "test_pool_mutex: strict turns still running after 120 s: a waiter is stranded\n");
+      std::fprintf(stderr, "test_shard_mutex: strict turns still running after 120 s: a waiter is stranded\n");
       std::abort();
     }
   });

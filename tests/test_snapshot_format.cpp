@@ -1,4 +1,4 @@
-// The binary snapshot format (snapshot/src/format.cpp, docs/FORMAT.md):
+// The binary snapshot format (snapshot/src/format/, docs/FORMAT.md):
 // round trips, every rejection, atomic writes and compactness.
 #include <doctest/doctest.h>
 #include <sys/stat.h>

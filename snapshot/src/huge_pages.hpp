@@ -5,7 +5,7 @@
 // An array's first touch costs one page fault per 4 KiB page: 1.6 us on the
 // H200 host, about 10 us on the dev VM (bench_page_faults), where loading a
 // 3M-event file whole took 0.51 s before the advice and 0.11 s after
-// (docs/PERFORMANCE.md, session 15). With MADV_HUGEPAGE given before the
+// (on a 2-core x86 machine). With MADV_HUGEPAGE given before the
 // first touch, the kernel may back each whole 2 MiB page inside the array
 // with one page and one fault. A hint: refused, or where huge pages are off,
 // nothing changes.

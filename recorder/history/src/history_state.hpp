@@ -134,7 +134,7 @@ struct HistoryRecorder::State {
   // Frames the last take_snapshot() could not symbolize (the symbolizer
   // threw); dump_snapshot() then switches recording off, with one line.
   mutable std::atomic<std::uint64_t> symbolization_failures{0};
-  // Switches recording off from inside an allocator call (under its pool
+  // Switches recording off from inside an allocator call (under its shard
   // lock, where stop() would deadlock): on_event drops every event after it.
   // Prints `why` on stderr, one line, once per start().
   void deactivate(const char* why) noexcept;

@@ -74,7 +74,7 @@ void detail::set_thread_clock_skew(std::int64_t ticks) noexcept { t_state.clock_
 // ordered read (RDTSCP) about twice the unordered one, so the order comes
 // from the allocator's order words instead (AllocatorEvent::order): each
 // event is later than the shard's last, than the allocator's last event of
-// no one pool, and than this thread's last. Only a new segment or mapping,
+// no one shard, and than this thread's last. Only a new segment or mapping,
 // whose address the device may just have taken back from another pool,
 // reads the ordered clock.
 inline __attribute__((always_inline)) std::uint64_t HistoryRecorder::State::event_time(
@@ -203,7 +203,7 @@ std::uint32_t HistoryRecorder::on_event(const AllocatorEvent& event) noexcept {
 
 static_assert(detail::kMaxBatchEvents == AllocatorEventBatch::kCapacity);
 
-// One call for the events of one critical section of one pool: the cached
+// One call for the events of one critical section of one shard: the cached
 // path's split and alloc, a free's halves and its merges. The check, the
 // slot, the time, the room and the stream once for all of them, and the
 // compounds (event_records.hpp) written whole instead of folded.

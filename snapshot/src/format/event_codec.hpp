@@ -51,7 +51,7 @@ std::vector<Event> decode_events(const EventColumns& columns);
 // The cheap half of validate_events()' checks, done while decoding: the
 // streaming reader's blocks of 65,536 events (3.5 MiB) outgrow the cache, so
 // a separate pass over them cost a second read of every block from memory
-// (6% of a streaming analysis, session 9). The decoder sets `flagged` when an
+// (6% of a streaming analysis). The decoder sets `flagged` when an
 // event fails one of them (a kind past the last, a thread, stack or, for an
 // annotation, string past its table); the caller then runs
 // validate_events() over the block, for its messages. Encodings 1 and 2

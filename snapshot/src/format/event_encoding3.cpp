@@ -243,7 +243,7 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
   // first event's previous is all zeros), so only the kind and an
   // annotation's string are screened per event, by one compare of aux
   // against a bound per kind: 6 instructions, where testing every field of
-  // every event was 16 (session 10). "x != 0 && x >= limit" is
+  // every event was 16. "x != 0 && x >= limit" is
   // "x >= max(limit, 1)".
   const std::uint64_t thread_limit = screen != nullptr ? screen->thread_limit : UINT64_MAX;
   const std::uint64_t stack_floor = screen != nullptr ? std::max<std::uint64_t>(screen->stack_limit, 1) : UINT64_MAX;
@@ -265,7 +265,7 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
   // The previous event, kept by value: thread, device, stream and time carry
   // over from it. A reference to it is one to out[index - 1] (or, for the
   // first event, to kNoPrevious, equal to it): taking previous's address
-  // kept it in memory, 7 stores and 7 loads per event more (session 10).
+  // kept it in memory, 7 stores and 7 loads per event more.
   Event previous{};
   static constexpr Event kNoPrevious{};
   for (std::uint64_t index = 0; index < columns.count; ++index) {
@@ -311,7 +311,7 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
 
     // One branch per field, on whether the columns store it; the modes that
     // store nothing are selects. A switch per field was a tree of two or
-    // three branches (session 10). The reference's fields are loaded
+    // three branches. The reference's fields are loaded
     // whatever the mode, so the selects need no branch to guard the load.
     const Event& ref = *reference;
     const unsigned address_mode = (detail >> kAddressShift) & 3;

@@ -133,7 +133,7 @@ namespace {
 }  // namespace
 
 // A branch-free screen of the cheap conditions (a chain of branches per
-// event was 7% of a streaming analysis, session 9), and the full checks,
+// event was 7% of a streaming analysis), and the full checks,
 // with their messages, only for the events it flags. The streaming reader
 // screens while decoding (EventScreen) and comes here only for a block
 // that fails.

@@ -80,7 +80,7 @@ class ColumnReader {
   // bytes of a column, go the careful way (long_varint, varint.cpp).
   // The bound is one compare against fast_end_, and the mask and the first
   // merge step are 3 operations fewer than the general form in long_varint:
-  // the decoder reads about two varints per event (session 10).
+  // the decoder reads about two varints per event.
   //
   // kPext: the merge is one PEXT (gather_payload_pext), for the decoder
   // varint_pext() picked; the values are the same.

@@ -185,7 +185,7 @@ struct Analysis {
   // rounded request): a PyTorch trace that begins mid-run, or a file that is
   // not what PyTorch's policy would have written (settings
   // "block_sizes.inferred" + "block_sizes.contradicted",
-  // snapshot/src/pickle_block_sizes.hpp).
+  // snapshot/src/pickle/pickle_block_sizes.hpp).
   std::uint64_t inferred_block_sizes = 0;
   // A PyTorch snapshot without allocator_settings (older PyTorch): block
   // sizes follow PyTorch's default policy, which the run may not have used.

@@ -1,6 +1,6 @@
-// The cached path: a request served from a stream's own pool takes that
-// pool's lock and no other (its live blocks are in the pool's own table; a
-// free finds the pool through the lock-free segment index), and makes no
+// The cached path: a request served from a stream's own shard takes that
+// shard's lock and no other (its live blocks are in the shard's own table; a
+// free finds the shard through the lock-free segment index), and makes no
 // device call and no heap allocation. Anything else goes to
 // allocator_slow.cpp.
 #include <algorithm>
@@ -43,7 +43,7 @@ CachingAllocator::Impl::Impl(std::shared_ptr<Device> dev, AllocatorConfig cfg)
 }
 
 CachingAllocator::Impl::~Impl() {
-  unregister_live();  // no other thread folds a pool of this allocator from here on
+  unregister_live();  // no other thread folds a shard of this allocator from here on
   try {
     std::vector<std::unique_lock<detail::ShardMutex>> locks;
     lock_all(locks);
@@ -115,18 +115,18 @@ Shard& CachingAllocator::Impl::shard_for(Stream stream, PrivatePoolId pool) {
   for (std::size_t i = 0; i < kShardSlots; ++i) {
     Shard* shard = shard_table[(home + i) % kShardSlots].load(std::memory_order_acquire);
     if (!shard) break;
-    if (shard->stream == stream && shard->pool_id == pool) return *shard;
+    if (shard->stream == stream && shard->private_pool == pool) return *shard;
   }
   std::lock_guard lock(registry_mutex);
   for (std::size_t i = 0; i < kShardSlots; ++i) {
     auto& slot = shard_table[(home + i) % kShardSlots];
     Shard* shard = slot.load(std::memory_order_acquire);
-    if (shard && shard->stream == stream && shard->pool_id == pool) return *shard;
+    if (shard && shard->stream == stream && shard->private_pool == pool) return *shard;
     if (!shard) {
       shard = new Shard(stream, pool);
       auto pos = std::lower_bound(shards.begin(), shards.end(), std::pair{stream, pool},
                                   [](const Shard* s, const std::pair<Stream, PrivatePoolId>& k) {
-                                    return std::pair{s->stream, s->pool_id} < k;
+                                    return std::pair{s->stream, s->private_pool} < k;
                                   });
       shards.insert(pos, shard);
       slot.store(shard, std::memory_order_release);

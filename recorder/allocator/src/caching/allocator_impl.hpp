@@ -9,8 +9,8 @@
 //   segments_mutex_, stats_lock_, the segment index's mutex: leaves, held
 //                     for a few instructions and never while taking another
 //                     lock.
-// The cached path takes its pool's lock alone: the pool's live blocks are in
-// its own table (Shard::live), and a free finds the pool through a lock-free
+// The cached path takes its shard's lock alone: the shard's live blocks are in
+// its own table (Shard::live), and a free finds the shard through a lock-free
 // segment index (segment_index.hpp).
 #pragma once
 
@@ -161,7 +161,7 @@ struct StatDelta {
 };
 using StatDeltaArray = std::array<StatDelta, kStatTypes>;
 
-// Stats changes a stream's pool made since they were last published, with
+// Stats changes a stream's shard made since they were last published, with
 // the same names as MemoryStats. Threads working on different streams thus
 // write no shared cache line per operation; see CachingAllocator::Impl::publish.
 struct PendingStats {
@@ -191,13 +191,13 @@ struct PendingStats {
   }
 };
 
-// The pool a thread last changed, and in which allocator (its generation).
+// The shard a thread last changed, and in which allocator (its generation).
 struct ThreadPending {
   std::uint64_t allocator = 0;
   Shard* shard = nullptr;
 };
 
-// The default pool a thread last allocated from (see Impl::t_shard).
+// The default-pool shard a thread last allocated from (see Impl::t_shard).
 struct ThreadShard {
   std::uint64_t allocator = 0;
   std::uintptr_t stream = 0;
@@ -214,20 +214,20 @@ struct PendingFree {
 // Aligned to a cache line: shards of threads on different streams never
 // share one.
 struct alignas(64) Shard {
-  Shard(Stream s, PrivatePoolId p) : stream(s), pool_id(p) {}
+  Shard(Stream s, PrivatePoolId p) : stream(s), private_pool(p) {}
   Stream stream;
-  PrivatePoolId pool_id;
+  PrivatePoolId private_pool;
   detail::ShardMutex mutex;
   FreeSet small_blocks{kMinBlockSize};
   FreeSet large_blocks{kLargeBinWidth};
   // Outstanding events per stream they were recorded on, oldest first.
   std::map<Stream, std::deque<PendingFree>> pending;
   std::vector<DeviceEvent> spare_events;
-  // The observer's order word for this pool (AllocatorEvent::order), under
+  // The observer's order word for this shard (AllocatorEvent::order), under
   // `mutex`: on the same cache line as the lock the event holds.
   std::uint64_t event_order = 0;
   std::vector<Block*> spare_blocks;  // recycled Block objects: no heap allocation per split
-  detail::PointerMap<Block> live;    // this pool's allocated blocks by address
+  detail::PointerMap<Block> live;    // this shard's allocated blocks by address
   PendingStats unpublished;          // stats changes not yet published
   // Freed blocks used on other streams whose events could not be recorded
   // because a capture was under way (PyTorch's
@@ -257,7 +257,7 @@ struct CachingAllocator::Impl {
   // else the default pool.
   PrivatePoolId capture_pool(Stream stream);
   bool capturing() const noexcept { return captures_underway.load(std::memory_order_acquire) != 0; }
-  // Records the deferred events of every pool (every shard lock held).
+  // Records the deferred events of every shard (every shard lock held).
   void insert_deferred_events();
   Block* get_free_block(Shard& shard, bool small, std::size_t size, bool count_for_gc);
   bool should_split(const Block& block, std::size_t size) const noexcept;
@@ -292,7 +292,7 @@ struct CachingAllocator::Impl {
   // the events in an order the allocator never went through.
   static inline thread_local std::uint32_t t_call_events __attribute__((tls_model("initial-exec"))) = 0;
   static void begin_call() noexcept { t_call_events = 0; }
-  // An event of one pool, under its lock: the observer gets the pool's
+  // An event of one shard, under its lock: the observer gets the shard's
   // order word and the allocator's (AllocatorEvent::order).
   std::uint32_t emit(Shard& shard, events::EventKind kind, std::uintptr_t address, std::size_t size,
                      std::size_t aux) noexcept {
@@ -307,7 +307,7 @@ struct CachingAllocator::Impl {
     event.order_floor = &event_order_all;
     return event;
   }
-  // The events of one critical section of one pool, gathered and reported
+  // The events of one critical section of one shard, gathered and reported
   // in one observer call (AllocatorObserver::on_events): the cached path's
   // split and alloc, a free's halves and its merges. Nothing is gathered
   // without an observer. The observer is read once, under the shard lock:
@@ -356,9 +356,9 @@ struct CachingAllocator::Impl {
     if (batch.count == 1) return gathered.observer->on_event(batch.event(0));
     return gathered.observer->on_events(batch);
   }
-  // An event of no one pool (oom, empty_cache), with every shard lock held:
-  // the allocator's order word is first raised to every pool's, so that the
-  // event is ordered after each pool's last.
+  // An event of no one shard (oom, empty_cache), with every shard lock held:
+  // the allocator's order word is first raised to every shard's, so that the
+  // event is ordered after each shard's last.
   std::uint32_t emit_global(events::EventKind kind, Stream stream, std::uintptr_t address, std::size_t size,
                             std::size_t aux) noexcept {
     AllocatorObserver* o = observer.load(std::memory_order_acquire);
@@ -412,7 +412,7 @@ struct CachingAllocator::Impl {
   // the list sorted by stream for the slow path.
   static constexpr std::size_t kShardSlots = 1024;
   std::array<std::atomic<Shard*>, kShardSlots> shard_table{};
-  std::vector<Shard*> shards;  // sorted by (stream handle, pool)
+  std::vector<Shard*> shards;  // sorted by (stream handle, private pool)
   detail::ShardMutex registry_mutex;  // in lock_all's vector with the shard locks
 
   // Private pools by id, with their use counts; under registry_mutex.
@@ -425,7 +425,7 @@ struct CachingAllocator::Impl {
   std::atomic<int> captures_underway{0};
   std::atomic<std::size_t> deferred_event_blocks{0};
 
-  // The pool that owns each segment's memory, for frees (lock-free reads).
+  // The shard that owns each segment's memory, for frees (lock-free reads).
   detail::SegmentIndex<Shard> owners;
 
   std::mutex segments_mutex;
@@ -443,16 +443,16 @@ struct CachingAllocator::Impl {
   // collection is active; a cached block's age is the count since it was cached.
   std::atomic<std::size_t> free_block_calls[2] = {0, 0};
 
-  // Publishing. Every stats change goes to the pending stats of the pool
+  // Publishing. Every stats change goes to the pending stats of the shard
   // concerned, under its lock, in order, and is folded into the shared
   // `stats` later: a StatDelta folds any run of changes exactly (its `high`
-  // is the peak of the run). A pool folds
-  //   - when a reader asks: readers publish every pool first, so every
+  // is the peak of the run). A shard folds
+  //   - when a reader asks: readers publish every shard first, so every
   //     figure a reader sees is exact;
-  //   - when the thread that last changed it goes to another pool
-  //     (flush_deferred, before that thread takes the other pool's lock, so
+  //   - when the thread that last changed it goes to another shard
+  //     (flush_deferred, before that thread takes the other shard's lock, so
   //     no lock is held while taking this one): a thread thus has changes
-  //     pending in one pool at most, and its own calls fold in the order it
+  //     pending in one shard at most, and its own calls fold in the order it
   //     made them, which keeps PyTorch's peaks for a single thread on many
   //     streams (test_allocator_streams);
   //   - every kPublishBatch operations, so that pending figures stay recent.
@@ -472,14 +472,14 @@ struct CachingAllocator::Impl {
   void publish(Shard& shard) noexcept;  // needs the shard's lock
   void publish_all_locked() noexcept;  // every shard lock is held
   void publish_all();                  // takes each shard lock in turn
-  // The default pool this thread last allocated from, by allocator and
+  // The default-pool shard this thread last allocated from, by allocator and
   // stream: the next request on that stream skips shard_for's look-up.
   // Pools live as long as their allocator, whose generation is never reused.
   static inline thread_local ThreadShard t_shard __attribute__((tls_model("initial-exec")));
-  // The pool this thread last changed (its changes may still be pending).
+  // The shard this thread last changed (its changes may still be pending).
   static inline thread_local ThreadPending t_pending __attribute__((tls_model("initial-exec")));
-  // Publishes the pool this thread left pending when it is not `next`.
-  // Takes that pool's lock: call with no shard lock held.
+  // Publishes the shard this thread left pending when it is not `next`.
+  // Takes that shard's lock: call with no shard lock held.
   void flush_deferred(const Shard& next) noexcept {
     Shard* const waiting = t_pending.shard;
     if (waiting == &next || waiting == nullptr) [[likely]]
@@ -494,8 +494,8 @@ struct CachingAllocator::Impl {
   void unregister_live() noexcept;
   const std::uint64_t generation;
 
-  // The observer's order word for events of no one pool, and the floor of
-  // every pool's (AllocatorEvent::order_floor): written only with every
+  // The observer's order word for events of no one shard, and the floor of
+  // every shard's (AllocatorEvent::order_floor): written only with every
   // shard lock held, read under any one. A line of its own, read-shared.
   alignas(64) std::uint64_t event_order_all = 0;
 

@@ -30,7 +30,7 @@ Block* CachingAllocator::Impl::reserve_segment(Shard& shard, bool small, std::si
   std::size_t reserved = total_reserved.load(std::memory_order_relaxed);
   // Private pools use no expandable segments (PyTorch: its checkpointing of
   // private pools does not support them).
-  if (config.expandable_segments && shard.pool_id.is_default()) {
+  if (config.expandable_segments && shard.private_pool.is_default()) {
     // PyTorch checks the cap against the plain segment size even here.
     if (capped && reserved + alloc_size > cap) return nullptr;
     return allocate_expandable(shard, small, size);
@@ -119,7 +119,7 @@ void CachingAllocator::Impl::garbage_collect() {
   std::size_t total_age = 0;
   std::size_t freeable = 0;
   for (Shard* s : shards)
-    if (s->pool_id.is_default())
+    if (s->private_pool.is_default())
     for (const Block& b : s->large_blocks)
       if (!b.is_split()) {
         total_age += age(b);
@@ -133,7 +133,7 @@ void CachingAllocator::Impl::garbage_collect() {
     const double age_threshold = static_cast<double>(total_age) / static_cast<double>(freeable);
     freed_one = false;
     for (Shard* s : shards) {
-      if (!s->pool_id.is_default()) continue;
+      if (!s->private_pool.is_default()) continue;
       for (auto it = s->large_blocks.begin(); it != s->large_blocks.end();) {
         Block& b = *it++;
         if (b.is_split() || b.expandable || static_cast<double>(age(b)) < age_threshold) continue;
@@ -218,9 +218,9 @@ void CachingAllocator::Impl::release_cached_blocks(PrivatePoolId which) {
   if (which.is_default()) {
     if (!capturing()) synchronize_and_free_events();
     for (Shard* s : shards)
-      if (s->pool_id.is_default()) release_unsplit(s->large_blocks);
+      if (s->private_pool.is_default()) release_unsplit(s->large_blocks);
     for (Shard* s : shards)
-      if (s->pool_id.is_default()) release_unsplit(s->small_blocks);
+      if (s->private_pool.is_default()) release_unsplit(s->small_blocks);
   }
   for (auto it = private_pools.begin(); it != private_pools.end();) {
     const PrivatePoolId pool = it->first;
@@ -229,14 +229,14 @@ void CachingAllocator::Impl::release_cached_blocks(PrivatePoolId which) {
       continue;
     }
     for (Shard* s : shards)
-      if (s->pool_id == pool) release_unsplit(s->small_blocks);
+      if (s->private_pool == pool) release_unsplit(s->small_blocks);
     for (Shard* s : shards)
-      if (s->pool_id == pool) release_unsplit(s->large_blocks);
+      if (s->private_pool == pool) release_unsplit(s->large_blocks);
     bool holds_segments = false;
     {
       std::lock_guard lock(segments_mutex);
       for (const auto& [address, head] : segments) {
-        if (head->shard->pool_id == pool) {
+        if (head->shard->private_pool == pool) {
           holds_segments = true;
           break;
         }
@@ -419,7 +419,7 @@ PoolCheckpoint CachingAllocator::checkpoint_pool(PrivatePoolId pool) {
   checkpoint.pool = pool;
   std::lock_guard guard(impl_->segments_mutex);
   for (const auto& [address, head] : impl_->segments) {
-    if (head->shard->pool_id != pool) continue;
+    if (head->shard->private_pool != pool) continue;
     PoolCheckpoint::SegmentState segment;
     for (const Block* b = head; b; b = b->next) segment.blocks.push_back({b->ptr, b->size, b->allocated});
     checkpoint.segments.push_back(std::move(segment));
@@ -460,7 +460,7 @@ PoolRestore CachingAllocator::restore_pool(const PoolCheckpoint& checkpoint) {
   {
     std::lock_guard guard(impl.segments_mutex);
     for (const auto& [address, head] : impl.segments) {
-      if (head->shard->pool_id != pool) continue;
+      if (head->shard->private_pool != pool) continue;
       for (const Block* b = head; b; b = b->next) {
         if (b->allocated) {
           if (b->event_count > 0) fail("a block still waits for stream events");
@@ -481,7 +481,7 @@ PoolRestore CachingAllocator::restore_pool(const PoolCheckpoint& checkpoint) {
     {
       std::lock_guard guard(impl.segments_mutex);
       auto it = impl.segments.find(segment.blocks.front().ptr);
-      if (it != impl.segments.end() && it->second->shard->pool_id == pool) head = it->second;
+      if (it != impl.segments.end() && it->second->shard->private_pool == pool) head = it->second;
     }
     if (!head) fail("segment " + std::to_string(segment.blocks.front().ptr) + " is gone");
     Block* current = head;
@@ -513,9 +513,9 @@ std::map<std::uintptr_t, PrivatePoolId> CachingAllocator::private_segments() con
   std::map<std::uintptr_t, PrivatePoolId> out;
   std::lock_guard guard(impl_->segments_mutex);
   for (const auto& [address, head] : impl_->segments) {
-    if (head->shard->pool_id.is_default()) continue;
+    if (head->shard->private_pool.is_default()) continue;
     // Expandable runs are never private, so the head's address names the segment.
-    out.emplace(address, head->shard->pool_id);
+    out.emplace(address, head->shard->private_pool);
   }
   return out;
 }

@@ -1,7 +1,7 @@
-// Live pointer -> block lookup of one pool, under that pool's lock: an
+// Live pointer -> block lookup of one shard, under that shard's lock: an
 // open-addressing table with linear probing and backward-shift deletion, so
 // no allocation per insert and about one cache line touched per lookup.
-// Each pool has its own (a free finds the pool through SegmentIndex), so a
+// Each shard has its own (a free finds the shard through SegmentIndex), so a
 // thread on one stream never touches another stream's table.
 //
 // At most an eighth of the slots are used: 128 bytes per live block. At up

@@ -2,7 +2,7 @@
 // 2 MiB granules, each naming the one owner whose segment covers it.
 //
 // A free finds its block's pool here, then the block in that pool's own
-// table under that pool's lock, which the free takes anyway. So the cached
+// table under that shard's lock, which the free takes anyway. So the cached
 // path shares no lock with threads on other streams, and touches no table
 // the other pools write.
 //

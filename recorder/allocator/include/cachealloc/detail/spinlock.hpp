@@ -45,12 +45,12 @@ class Spinlock {
 
 namespace cachealloc::detail {
 
-// A pool's lock. Uncontended, lock is one inline compare-and-swap and
+// A shard's lock. Uncontended, lock is one inline compare-and-swap and
 // unlock one plain store (pthread_mutex_lock and _unlock, out of line, were
 // 12% of a cached alloc+free pair on a 2-core x86 machine; an unlock by
 // exchange, which drains the store buffer of the critical section's stores,
 // another 16%). A waiter spins briefly, then sleeps on the lock word (a futex),
-// because the slow path holds a pool's lock across device calls.
+// because the slow path holds a shard's lock across device calls.
 //
 // The unlock reads `sleepers_` with no fence after its store: the C++
 // memory model lets that read come first and see a stale 0, and x86 and Arm
