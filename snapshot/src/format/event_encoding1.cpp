@@ -110,17 +110,7 @@ void decode(const EventColumns& columns, std::vector<Event>& events) {
       if (context == 0 || (context & ~(kThreadChanged | kDeviceChanged | kStreamChanged)) != 0) {
         fail_at(index, "has an invalid context byte " + std::to_string(context));
       }
-      if (context & kThreadChanged) {
-        const std::uint64_t thread = read.context.varint(index);
-        if (thread > UINT32_MAX) fail_at(index, "has a thread index past 32 bits");
-        event.thread = static_cast<std::uint32_t>(thread);
-      }
-      if (context & kDeviceChanged) {
-        const std::int64_t device = unzigzag(read.context.varint(index));
-        if (device < INT32_MIN || device > INT32_MAX) fail_at(index, "has a device index past 32 bits");
-        event.device = static_cast<std::int32_t>(device);
-      }
-      if (context & kStreamChanged) event.stream = read.context.varint(index);
+      read_context_fields(read.context, index, context, {kThreadChanged, kDeviceChanged, kStreamChanged}, event);
     }
 
     event.time_ns = predictor.time_ns + read.time.varint(index);

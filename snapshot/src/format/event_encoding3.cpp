@@ -280,18 +280,8 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
         fail_at(index, "has an invalid context byte " + std::to_string(context));
       }
       kind = static_cast<std::uint8_t>(context & kKindMask);
-      if (context & kThreadChanged) {
-        const std::uint64_t thread = read.context.template varint<kPext>(index);
-        if (thread > UINT32_MAX) fail_at(index, "has a thread index past 32 bits");
-        event.thread = static_cast<std::uint32_t>(thread);
-        flagged |= thread >= thread_limit;
-      }
-      if (context & kDeviceChanged) {
-        const std::int64_t device = unzigzag(read.context.template varint<kPext>(index));
-        if (device < INT32_MIN || device > INT32_MAX) fail_at(index, "has a device index past 32 bits");
-        event.device = static_cast<std::int32_t>(device);
-      }
-      if (context & kStreamChanged) event.stream = read.context.template varint<kPext>(index);
+      read_context_fields<kPext>(read.context, index, context, {kThreadChanged, kDeviceChanged, kStreamChanged}, event);
+      flagged |= (context & kThreadChanged) != 0 && event.thread >= thread_limit;
     }
     event.kind = static_cast<EventKind>(kind);  // validate() rejects kinds past the last one
     if (!(flags & kSameTime)) event.time_ns += read.time.template varint<kPext>(index);

@@ -59,6 +59,30 @@ StackId read_stack_id(ColumnReader& column, std::uint64_t event) {
   return StackId{static_cast<std::uint32_t>(stack)};
 }
 
+// The bits of a context byte that say which of an event's thread, device and
+// stream changed; each encoding places them differently.
+struct ContextBits {
+  std::uint8_t thread, device, stream;
+};
+
+// Reads the fields `context` says changed, in the order every encoding
+// writes them (thread, device, stream), into `event`.
+template <bool kPext = false>
+void read_context_fields(ColumnReader& column, std::uint64_t index, std::uint8_t context, ContextBits bits,
+                         Event& event) {
+  if (context & bits.thread) {
+    const std::uint64_t thread = column.template varint<kPext>(index);
+    if (thread > UINT32_MAX) fail_at(index, "has a thread index past 32 bits");
+    event.thread = static_cast<std::uint32_t>(thread);
+  }
+  if (context & bits.device) {
+    const std::int64_t device = unzigzag(column.template varint<kPext>(index));
+    if (device < INT32_MIN || device > INT32_MAX) fail_at(index, "has a device index past 32 bits");
+    event.device = static_cast<std::int32_t>(device);
+  }
+  if (context & bits.stream) event.stream = column.template varint<kPext>(index);
+}
+
 struct Remembered {
   std::uint64_t size = 0;
   std::uint64_t aux = 0;
