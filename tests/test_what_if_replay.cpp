@@ -26,6 +26,7 @@
 #include "cachealloc/history.hpp"
 #include "cachealloc/snapshot/pickle.hpp"
 #include "../analyzer/testing/parsers.hpp"
+#include "compressed_text.hpp"
 
 using namespace cachealloc;
 using analyzer::testing::Json;
@@ -508,4 +509,50 @@ TEST_CASE("a PyTorch snapshot holds no device total: the replay says so, and a c
   const analyzer::ReplayResult big = analyzer::replay_allocator(again, options);
   CHECK(big.device_total == (192ull << 30));
   CHECK(big.cap == (192ull << 30));
+}
+
+namespace {
+
+// A copy of `run` whose history was switched on late: its first `cut`
+// events never recorded, nothing in the file saying so (no ring overflow,
+// no flag), exactly as `_record_memory_history` called mid-run leaves it.
+snapshot::Snapshot switched_on_late(snapshot::Snapshot run, std::size_t cut) {
+  run.events.erase(run.events.begin(), run.events.begin() + static_cast<std::ptrdiff_t>(cut));
+  run.dropped_events = 0;
+  run.settings.erase("trace_may_begin_mid_run");
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("given long real runs whose history was switched on late, when replayed, then the memory held before the "
+          "first event is kept and the dump's figures equal PyTorch's") {
+  const std::filesystem::path long_runs = kPytorch / "long";
+  for (const char* name : {"long_train", "long_rank1"}) {
+    const Json stats =
+        analyzer::testing::parse_json(testing::zstd_text(long_runs / (std::string(name) + ".stats.json.zst")));
+    const Json dump = stats["dump"];
+    const snapshot::Snapshot whole = analyzer::load(long_runs / (std::string(name) + ".pickle.zst"));
+    REQUIRE(whole.events.size() > 150000);
+    for (const std::size_t cut : {std::size_t{200}, std::size_t{777}, whole.events.size() / 3, whole.events.size() - 5000}) {
+      INFO(std::string(name), " cut at ", cut);
+      const snapshot::Snapshot late = switched_on_late(whole, cut);
+      analyzer::SnapshotEvents source(late);
+      const analyzer::ReplayResult r = analyzer::replay_allocator(source);
+      const analyzer::Analysis a = analyzer::analyze(source, {});
+      REQUIRE(a.starts_mid_run);
+      CHECK(r.starts_mid_run);
+      CHECK(r.initial_blocks_not_rebuilt == 0);
+      for (const auto* side : {&r.recorded, &r.replayed}) {
+        CHECK(static_cast<std::int64_t>(side->allocated_at_end) == number(dump, "allocated_bytes.all.current"));
+        CHECK(static_cast<std::int64_t>(side->reserved_at_end) == number(dump, "reserved_bytes.all.current"));
+        CHECK(static_cast<std::int64_t>(side->segments) == number(dump, "segment.all.current"));
+      }
+      // The window's peaks are the summary's, and PyTorch's run peaked no lower.
+      CHECK(r.recorded.peak_allocated == a.peak_allocated.bytes);
+      CHECK(r.recorded.peak_reserved == a.peak_reserved.bytes);
+      CHECK(r.replayed.peak_reserved == r.recorded.peak_reserved);
+      CHECK(static_cast<std::int64_t>(r.recorded.peak_reserved) <= number(dump, "reserved_bytes.all.peak"));
+    }
+  }
 }

@@ -114,6 +114,11 @@ void add_files_options(CLI::App& command, CommonOptions& options, const std::str
   add_version_flags(command, std::string(kProgram) + " " CACHEALLOC_VERSION);
 }
 
+void whole_trace_only(const CLI::App& command, const std::string& why) {
+  if (command.get_option("--from")->count() != 0 || command.get_option("--to")->count() != 0)
+    throw UsageError(command.get_name() + ": " + why);
+}
+
 void add_common_options(CLI::App& command, CommonOptions& options) {
   command.add_option("FILE", options.file,
                      "snapshot: ours or a PyTorch pickle, gzip or zstd compressed or not; - reads standard input")

@@ -106,6 +106,10 @@ void add_files_options(CLI::App& command, CommonOptions& options, const std::str
 // options, --help and --version to `command`.
 void add_common_options(CLI::App& command, CommonOptions& options);
 
+// For a subcommand that covers the whole trace: throws UsageError naming
+// `why` when --from or --to was given, so a window is never silently ignored.
+void whole_trace_only(const CLI::App& command, const std::string& why);
+
 // Parses an event index or a time ("1.5s"); throws UsageError naming `option`.
 std::size_t event_point(analyzer::EventSource& source, const std::string& text, const char* option);
 // Where a state or window ending at `text` ends (analyzer::parse_state_end):

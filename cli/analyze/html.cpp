@@ -22,8 +22,7 @@ void add_html_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze html run.bin -o report.html\n"
       "  cachealloc-analyze html torch_snapshot.pickle -o report.html");
   command->callback([&runner, exact, command] {
-    if (command->get_option("--from")->count() != 0 || command->get_option("--to")->count() != 0)
-      throw UsageError("html: the report covers the whole trace; select a window in the page (drag on the timeline)");
+    whole_trace_only(*command, "the report covers the whole trace; select a window in the page (drag on the timeline)");
     runner.select("html", WriterJob{[exact](analyzer::EventSource& source, analyzer::ReportOptions& options,
                                             std::ostream& out) {
       analyzer::HtmlOptions html;

@@ -34,7 +34,8 @@ void add_recommend_command(CLI::App& app, Runner& runner) {
       "Examples:\n"
       "  cachealloc-analyze recommend run.pickle                    # at the recorded cap, if the run had one\n"
       "  cachealloc-analyze recommend run.bin --capacity 20GiB --format json");
-  command->callback([&runner, args] {
+  command->callback([&runner, args, command] {
+    whole_trace_only(*command, "the verdict replays the whole trace: every request from the first event to the dump");
     runner.select("recommend", ReportJob{[args](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       analyzer::RecommendOptions recommend;
       recommend.sweep.device = options.device;

@@ -60,7 +60,9 @@ void add_replay_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze replay run.bin --set max_split_size_mb=256 --format json\n"
       "  cachealloc-analyze replay run.pickle --sweep --capacity 20GiB   # rank a grid of settings at that cap\n"
       "  cachealloc-analyze replay run.pickle --sweep --sweep-axis max_split_size_mb=unlimited,128,512 --threads 8");
-  command->callback([&runner, args] {
+  command->callback([&runner, args, command] {
+    whole_trace_only(*command, "the replay covers the whole trace: every request from the first event to the dump "
+                               "(--from and --to select a window in the reports, e.g. summary --at)");
     runner.select("replay", ReportJob{[args](analyzer::EventSource& source, analyzer::ReportOptions& options) {
       analyzer::AllocatorReplayOptions replay;
       replay.device = options.device;

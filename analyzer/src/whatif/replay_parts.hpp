@@ -194,8 +194,7 @@ class RecordedStreams {
 
 // --- The ring's start (ring_start.cpp) ---
 
-// The layout at the ring's start: the stored one, else derived when the
-// trace may begin mid-run, else none.
+// The layout at the ring's start, as every report takes it (confirmed_start).
 InitialLayout initial_layout(EventSource& source, std::int32_t device);
 
 // In a large pool the allocator splits a block only when more than 1 MiB

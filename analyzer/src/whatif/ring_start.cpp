@@ -25,13 +25,11 @@ std::vector<std::uint64_t> shape(const snapshot::Segment& segment) {
 
 }  // namespace
 
-InitialLayout initial_layout(EventSource& source, std::int32_t device) {
-  const snapshot::Snapshot& head = source.head();
-  if (const snapshot::RingStart* stored = snapshot::find_ring_start(head, device)) return *stored;
-  const bool may_begin_mid_run = head.dropped_events > 0 || recorded_setting(head, "trace_may_begin_mid_run") == "true";
-  if (!may_begin_mid_run) return InitialLayout{device, {}, 0, 0};
-  return derive_initial_layout(source, device);
-}
+// The start every report takes (confirmed_start): the stored one, else the
+// empty allocator where the events explain the dump, else derived. A trace
+// whose history began late (no ring overflow, no flag saying so) holds
+// memory from before its first event just as a cut ring does.
+InitialLayout initial_layout(EventSource& source, std::int32_t device) { return confirmed_start(source, device); }
 
 std::uint64_t join_impossible_fragments(std::vector<snapshot::Segment>& segments) {
   std::uint64_t joined = 0;
