@@ -202,7 +202,7 @@ TEST_CASE("given options that make no sense for the snapshot, each is refused na
            {kAnalyze, {"fragmentation", kSample, "--buckets", "x"}, 2, E + "--buckets: 'x' is not a whole number from 1 to 100000"},
            {kAnalyze, {"peak", kSample, "--limit", "-2"}, 2, E + "--limit: '-2' is not a whole number from 0 to 1000000000000"},
            {kAnalyze, {"leaks", kSample, "--min-size", "-1M"}, 2,
-            E + "--min-size: '-1M' is not a byte count (a number, with K, M, G or T)"},
+            E + "--min-size: '-1M' is not a byte count (a number such as 2.5G or 2900M, with K, M, G or T)"},
            {kAnalyze, {"timeline", kSample, "--buckets", "5", "--all-events"}, 2, E + "--buckets and --all-events cannot be used together"},
            {kAnalyze, {"peak", kSample, "--table", "sites"}, 2, E + "--table sites: only with --format csv"},
        })

@@ -115,7 +115,7 @@ TEST_CASE("given the fragmenting workload and a cap where the recorded settings 
   CHECK(rec.best->fits);
   CHECK(rec.best->changed >= 1);
   CHECK(rec.best->figures.peak_reserved <= kCap);
-  CHECK(rec.verdict.find("with " + rec.best->changes + " peak reserved falls from") == 0);
+  CHECK(rec.verdict.find("with " + rec.best->changes + " the run fits in") == 0);
   CHECK(rec.verdict.find("at event " + std::to_string(sweep.baseline.replayed.first_oom->event)) != std::string::npos);
   MESSAGE("verdict: " << rec.verdict);
   // And the real allocator, under the recorded settings and the cap, runs out of memory as the replay said
@@ -300,12 +300,12 @@ TEST_CASE("given a trace with an OOM, the oom report adds the recommendation at 
   // Bounded: above max_events it only points at recommend
   const std::string skipped = json_of(analyzer::oom_report_with_recommendation(source, {}, 2, 10));
   CHECK(skipped.find("run cachealloc-analyze recommend FILE") != std::string::npos);
-  // A PyTorch pickle's OOM does not store the cap: the device total is used, and said
+  // A PyTorch pickle's OOM does not store the cap: the lowest cap the OOM allows is used, and said
   const snapshot::Snapshot pickle = analyzer::load(kCorpus / "oom_retry.pickle");
   analyzer::SnapshotEvents pickle_source(pickle);
-  const std::string device_total = json_of(analyzer::oom_report_with_recommendation(pickle_source, {}, 2));
-  CHECK(device_total.find("the device total (the OOM recorded no cap)") != std::string::npos);
-  CHECK(device_total.find("its cap is not in the file") != std::string::npos);
+  const std::string bound = json_of(analyzer::oom_report_with_recommendation(pickle_source, {}, 2));
+  CHECK(bound.find("the run stopped at a cap the file does not hold") != std::string::npos);
+  CHECK(bound.find("its cap is not in the file") == std::string::npos);
   // No OOM: the oom report as it was
   const snapshot::Snapshot clean = analyzer::load(kCorpus / "stacks_python.pickle");
   analyzer::SnapshotEvents clean_source(clean);
@@ -339,7 +339,12 @@ TEST_CASE("given bad sweep or recommend options on the command line, then one li
            {{"replay", file, "--sweep-axis", "expandable_segments=True"}, ""},
            {{"recommend", file, "--capacity", "20GiB", "--fraction", "0.5"}, ""},
            {{"recommend", file, "--capacity", "lots"},
-            E + "--capacity: 'lots' is not a byte count (a number, with K, M, G or T)"},
+            E + "--capacity: 'lots' is not a byte count (a number such as 2.5G or 2900M, with K, M, G or T)"},
+           {{"recommend", file, "--capacity", "99999999999T"},
+            E + "--capacity: '99999999999T' is not a byte count (a number such as 2.5G or 2900M, with K, M, G or T): "
+                "too large"},
+           {{"recommend", file, "--to", "5"},
+            E + "recommend: the verdict replays the whole trace: every request from the first event to the dump"},
        }) {
     std::string line;
     for (const std::string& a : c.args) line += a + " ";
@@ -351,9 +356,67 @@ TEST_CASE("given bad sweep or recommend options on the command line, then one li
     if (!c.line.empty()) CHECK(r.first_err_line() == c.line);
     else CHECK(r.first_err_line().starts_with(E));
   }
-  // And a good one: exit 0, the verdict on stdout
+  // And a good one: exit 0, the verdict on stdout; a capacity may be a decimal
   const Run ok = analyze({"recommend", (kCorpus / "oom_retry.pickle").string(), "--threads", "2"});
   CHECK(ok.code == 0);
   CHECK(ok.err.empty());
   CHECK(ok.out.find("Verdict") != std::string::npos);
+  const Run decimal =
+      analyze({"recommend", (kCorpus / "oom_retry.pickle").string(), "--capacity", "2.9G", "--format", "json"});
+  CHECK(decimal.code == 0);
+  CHECK(decimal.out.find("\"cap\":3113851289") != std::string::npos);
+}
+
+TEST_CASE("given a PyTorch pickle that ran out of memory under a cap it does not store, when recommend runs, then it "
+          "replays at the lowest cap the OOM allows, reproduces the OOM there, and says why nothing can fit") {
+  // Given the run of a 2 GiB cap (make_corpus.py, oom_retry): a 3 GiB request with 1 GiB live
+  const snapshot::Snapshot pickle = analyzer::load(kCorpus / "oom_retry.pickle");
+  analyzer::SnapshotEvents source(pickle);
+  // When recommend runs without a capacity
+  analyzer::SweepOptions options;
+  options.threads = 2;
+  const analyzer::SweepResult r = analyzer::sweep(source, options);
+  // Then the cap is the OOM's lowest bound: the peak reserved before it,
+  // below the real cap, and the real cap lies within the bounds
+  REQUIRE(r.oom_bounds);
+  CHECK(r.cap_source == analyzer::CapSource::oom_bound);
+  CHECK(r.cap == r.oom_bounds->lowest);
+  CHECK(r.oom_bounds->lowest <= (std::uint64_t{2} << 30));
+  CHECK(r.oom_bounds->highest > (std::uint64_t{2} << 30));
+  CHECK(r.oom_bounds->lowest > r.oom_bounds->reserved);  // the cache released before the OOM counted
+  // and the recorded settings reproduce the recorded OOM at that cap
+  REQUIRE(r.baseline.recorded.first_oom);
+  REQUIRE(r.baseline.replayed.first_oom);
+  CHECK(r.baseline.replayed.first_oom->event == r.baseline.recorded.first_oom->event);
+  // and the verdict says why nothing fits: live + request exceed the cap
+  const analyzer::Recommendation rec = analyzer::recommend(r);
+  CHECK_FALSE(rec.helps);
+  CHECK(rec.verdict.find("no setting can") != std::string::npos);
+  CHECK(rec.verdict.find("4.00 GiB in all") != std::string::npos);
+
+  // Given a capacity of 2.9 GiB, the verdict's baseline is again the recorded
+  // settings replayed at that cap, and the reason is the same
+  options.capacity = std::uint64_t{29} * (std::uint64_t{1} << 30) / 10;
+  const analyzer::SweepResult at = analyzer::sweep(source, options);
+  CHECK(at.cap == *options.capacity);
+  CHECK(at.cap_source == analyzer::CapSource::asked);
+  CHECK(analyzer::recommend(at).verdict.find("no setting can") != std::string::npos);
+}
+
+TEST_CASE("given expandable segments passing the cap without an OOM, as PyTorch allows, then the point does not fit "
+          "and the report says why") {
+  const snapshot::Snapshot pickle = analyzer::load(kCorpus / "expandable_maxsplit.pickle");
+  analyzer::SnapshotEvents source(pickle);
+  analyzer::SweepOptions options;
+  options.threads = 2;
+  options.capacity = std::uint64_t{1} << 30;
+  const analyzer::SweepResult r = analyzer::sweep(source, options);
+  std::size_t over = 0;
+  for (const analyzer::SweepPoint& p : r.ranked) {
+    REQUIRE(p.headroom);
+    CHECK(p.fits == (!p.figures.first_oom && *p.headroom >= 0));
+    if (!p.figures.first_oom && *p.headroom < 0) ++over;
+  }
+  CHECK(over > 0);
+  CHECK(json_of(analyzer::sweep_report(r)).find("passed the cap without running out of memory") != std::string::npos);
 }

@@ -1,5 +1,6 @@
 #include "command.hpp"
 
+#include <cctype>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -165,23 +166,37 @@ std::size_t state_end(analyzer::EventSource& source, const std::string& text, co
 }
 
 std::uint64_t byte_count(const std::string& text, const char* option) {
-  std::size_t used = 0;
-  unsigned long long value = 0;
-  const std::string what = std::string(option) + ": '" + text + "' is not a byte count (a number, with K, M, G or T)";
-  if (text.empty() || text[0] == '-') throw UsageError(what);
-  try {
-    value = std::stoull(text, &used);
-  } catch (const std::exception&) {
-    throw UsageError(what);
+  const std::string what =
+      std::string(option) + ": '" + text + "' is not a byte count (a number such as 2.5G or 2900M, with K, M, G or T)";
+  // Digits, an optional fraction, then an optional K/M/G/T (binary), 'i' and 'B'.
+  std::size_t at = 0;
+  unsigned __int128 whole = 0, fraction = 0, scale = 1;
+  while (at < text.size() && std::isdigit(static_cast<unsigned char>(text[at]))) {
+    whole = whole * 10 + static_cast<unsigned>(text[at++] - '0');
+    if (whole > (std::uint64_t{1} << 62)) throw UsageError(what + ": too large");
   }
-  std::string suffix = text.substr(used);
+  const std::size_t digits = at;
+  if (at < text.size() && text[at] == '.') {
+    for (++at; at < text.size() && std::isdigit(static_cast<unsigned char>(text[at])); ++at) {
+      if (scale > 1'000'000'000'000ULL) continue;  // finer than a byte even at T
+      fraction = fraction * 10 + static_cast<unsigned>(text[at] - '0');
+      scale *= 10;
+    }
+  }
+  if (at == 0 || (digits == 0 && scale == 1)) throw UsageError(what);
+  std::string suffix = text.substr(at);
   if (!suffix.empty() && (suffix.back() == 'B' || suffix.back() == 'b')) suffix.pop_back();
   if (suffix.size() > 1 && suffix.back() == 'i') suffix.pop_back();
   static const std::string kSuffixes = "KMGT";
-  if (suffix.empty()) return value;
-  const auto power = kSuffixes.find(static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0]))));
-  if (suffix.size() != 1 || power == std::string::npos) throw UsageError(what);
-  return value << (10 * (power + 1));
+  unsigned __int128 unit = 1;
+  if (!suffix.empty()) {
+    const auto power = kSuffixes.find(static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0]))));
+    if (suffix.size() != 1 || power == std::string::npos) throw UsageError(what);
+    unit = static_cast<unsigned __int128>(1) << (10 * (power + 1));
+  }
+  const unsigned __int128 bytes = whole * unit + fraction * unit / scale;
+  if (bytes > (std::uint64_t{1} << 62)) throw UsageError(what + ": too large");
+  return static_cast<std::uint64_t>(bytes);
 }
 
 // Where a job's output goes, settled before the input is read.

@@ -62,8 +62,7 @@ void add_ranking(Document& doc, const std::string& key, const std::string& title
     row.emplace_back(p.figures.device_allocs);
     row.emplace_back(p.figures.retries ? Value(*p.figures.retries) : Value(std::monostate{}));
     row.emplace_back(p.fits);
-    row.emplace_back(p.headroom ? Value(static_cast<std::uint64_t>(std::max<std::int64_t>(0, *p.headroom)))
-                                : Value(std::monostate{}));
+    row.emplace_back(p.headroom ? Value(*p.headroom) : Value(std::monostate{}));
     row.emplace_back(p.largest_scale ? Value(*p.largest_scale) : Value(std::monostate{}));
     row.emplace_back(optional_event(p.figures));
     row.emplace_back(p.figures.first_oom && !p.figures.first_oom->annotation.empty()
@@ -92,6 +91,18 @@ std::string unreproduced_oom(const SweepResult& r) {
          ": its cap is not in the file (a PyTorch pickle does not store it); give it with --capacity or --fraction";
 }
 
+// Points over the cap that never ran out of memory: PyTorch's cap check
+// under expandable segments, which the allocator mirrors.
+void note_over_cap(Document& doc, const SweepResult& r) {
+  const auto over = std::count_if(r.ranked.begin(), r.ranked.end(), [](const SweepPoint& p) {
+    return !p.figures.first_oom && p.headroom && *p.headroom < 0;
+  });
+  if (over == 0) return;
+  doc.notes.push_back(std::to_string(over) + " of the settings passed the cap without running out of memory, as "
+                      "PyTorch does: under expandable segments it checks the cap against the request's segment "
+                      "size, not against what the segment maps; they do not count as fitting (headroom < 0)");
+}
+
 std::string cap_text(const SweepResult& r) { return format_bytes(r.cap) + " (" + grouped(r.cap) + " B)"; }
 
 }  // namespace
@@ -117,36 +128,58 @@ Document sweep_report(const SweepResult& r) {
   add_ranking(doc, "sweep", "Ranking", r, r.ranked.size());
   doc.csv_table = "sweep";
   doc.notes = r.baseline.notes;
+  note_over_cap(doc, r);
   return doc;
 }
 
+// Why no setting can fit, when the recorded OOM alone shows it: the live
+// bytes at the OOM plus its request exceed the cap whatever the settings.
+std::string why_nothing_fits(const SweepResult& r) {
+  if (!r.oom_bounds || r.cap == 0) return {};
+  const OomCapBounds& b = *r.oom_bounds;
+  if (b.allocated + b.requested <= r.cap) return {};
+  return "; no setting can: at the recorded OOM (event " + grouped(b.event) + ") " + format_bytes(b.allocated) +
+         " was live and " + format_bytes(b.requested) + " was requested, " + format_bytes(b.allocated + b.requested) +
+         " in all, above the " + format_bytes(r.cap) + " cap";
+}
+
+// Every verdict compares with one baseline: the recorded settings replayed
+// at the same cap as every candidate (the recording's own peak is beside it
+// in the report, not in the comparison).
 Recommendation recommend(const SweepResult& r) {
   Recommendation out;
   const RunFigures& base = r.baseline.replayed;
   const std::string tried = std::to_string(r.ranked.size()) + " settings tried";
   const auto top = std::find_if(r.ranked.begin(), r.ranked.end(), [](const SweepPoint& p) { return p.changed != 0; });
   if (top != r.ranked.end()) out.best = *top;
-  const bool top_is_recorded = !r.ranked.empty() && r.ranked.front().changed == 0;
-  if (base.first_oom) {
+  const auto recorded = std::find_if(r.ranked.begin(), r.ranked.end(), [](const SweepPoint& p) { return p.changed == 0; });
+  const bool base_fits = recorded != r.ranked.end() ? recorded->fits : !base.first_oom;
+  if (!base_fits) {
+    const std::string base_failure =
+        base.first_oom ? "run out of memory " + where(*base.first_oom) + ", a " +
+                             format_bytes(base.first_oom->requested) + " request"
+                       : "pass the cap (peak reserved " + format_bytes(base.peak_reserved) + ")";
     if (out.best && out.best->fits) {
       out.helps = true;
-      out.verdict = "with " + out.best->changes + " peak reserved falls from " +
-                    format_bytes(r.baseline.recorded.peak_reserved) + " to " +
-                    format_bytes(out.best->figures.peak_reserved) + "; at " + cap_text(r) +
-                    " capacity the recorded settings run out of memory " + where(*base.first_oom) +
-                    " and this one does not";
+      out.verdict = "with " + out.best->changes + " the run fits in " + cap_text(r) + ", peak reserved " +
+                    format_bytes(out.best->figures.peak_reserved) + "; the recorded settings " + base_failure;
       return out;
     }
     out.verdict = "nothing helps: no setting of the " + tried + " fits in " + cap_text(r) +
-                  "; the recorded settings run out of memory " + where(*base.first_oom) + ", a " +
-                  format_bytes(base.first_oom->requested) + " request";
-    if (out.best && out.best->figures.first_oom && out.best->figures.first_oom->event > base.first_oom->event)
+                  "; the recorded settings " + base_failure;
+    if (out.best && out.best->figures.first_oom && base.first_oom &&
+        out.best->figures.first_oom->event > base.first_oom->event)
       out.verdict += ", the furthest (" + out.best->changes + ") " + where(*out.best->figures.first_oom);
-    if (r.baseline.recorded.peak_allocated > r.cap)
-      out.verdict += "; the live allocations alone peak at " + format_bytes(r.baseline.recorded.peak_allocated) +
-                     ", above the capacity";
+    const std::string why = why_nothing_fits(r);
+    if (!why.empty()) {
+      out.verdict += why;
+    } else if (const std::uint64_t live = std::max(base.peak_allocated, r.baseline.recorded.peak_allocated);
+               live > r.cap) {
+      out.verdict += "; the live allocations alone peak at " + format_bytes(live) + ", above the capacity";
+    }
     return out;
   }
+  const bool top_is_recorded = !r.ranked.empty() && r.ranked.front().changed == 0;
   if (out.best && !top_is_recorded && out.best->fits && out.best->figures.peak_reserved < base.peak_reserved) {
     out.helps = true;
     const double saved = 1.0 - static_cast<double>(out.best->figures.peak_reserved) / static_cast<double>(base.peak_reserved);
@@ -161,9 +194,26 @@ Recommendation recommend(const SweepResult& r) {
     return out;
   }
   out.verdict = "nothing helps: the recorded settings' peak reserved (" + format_bytes(base.peak_reserved) +
-                ") is already the lowest of the " + tried;
-  if (r.cap) out.verdict += " at " + cap_text(r);
+                ", replayed" + (r.cap ? " at " + cap_text(r) : std::string()) + ") is already the lowest of the " + tried;
   return out;
+}
+
+// Where the cap came from, in words.
+std::string cap_source_text(const SweepResult& r) {
+  switch (r.cap_source) {
+    case CapSource::none: return "none: no cap";
+    case CapSource::asked: return r.oom_bounds || r.cap == r.device_total ? "the device total" : "--capacity or --fraction";
+    case CapSource::recorded: return "the recorded cap (from its OOM)";
+    case CapSource::oom_bound:
+      return "the recorded OOM at event " + grouped(r.oom_bounds->event) + ": the run stopped at a cap the file does "
+             "not hold, between " + format_bytes(r.oom_bounds->lowest) + " (the peak reserved up to it) and " +
+             format_bytes(r.oom_bounds->highest) + " (reserved then + the request); its lowest is taken, so a setting "
+             "that fits here fits whatever the cap was; give another with --capacity";
+    case CapSource::device_at_oom:
+      return "the recorded OOM at event " + grouped(r.oom_bounds->event) + ": the device was full; reserved then "
+             "plus the device's free bytes";
+  }
+  return {};
 }
 
 Document recommend_report(EventSource& source, const RecommendOptions& options) {
@@ -180,11 +230,9 @@ Document recommend_report(EventSource& source, const RecommendOptions& options) 
   top.add("setting", "setting", rec.helps ? Value(rec.best->changes) : Value(std::monostate{}));
   top.add("cap", "capacity", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes);
   top.add("cap_source", "capacity from",
-          std::string(options.sweep.capacity     ? "--capacity"
-                      : options.sweep.fraction   ? "--fraction"
-                      : r.cap == 0               ? "none: no cap"
-                      : r.cap == r.device_total  ? "the device total (the OOM recorded no cap)"
-                                                 : "the recorded cap (from its OOM)"));
+          options.sweep.capacity ? std::string("--capacity")
+          : options.sweep.fraction ? std::string("--fraction")
+                                   : cap_source_text(r));
   top.add("points", "settings tried", static_cast<std::uint64_t>(r.ranked.size()), Unit::count);
   add_baseline(doc, r);
   if (rec.best) {
@@ -199,6 +247,7 @@ Document recommend_report(EventSource& source, const RecommendOptions& options) 
   add_ranking(doc, "ranking", "The top of the ranking (replay --sweep shows all)", r, 5);
   doc.csv_table = "ranking";
   doc.notes = r.baseline.notes;
+  note_over_cap(doc, r);
   if (r.baseline.recorded.first_oom && !r.baseline.replayed.first_oom)
     doc.notes.push_back(unreproduced_oom(r));
   return doc;
@@ -234,9 +283,7 @@ Document oom_report_with_recommendation(EventSource& source, const ReportOptions
     section.add("verdict", "verdict", rec.verdict);
     section.add("setting", "setting", rec.helps ? Value(rec.best->changes) : Value(std::monostate{}));
     section.add("cap", "capacity used", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes);
-    section.add("cap_source", "capacity from",
-                std::string(r.cap == r.device_total ? "the device total (the OOM recorded no cap)"
-                                                    : "the recorded cap (from its OOM)"));
+    section.add("cap_source", "capacity from", cap_source_text(r));
     section.add("points", "settings tried", static_cast<std::uint64_t>(r.ranked.size()), Unit::count);
     if (r.baseline.recorded.first_oom && !r.baseline.replayed.first_oom)
       section.add("caveat", "caveat", unreproduced_oom(r));

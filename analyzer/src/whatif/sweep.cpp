@@ -129,6 +129,20 @@ void note_fact(TraceFacts& facts, const Event& e) {
   }
 }
 
+OomCapBounds oom_cap_bounds(const OomRecord& oom, std::uint64_t peak_reserved_before) {
+  OomCapBounds b;
+  b.event = oom.event;
+  b.reserved = oom.totals.reserved;
+  b.allocated = oom.totals.allocated;
+  b.requested = oom.requested;
+  // PyTorch's OOM entry records the device's free bytes: room for the
+  // request means a cap stopped the allocator.
+  b.device_full = oom.device_free != 0 && oom.device_free < oom.requested;
+  b.lowest = b.device_full ? b.reserved + oom.device_free : std::max(b.reserved, peak_reserved_before);
+  b.highest = b.device_full ? b.lowest + 1 : b.reserved + b.requested;
+  return b;
+}
+
 std::vector<SweepAxis> axes_from(const TraceFacts& facts, bool capped) {
   std::vector<SweepAxis> axes;
   axes.push_back({kExpandable, {"False", "True"}});
@@ -240,7 +254,35 @@ SweepResult sweep(EventSource& source, const SweepOptions& options) {
   std::uint64_t device_total = simulated_h200_options().capacity;
   for (const auto& info : head.devices)
     if (info.index == device && info.total_bytes != 0) device_total = info.total_bytes;
-  if (!common.fraction && !common.capacity && facts.has_oom && facts.oom_cap == 0) common.capacity = device_total;
+  // A recorded OOM with no cap in the file (PyTorch's pickles): the OOM
+  // bounds the memory the run had; the replays take its lowest value, so a
+  // setting that fits there fits whatever the cap was.
+  std::optional<OomCapBounds> bounds;
+  if (facts.has_oom && facts.oom_cap == 0) {
+    SnapshotEvents view(copy);
+    AnalysisOptions analysis;
+    analysis.device = device;
+    const Analysis a = analyze(view, analysis);
+    if (!a.ooms.empty()) {
+      // Before its OOM the run held its peak reserved under the cap too
+      // (the OOM's own figure may follow a release of the cache).
+      analysis.window.end = a.ooms.front().event + 1;
+      const Analysis before = analyze(view, analysis);
+      bounds = oom_cap_bounds(a.ooms.front(), before.peak_reserved.bytes);
+    }
+  }
+  CapSource cap_source = common.fraction || common.capacity ? CapSource::asked
+                         : facts.oom_cap != 0                ? CapSource::recorded
+                                                             : CapSource::none;
+  if (cap_source == CapSource::none && facts.has_oom) {
+    if (bounds && bounds->lowest != 0 && bounds->lowest <= device_total) {
+      common.capacity = bounds->lowest;
+      cap_source = bounds->device_full ? CapSource::device_at_oom : CapSource::oom_bound;
+    } else {
+      common.capacity = device_total;
+      cap_source = CapSource::asked;
+    }
+  }
   const bool capped = common.fraction || common.capacity || facts.oom_cap != 0;
   if (options.largest_scale && !capped)
     throw InvalidArgument("--largest-batch needs a capacity to fit in: add --capacity or --fraction");
@@ -319,6 +361,8 @@ SweepResult sweep(EventSource& source, const SweepOptions& options) {
     if (error) std::rethrow_exception(error);
 
   SweepResult out;
+  out.cap_source = cap_source;
+  out.oom_bounds = bounds;
   out.events = copy.events.size();
   out.baseline = std::move(results[0]);
   out.cap = out.baseline.cap;
@@ -329,10 +373,10 @@ SweepResult sweep(EventSource& source, const SweepOptions& options) {
   for (std::size_t i = 0; i < count; ++i) {
     SweepPoint& point = points[i];
     point.figures = results[i + 1].replayed;
-    point.fits = !point.figures.first_oom.has_value();
     point.largest_scale = scales[i];
     if (out.cap != 0)
       point.headroom = static_cast<std::int64_t>(out.cap) - static_cast<std::int64_t>(point.figures.peak_reserved);
+    point.fits = !point.figures.first_oom.has_value() && (!point.headroom || *point.headroom >= 0);
   }
   std::sort(points.begin(), points.end(), [](const SweepPoint& a, const SweepPoint& b) {
     if (a.largest_scale != b.largest_scale) return a.largest_scale > b.largest_scale;

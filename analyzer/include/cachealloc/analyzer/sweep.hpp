@@ -84,14 +84,43 @@ struct SweepPoint {
   std::size_t changed = 0;
   std::string config;  // canonical text of the settings replayed
   RunFigures figures;  // the replayed run's
-  bool fits = true;    // it did not run out of memory
-  std::optional<std::int64_t> headroom;  // cap - peak reserved; nullopt without a cap
+  // It did not run out of memory and its peak reserved stayed within the
+  // cap. Under expandable segments PyTorch checks the cap against the
+  // request's segment size, not what the segment maps, so a run can pass the
+  // cap without an OOM (the allocator mirrors this); it does not fit.
+  bool fits = true;
+  std::optional<std::int64_t> headroom;  // cap - peak reserved (negative: over it); nullopt without a cap
   std::optional<double> largest_scale;   // SweepOptions::largest_scale: 0 when not even 1/64 fits
+};
+
+// Where the sweep's cap came from.
+enum class CapSource {
+  none,           // no cap: the run is ranked by peak reserved
+  asked,          // --capacity or --fraction
+  recorded,       // the cap the recorded OOM names (our files)
+  oom_bound,      // the recorded OOM bounds a cap the file does not hold: its lowest value
+  device_at_oom,  // the recorded OOM found the device full: reserved + the device's free bytes then
+};
+
+// What the recorded run's first OOM says of the memory it had, where the
+// file holds no cap (PyTorch's pickles): the allocator stopped at a cap
+// within [lowest, highest) when the device still had room for the request
+// (lowest: the peak reserved up to the OOM; highest: reserved at the OOM +
+// the request), else the device itself was full at lowest.
+struct OomCapBounds {
+  std::size_t event = 0;
+  std::uint64_t reserved = 0;   // reserved at the OOM
+  std::uint64_t allocated = 0;  // live bytes at the OOM
+  std::uint64_t requested = 0;
+  std::uint64_t lowest = 0, highest = 0;
+  bool device_full = false;
 };
 
 struct SweepResult {
   std::uint64_t events = 0;
   std::uint64_t cap = 0;  // the replays' cap in bytes, 0: none
+  CapSource cap_source = CapSource::none;
+  std::optional<OomCapBounds> oom_bounds;  // a recorded OOM with no cap in the file
   std::uint64_t device_total = 0;
   std::string recorded_config;
   // The recorded settings under the same cap: its recorded column is the
