@@ -1,12 +1,14 @@
 // Sites: the first frame of the user's program, on PyTorch's own stacks.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/load.hpp"
@@ -56,16 +58,31 @@ TEST_CASE("with stacks='all', every site is a frame of the user's program where 
   CHECK(user_sites > 10);
 }
 
-TEST_CASE("on the autograd thread, a site is the backward node, a workspace or the op, never the tensor factory") {
+const std::filesystem::path kPyTorch = std::filesystem::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "pytorch";
+
+// The sites top lists, one string per printed line.
+std::vector<std::vector<std::string>> top_sites(const snapshot::Snapshot& snap, std::size_t limit) {
+  analyzer::ReportOptions options;
+  options.limit = limit;
+  const analyzer::Document top = analyzer::top_report(snap, options);
+  std::vector<std::vector<std::string>> sites;
+  for (const auto& row : std::get<analyzer::Table>(top.sections.front()).rows)
+    sites.push_back(std::get<std::vector<std::string>>(row.back()));
+  return sites;
+}
+
+// A C++ signature's parameter list follows its name with no space:
+// "apply(std::vector<...>&&)"; a location is " (file:line)", a label "(aten)".
+bool has_argument_list(const std::string& text) { return std::regex_search(text, std::regex(R"([\w>]\()")); }
+
+TEST_CASE("on the autograd thread, a site is the backward node and its op, a workspace or the op, never the factory") {
   // Given PyTorch's stacks='all' of a CNN's training steps on the H200: the
   // backward pass runs on the autograd engine's thread, whose stacks have no
   // frame of the user's. Every such allocation's stack passes through
   // at::detail::empty_generic, the first frame past the allocator's.
-  const snapshot::Snapshot snap =
-      analyzer::load(std::filesystem::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "pytorch" / "cnn_train_stacks_all.pickle");
+  const snapshot::Snapshot snap = analyzer::load(kPyTorch / "cnn_train_stacks_all.pickle");
   analyzer::SiteNamer names(snap, analyzer::SiteFilter{});
-  std::set<std::string> nodes;
-  bool workspace = false;
+  std::set<std::string> sites;
   std::size_t without_user = 0;
   std::set<std::uint32_t> allocating;
   for (const snapshot::Event& event : snap.events)
@@ -77,22 +94,115 @@ TEST_CASE("on the autograd thread, a site is the backward node, a workspace or t
       user |= analyzer::frame_text(snap, frame).find("dev_workloads.py") != std::string::npos;
     if (user || snap.stacks[s].frames.empty()) continue;
     ++without_user;
-    // When each is named, then it is never the factory, and it is a node
-    // (grad_fn's name), a library's workspace, or the ATen op called.
+    // When each is named, then it is the node (grad_fn's name) with the op
+    // under it, a library's workspace, or the ATen op called: short, with no
+    // signature, and never the factory.
     const std::string site = names.site(snapshot::StackId{s});
     CAPTURE(site);
     CHECK(site.find("empty_generic") == std::string::npos);
-    const bool node = site.starts_with("torch::autograd::generated::") && site.find("Backward0::apply(") != std::string::npos;
-    if (node) nodes.insert(site.substr(0, site.find("::apply(")));
-    workspace |= site.starts_with("at::cuda::setWorkspaceForHandle");
-    CHECK((node || site.starts_with("at::cuda::setWorkspaceForHandle") || site.starts_with("at::_ops::")));
+    CHECK_FALSE(has_argument_list(site));
+    CHECK(site.find("??") == std::string::npos);
+    CHECK((site.starts_with("backward: ") || site.starts_with("cuBLAS workspace (") || site.ends_with(" (aten)")));
+    sites.insert(site);
   }
   REQUIRE(without_user > 5);
-  CHECK(workspace);
-  // And the CNN's layers show up by their backward nodes.
-  CHECK(nodes.count("torch::autograd::generated::ConvolutionBackward0") == 1);
-  CHECK(nodes.count("torch::autograd::generated::AddmmBackward0") == 1);
-  CHECK(nodes.count("torch::autograd::generated::ReluBackward0") == 1);
+  // And the CNN's layers show up by their backward nodes and the ops that allocated.
+  CHECK(sites.count("cuBLAS workspace (at::cuda::setWorkspaceForHandle)") == 1);
+  CHECK(sites.count("backward: ConvolutionBackward0") == 1);
+  CHECK(sites.count("backward: ConvolutionBackward0, sum (aten)") == 1);
+  CHECK(sites.count("backward: AddmmBackward0, mm (aten)") == 1);
+  CHECK(sites.count("backward: ReluBackward0, threshold_backward (aten)") == 1);
+  CHECK(sites.count("backward: MaxPool2DWithIndicesBackward0") == 1);
+}
+
+TEST_CASE("top's 20 sites of a stacks='all' training run carry no C++ signature, '(?" "?)' or std::allocator") {
+  for (const char* file : {"cnn_train_stacks_all.pickle", "corpus/stacks_all.pickle"}) {
+    CAPTURE(file);
+    // given the top report of a real training run with C++ and Python frames
+    const snapshot::Snapshot snap = analyzer::load(kPyTorch / file);
+    // when top lists its sites
+    const auto sites = top_sites(snap, 20);
+    REQUIRE(sites.size() >= 10);
+    // then every printed line is one a person can act on
+    std::size_t backward = 0;
+    for (const auto& lines : sites) {
+      for (const std::string& line : lines) {
+        CAPTURE(line);
+        CHECK_FALSE(has_argument_list(line));
+        CHECK(line.find("(?" "?)") == std::string::npos);
+        CHECK(line.find("std::allocator") == std::string::npos);
+        CHECK(line.find("torch::autograd::generated::") == std::string::npos);
+      }
+      backward += lines.front().starts_with("backward: ");
+    }
+    CHECK(backward >= 5);
+  }
+}
+
+TEST_CASE("with Python-only stacks, the backward pass is named and the report says how to name its nodes") {
+  // Given PyTorch's stacks='python' of a GRU's training steps: the autograd
+  // engine's thread runs no Python, so its allocations carry no frame.
+  const snapshot::Snapshot snap = analyzer::load(kPyTorch / "gru_python_stacks.pickle");
+  // when the peak's sites are listed
+  const analyzer::Document peak = analyzer::peak_report(snap, {});
+  bool named = false;
+  for (const auto& section : peak.sections) {
+    const auto* table = std::get_if<analyzer::Table>(&section);
+    if (!table) continue;
+    for (const auto& row : table->rows) {
+      const std::string site = std::holds_alternative<std::string>(row.back())
+                                   ? std::get<std::string>(row.back())
+                                   : std::get<std::vector<std::string>>(row.back()).front();
+      CAPTURE(site);
+      // then no site is unknown, and the frameless ones are the backward pass
+      CHECK(site != "<unknown site>");
+      named |= site == "backward pass (no Python frame)";
+    }
+  }
+  CHECK(named);
+  // and a note says how to record the frames that name each node
+  const bool explained = std::any_of(peak.notes.begin(), peak.notes.end(), [](const std::string& note) {
+    return note.starts_with("backward pass (no Python frame)") &&
+           note.find("_record_memory_history(stacks='all')") != std::string::npos;
+  });
+  CHECK(explained);
+}
+
+TEST_CASE("a recording with no stack at all keeps '<unknown site>', with a note on recording them") {
+  const snapshot::Snapshot snap = analyzer::load(kPyTorch / "no_context.pickle");
+  const analyzer::Document peak = analyzer::peak_report(snap, {});
+  const auto& sites = std::get<analyzer::Table>(peak.sections[1]);
+  REQUIRE(sites.rows.size() == 1);
+  CHECK(std::get<std::vector<std::string>>(sites.rows[0].back()).front() == "<unknown site>");
+  CHECK(std::any_of(peak.notes.begin(), peak.notes.end(),
+                    [](const std::string& note) { return note.starts_with("<unknown site>: the recording holds no stack"); }));
+}
+
+TEST_CASE("a C++ site prints bare: no return type, parameters, template arguments or offset") {
+  // given frames as a symbolizer writes them
+  snapshot::Snapshot snap;
+  const auto add_frame = [&](const std::string& function, const std::string& file, std::uint32_t line) {
+    snapshot::Frame frame;
+    snap.strings.push_back(function);
+    frame.function = snapshot::StringId{static_cast<std::uint32_t>(snap.strings.size() - 1)};
+    snap.strings.push_back(file);
+    frame.file = snapshot::StringId{static_cast<std::uint32_t>(snap.strings.size() - 1)};
+    frame.line = line;
+    snap.frames.push_back(frame);
+    snap.stacks.push_back(snapshot::Stack{{snapshot::FrameId{static_cast<std::uint32_t>(snap.frames.size() - 1)}}});
+    return snapshot::StackId{static_cast<std::uint32_t>(snap.stacks.size() - 1)};
+  };
+  const auto templated = add_frame("void model::gemm<float, 4>(float const*, long) const", "gemm.cu", 12);
+  const auto anonymous = add_frame("model::(anonymous namespace)::Layer::operator()(at::Tensor&&)", "??", 0);
+  const auto offset = add_frame("model::step+0x1f", "", 0);
+  const auto python = add_frame("forward", "model.py", 7);
+  // when each is a site
+  analyzer::SiteNamer names(snap, analyzer::SiteFilter{});
+  // then it reads as a name and a place
+  CHECK(names.site(templated) == "model::gemm (gemm.cu:12)");
+  CHECK(names.site(anonymous) == "model::(anonymous namespace)::Layer::operator()");
+  CHECK(names.site(offset) == "model::step");
+  CHECK(names.site(python) == "forward (model.py:7)");
 }
 
 TEST_CASE("top's sites on stacks='all' are user frames, and no site prints torch::unwind") {

@@ -42,7 +42,7 @@ void add_diff_command(CLI::App& app, Runner& runner) {
   auto args = std::make_shared<DiffArguments>();
   command->add_option("--by", args->by, "what a site's growth measures: bytes live at the allocated peak, bytes "
                                         "allocated over the run, or bytes live at the end")
-      ->check(one_of({"peak", "allocated", "end"}))
+      ->check(one_of({"peak", "allocated_over_run", "end"}))
       ->capture_default_str();
   command->add_option("--limit", args->limit, "list at most N changed sites (0: all)")
       ->check(whole_number(0, 1'000'000'000'000))
@@ -51,7 +51,7 @@ void add_diff_command(CLI::App& app, Runner& runner) {
       "Sites are matched by their user frames (--frames N of them), phases by annotation name and occurrence.\n"
       "Examples:\n"
       "  cachealloc-analyze diff before.pickle after.pickle\n"
-      "  cachealloc-analyze diff a.bin b.bin --by allocated --limit 0 --format json\n"
+      "  cachealloc-analyze diff a.bin b.bin --by allocated_over_run --limit 0 --format json\n"
       "  cachealloc-analyze diff a.bin b.bin --format csv --table phases");
   command->callback([&runner, args] {
     runner.select("diff", FilesJob{[args, &runner](const std::vector<std::string>& files,
@@ -63,7 +63,7 @@ void add_diff_command(CLI::App& app, Runner& runner) {
       const analyzer::RunSummary a = summary_of(files[0], options, runner.common.decode_threads);
       const analyzer::RunSummary b = summary_of(files[1], options, runner.common.decode_threads);
       analyzer::DiffOptions diff;
-      diff.by = args->by == "allocated" ? analyzer::DiffOptions::SiteMetric::allocated
+      diff.by = args->by == "allocated_over_run" ? analyzer::DiffOptions::SiteMetric::allocated_over_run
                 : args->by == "end"     ? analyzer::DiffOptions::SiteMetric::end
                                         : analyzer::DiffOptions::SiteMetric::peak;
       diff.limit = args->limit;

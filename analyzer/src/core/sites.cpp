@@ -2,6 +2,7 @@
 // Each frame is classified once per report; a stack of PyTorch's
 // stacks='all' has ~45 frames, most of them PyTorch's own.
 #include <array>
+#include <cctype>
 #include <map>
 #include <regex>
 #include <string_view>
@@ -32,6 +33,54 @@ std::string_view qualified_name(std::string_view function) {
     return function.substr(space + 1);
   }
   return function;
+}
+
+// A C++ function as a person reads it: no return type, parameters, template
+// arguments, cv-qualifier or "+0x1f" offset. "(anonymous namespace)" and
+// operator() stay part of the name. "void at::native::gpu_reduce_kernel<float,
+// ...>(...)" -> "at::native::gpu_reduce_kernel".
+std::string bare_function(std::string_view function) {
+  function = qualified_name(function);
+  std::string out;
+  int angle = 0;
+  for (std::size_t i = 0; i < function.size(); ++i) {
+    const char c = function[i];
+    const std::string_view rest = function.substr(i);
+    if (rest.starts_with("(anonymous namespace)")) {
+      if (angle == 0) out += "(anonymous namespace)";
+      i += std::string_view("(anonymous namespace)").size() - 1;
+      continue;
+    }
+    const bool word_start = i == 0 || function[i - 1] == ':' || function[i - 1] == ' ';
+    const bool word_end = rest.size() == 8 || !(std::isalnum(static_cast<unsigned char>(rest[8])) || rest[8] == '_');
+    if (word_start && rest.starts_with("operator") && word_end) {
+      // operator(), operator<, operator<<, operator->: the symbol is the name.
+      const std::size_t symbol = rest.find_first_not_of(" ", 8);
+      std::size_t length = 8;
+      if (symbol != std::string_view::npos) {
+        const std::string_view op = rest.substr(symbol);
+        for (const std::string_view known : {"()", "<<=", ">>=", "<<", ">>", "->", "<=", ">=", "<", ">"}) {
+          if (op.starts_with(known)) {
+            length = symbol + known.size();
+            break;
+          }
+        }
+      }
+      if (angle == 0) out += rest.substr(0, length);
+      i += length - 1;
+      continue;
+    }
+    if (c == '<') {
+      ++angle;
+    } else if (c == '>') {
+      if (angle > 0) --angle;
+    } else if (angle == 0) {
+      if (c == '(' || c == '+' || c == '[') break;  // parameters, an offset, "[clone .cold]"
+      out += c;
+    }
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out.empty() ? std::string(function) : out;
 }
 
 // cachealloc's own frames: never a site, even with the filter off.
@@ -106,6 +155,84 @@ bool is_aten_op_call(const snapshot::Snapshot& snapshot, const snapshot::Frame& 
   return function.starts_with("at::_ops::") && function.substr(0, function.find('(')).ends_with("::call");
 }
 
+// A frame of the autograd engine's own loop: the stack ran on its thread.
+bool is_autograd_engine(const snapshot::Snapshot& snapshot, const snapshot::Frame& frame) {
+  return qualified_name(text_of(snapshot, frame.function)).starts_with("torch::autograd::Engine::");
+}
+
+// The op of an at::_ops::NAME::call frame without its overload, as torch.ops
+// spells it: sum_dim_IntList -> sum, add_Tensor -> add, mm_out -> mm. PyTorch
+// joins op and overload with '_'; an overload that starts with a capital
+// (Tensor, Scalar, IntList) marks the cut, and the few lowercase words that
+// open an overload (dim, out, int) go with it.
+std::string op_name(const snapshot::Snapshot& snapshot, const snapshot::Frame& frame) {
+  std::string name = bare_function(text_of(snapshot, frame.function));
+  name = name.substr(std::string_view("at::_ops::").size());
+  name = name.substr(0, name.size() - std::string_view("::call").size());
+  for (std::size_t i = 1; i + 1 < name.size(); ++i) {
+    if (name[i] == '_' && std::isupper(static_cast<unsigned char>(name[i + 1]))) {
+      name.resize(i);
+      break;
+    }
+  }
+  for (const std::string_view overload : {"_dim", "_out", "_int", "_names", "_memory_format"}) {
+    if (name.size() > overload.size() && std::string_view(name).ends_with(overload)) {
+      name.resize(name.size() - overload.size());
+      break;
+    }
+  }
+  return name;
+}
+
+// Tensor factories: every op allocates through one, so they never say which op it was.
+bool is_factory_op(std::string_view op) {
+  return op.starts_with("empty") || op.starts_with("_empty") || op.starts_with("new_empty");
+}
+
+// Whether `op` is the one the node is named after (ConvolutionBackward0 runs
+// convolution_backward): the node alone then says it all.
+bool is_nodes_own_op(std::string_view node, std::string_view op) {
+  const auto letters = [](std::string_view text) {
+    std::string out;
+    for (const char c : text)
+      if (c != '_') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    while (!out.empty() && std::isdigit(static_cast<unsigned char>(out.back()))) out.pop_back();
+    return out;
+  };
+  return letters(node) == letters(op);
+}
+
+// The node's class: torch::autograd::generated::AddmmBackward0::apply -> AddmmBackward0.
+std::string node_name(const snapshot::Snapshot& snapshot, const snapshot::Frame& frame) {
+  std::string name = bare_function(text_of(snapshot, frame.function));
+  name = name.substr(0, name.size() - std::string_view("::apply").size());
+  const auto colon = name.rfind("::");
+  return colon == std::string::npos ? name : name.substr(colon + 2);
+}
+
+// "function (file:line)" with the C++ function bare (bare_function) and no
+// file where the symbolizer found none ("??"): a site is read, not linked.
+std::string site_text(const snapshot::Snapshot& snapshot, snapshot::FrameId id) {
+  if (id.value >= snapshot.frames.size()) return frame_text(snapshot, id);
+  const snapshot::Frame& frame = snapshot.frames[id.value];
+  const std::string_view function = text_of(snapshot, frame.function);
+  const std::string_view file = text_of(snapshot, frame.file);
+  if (function.empty() || is_python_file(file)) return frame_text(snapshot, id);
+  std::string text = bare_function(function);
+  if (!file.empty() && file != "??") {
+    text += " (";
+    text += file;
+    if (frame.line != 0) text += ":" + std::to_string(frame.line);
+    text += ')';
+  }
+  return text;
+}
+
+bool is_cpp_frame(const snapshot::Snapshot& snapshot, const snapshot::Frame& frame) {
+  const std::string_view file = text_of(snapshot, frame.file);
+  return !is_python_file(file) && !file.starts_with("<frozen") && !file.starts_with("<");
+}
+
 }  // namespace
 
 struct SiteNamer::State {
@@ -115,12 +242,24 @@ struct SiteNamer::State {
   std::vector<std::int8_t> user;  // per FrameId: -1 unknown, 0 no, 1 yes
   std::vector<std::uint32_t> representative;  // per StackId: 0 not yet known
   std::map<std::vector<std::string>, std::uint32_t> by_path;  // printed frames -> first StackId
+  // Stack 0 (no frame) in a recording of Python frames only: the autograd
+  // engine's thread, which runs no Python (see frameless_site).
+  bool python_frames_only = false;
+  bool named_frameless_backward = false;
+  bool named_unknown = false;
 };
 
 SiteNamer::SiteNamer(const snapshot::Snapshot& snapshot, const SiteFilter& filter)
     : state_(std::make_unique<State>(State{snapshot, filter, {}, {}, {}, {}})) {
   for (const std::string& pattern : filter.drop) state_->drop.emplace_back(pattern, std::regex::ECMAScript);
   state_->user.assign(snapshot.frames.size(), -1);
+  bool python = false, cpp = false;
+  for (std::size_t f = 1; f < snapshot.frames.size(); ++f) {
+    const snapshot::Frame& frame = snapshot.frames[f];
+    if (is_python_file(text_of(snapshot, frame.file))) python = true;
+    else if (frame.function || frame.ip != 0) cpp = cpp || is_cpp_frame(snapshot, frame);
+  }
+  state_->python_frames_only = python && !cpp;
 }
 
 SiteNamer::~SiteNamer() = default;
@@ -149,10 +288,77 @@ bool SiteNamer::is_user_frame(snapshot::FrameId id) {
 
 namespace {
 
-// The index of the site frame in `stack`, or of the first frame that is not
-// cachealloc's when no frame passes the filter.
+// Where a stack's site stands: `frame`, its index in the stack, and the
+// text it prints, either that frame's or a name made from the stack
+// (an autograd node, an op, a workspace).
+struct SiteChoice {
+  std::size_t frame = 0;
+  std::string name;
+};
+
+// A stack with no frame of the user's: most often the autograd engine's
+// thread in a backward pass. A library workspace (cuBLAS's, held as long as
+// its handle) names itself; else the node the engine ran (AddmmBackward0,
+// as grad_fn names it) says which forward op the memory is for, and the
+// innermost ATen op under it which part of the node's work allocated
+// (ConvolutionBackward0's bias gradient is a sum). Without a node, the
+// outermost ATen op the thread called (the engine's own sum_to of a
+// gradient, say): the op asked for, not the empty() inside it. The first
+// frame past the allocator's would be at::detail::empty_generic for nearly
+// all, which no one can act on.
+SiteChoice framework_site(const snapshot::Snapshot& snapshot, const snapshot::Stack& stack) {
+  const auto frame_at = [&](std::size_t i) -> const snapshot::Frame* {
+    const snapshot::FrameId id = stack.frames[i];
+    return id.value < snapshot.frames.size() ? &snapshot.frames[id.value] : nullptr;
+  };
+  for (std::size_t i = 0; i < stack.frames.size(); ++i) {
+    const snapshot::Frame* frame = frame_at(i);
+    if (frame && is_workspace(snapshot, *frame)) {
+      const std::string function = bare_function(text_of(snapshot, frame->function));
+      const std::string_view raw = text_of(snapshot, frame->function);
+      const bool cublas = raw.find("cublas") != std::string_view::npos || raw.find("Blas") != std::string_view::npos;
+      return {i, std::string(cublas ? "cuBLAS workspace (" : "workspace (") + function + ")"};
+    }
+  }
+  std::size_t node = stack.frames.size();
+  bool engine = false;
+  for (std::size_t i = 0; i < stack.frames.size(); ++i) {
+    const snapshot::Frame* frame = frame_at(i);
+    if (!frame) continue;
+    if (node == stack.frames.size() && is_autograd_node(snapshot, *frame)) node = i;
+    engine = engine || is_autograd_engine(snapshot, *frame);
+  }
+  if (node != stack.frames.size()) {
+    const std::string node_class = node_name(snapshot, *frame_at(node));
+    std::string name = "backward: " + node_class;
+    for (std::size_t i = 0; i < node; ++i) {
+      const snapshot::Frame* frame = frame_at(i);
+      if (!frame || !is_aten_op_call(snapshot, *frame)) continue;
+      const std::string op = op_name(snapshot, *frame);
+      if (is_factory_op(op)) continue;
+      if (!is_nodes_own_op(node_class, op)) name += ", " + op + " (aten)";
+      break;
+    }
+    return {node, name};
+  }
+  for (std::size_t i = stack.frames.size(); i-- > 0;) {
+    const snapshot::Frame* frame = frame_at(i);
+    if (!frame || !is_aten_op_call(snapshot, *frame)) continue;
+    const std::string op = op_name(snapshot, *frame);
+    if (is_factory_op(op)) continue;
+    return {i, (engine ? "backward: " : "") + op + " (aten)"};
+  }
+  for (std::size_t i = 0; i < stack.frames.size(); ++i) {
+    const snapshot::Frame* frame = frame_at(i);
+    if (frame && !is_allocator_frame(snapshot, *frame)) return {i, site_text(snapshot, stack.frames[i])};
+  }
+  return {0, site_text(snapshot, stack.frames[0])};
+}
+
+// The site of `stack`: the user's first frame, Python first; with
+// all_frames, the first frame that is not cachealloc's, as recorded.
 template <class IsUser>
-std::size_t site_index(const snapshot::Snapshot& snapshot, const snapshot::Stack& stack, bool all_frames,
+SiteChoice choose_site(const snapshot::Snapshot& snapshot, const snapshot::Stack& stack, bool all_frames,
                        IsUser&& is_user) {
   std::size_t first_user = stack.frames.size();
   for (std::size_t i = 0; i < stack.frames.size(); ++i) {
@@ -160,61 +366,58 @@ std::size_t site_index(const snapshot::Snapshot& snapshot, const snapshot::Stack
     if (id.value >= snapshot.frames.size()) continue;
     const snapshot::Frame& frame = snapshot.frames[id.value];
     if (all_frames) {
-      if (!is_own_frame(snapshot, frame)) return i;
+      if (!is_own_frame(snapshot, frame)) return {i, frame_text(snapshot, id)};
       continue;
     }
     if (!is_user(id)) continue;
-    if (is_python_file(text_of(snapshot, frame.file))) return i;  // the user's Python comes first
+    if (is_python_file(text_of(snapshot, frame.file))) return {i, frame_text(snapshot, id)};  // the user's Python first
     if (first_user == stack.frames.size()) first_user = i;
   }
-  if (first_user != stack.frames.size()) return first_user;
-  // No frame of the user's: most often the autograd engine's thread in a
-  // backward pass. A library workspace (cuBLAS's, held as long as its handle)
-  // names itself; else the node the engine ran (AddmmBackward0, as grad_fn
-  // names it) says which forward op the memory is for. The first frame past
-  // the allocator's would be at::detail::empty_generic for nearly all.
-  // Past those, the outermost ATen op the thread called (the engine's own
-  // sum_to of a gradient, say): the op asked for, not the empty() inside it.
-  for (auto* named : {&is_workspace, &is_autograd_node}) {
-    for (std::size_t i = 0; i < stack.frames.size(); ++i) {
-      const snapshot::FrameId id = stack.frames[i];
-      if (id.value < snapshot.frames.size() && (*named)(snapshot, snapshot.frames[id.value])) return i;
-    }
-  }
-  for (std::size_t i = stack.frames.size(); i-- > 0;) {
-    const snapshot::FrameId id = stack.frames[i];
-    if (id.value < snapshot.frames.size() && is_aten_op_call(snapshot, snapshot.frames[id.value])) return i;
-  }
-  for (std::size_t i = 0; i < stack.frames.size(); ++i) {
-    const snapshot::FrameId id = stack.frames[i];
-    if (id.value < snapshot.frames.size() && !is_allocator_frame(snapshot, snapshot.frames[id.value])) return i;
-  }
-  return 0;
+  if (all_frames) return {0, frame_text(snapshot, stack.frames[0])};
+  if (first_user != stack.frames.size()) return {first_user, site_text(snapshot, stack.frames[first_user])};
+  return framework_site(snapshot, stack);
 }
+
+constexpr std::string_view kUnknownSite = "<unknown site>";
+constexpr std::string_view kFramelessBackward = "backward pass (no Python frame)";
 
 }  // namespace
 
+// Stack 0 has no frame. In a recording of Python frames (PyTorch's
+// stacks='python'), the thread that ran no Python is the autograd engine's:
+// the program's own threads all run Python, and the engine's device threads
+// are where PyTorch allocates without it (gradients, DDP's buckets).
+std::string SiteNamer::frameless_site() {
+  State& s = *state_;
+  if (s.python_frames_only && !s.filter.all_frames) {
+    s.named_frameless_backward = true;
+    return std::string(kFramelessBackward);
+  }
+  s.named_unknown = true;
+  return std::string(kUnknownSite);
+}
+
 std::string SiteNamer::site(snapshot::StackId id) {
   const snapshot::Snapshot& snapshot = state_->snapshot;
-  if (id.value == 0 || id.value >= snapshot.stacks.size() || snapshot.stacks[id.value].frames.empty())
-    return "<unknown site>";
+  if (id.value >= snapshot.stacks.size()) return std::string(kUnknownSite);
   const snapshot::Stack& stack = snapshot.stacks[id.value];
-  const std::size_t at =
-      site_index(snapshot, stack, state_->filter.all_frames, [this](snapshot::FrameId f) { return is_user_frame(f); });
-  return frame_text(snapshot, stack.frames[at]);
+  if (stack.frames.empty()) return frameless_site();
+  return choose_site(snapshot, stack, state_->filter.all_frames, [this](snapshot::FrameId f) { return is_user_frame(f); })
+      .name;
 }
 
 std::vector<std::string> SiteNamer::lines(snapshot::StackId id) {
   const snapshot::Snapshot& snapshot = state_->snapshot;
-  if (id.value == 0 || id.value >= snapshot.stacks.size() || snapshot.stacks[id.value].frames.empty())
-    return {"<unknown site>"};
+  if (id.value >= snapshot.stacks.size()) return {std::string(kUnknownSite)};
   const snapshot::Stack& stack = snapshot.stacks[id.value];
-  const std::size_t at =
-      site_index(snapshot, stack, state_->filter.all_frames, [this](snapshot::FrameId f) { return is_user_frame(f); });
+  if (stack.frames.empty()) return {frameless_site()};
+  const bool all_frames = state_->filter.all_frames;
+  SiteChoice at = choose_site(snapshot, stack, all_frames, [this](snapshot::FrameId f) { return is_user_frame(f); });
   const std::size_t limit = state_->filter.frames == 0 ? stack.frames.size() : state_->filter.frames;
-  std::vector<std::string> out{frame_text(snapshot, stack.frames[at])};
-  for (std::size_t i = at + 1; i < stack.frames.size() && out.size() < limit; ++i) {
-    if (is_user_frame(stack.frames[i])) out.push_back(frame_text(snapshot, stack.frames[i]));
+  std::vector<std::string> out{std::move(at.name)};
+  for (std::size_t i = at.frame + 1; i < stack.frames.size() && out.size() < limit; ++i) {
+    if (!is_user_frame(stack.frames[i])) continue;
+    out.push_back(all_frames ? frame_text(snapshot, stack.frames[i]) : site_text(snapshot, stack.frames[i]));
   }
   return out;
 }
@@ -231,13 +434,29 @@ snapshot::StackId SiteNamer::representative(snapshot::StackId id) {
   // print alike, and to the reader they are one site.
   std::vector<std::string> path;
   if (!stack.frames.empty()) {
-    const std::size_t at = site_index(snapshot, stack, false, [this](snapshot::FrameId f) { return is_user_frame(f); });
-    path.push_back(frame_text(snapshot, stack.frames[at]));
-    for (std::size_t i = at + 1; i < stack.frames.size(); ++i)
-      if (is_user_frame(stack.frames[i])) path.push_back(frame_text(snapshot, stack.frames[i]));
+    SiteChoice at = choose_site(snapshot, stack, false, [this](snapshot::FrameId f) { return is_user_frame(f); });
+    path.push_back(std::move(at.name));
+    for (std::size_t i = at.frame + 1; i < stack.frames.size(); ++i)
+      if (is_user_frame(stack.frames[i])) path.push_back(site_text(snapshot, stack.frames[i]));
   }
   known = st.by_path.emplace(std::move(path), id.value).first->second;
   return snapshot::StackId{known};
+}
+
+std::vector<std::string> SiteNamer::notes() const {
+  const State& s = *state_;
+  std::vector<std::string> out;
+  if (s.named_frameless_backward)
+    out.push_back(std::string(kFramelessBackward) +
+                  ": allocations of the autograd engine's thread, which runs no Python; to name each by its "
+                  "autograd node and op, record C++ frames too: "
+                  "torch.cuda.memory._record_memory_history(stacks='all')");
+  if (s.named_unknown)
+    out.push_back(std::string(kUnknownSite) + ": the recording holds no stack for these allocations" +
+                  (s.snapshot.header.source == "pytorch-pickle"
+                       ? " (PyTorch: _record_memory_history(context='all' or 'alloc'), not context=None)"
+                       : ""));
+  return out;
 }
 
 std::string top_frame(const snapshot::Snapshot& snapshot, snapshot::StackId stack) {

@@ -220,6 +220,18 @@ void render_json(const Document& document, std::ostream& out) {
                        json.end_object();
                      }
                      json.end_array();
+                     if (table.rest) {
+                       json.key(table.key + "_rest");
+                       json.begin_object();
+                       json.key("rows");
+                       json.value(table.rest->count);
+                       for (std::size_t c = 0; c < table.columns.size() && c < table.rest->cells.size(); ++c) {
+                         if (!is_numeric(table.rest->cells[c])) continue;
+                         json.key(table.columns[c].key);
+                         json_value(json, table.rest->cells[c], table.columns[c].unit);
+                       }
+                       json.end_object();
+                     }
                    },
                    [&](const Text& text) {
                      json.key(text.key);
@@ -275,12 +287,13 @@ void csv_rows(const std::vector<Column>& columns, const std::vector<Value>& row,
   csv.row(cells);
 }
 
-void csv_table(const std::vector<Column>& columns, const std::vector<std::vector<Value>>& rows, std::ostream& out) {
+void csv_table(const Table& table, std::ostream& out) {
   CsvWriter csv(out);
   std::vector<std::string> cells;
-  for (const Column& column : columns) cells.push_back(column.key);
+  for (const Column& column : table.columns) cells.push_back(column.key);
   csv.row(cells);
-  for (const auto& row : rows) csv_rows(columns, row, csv, cells);
+  for (const auto& row : table.rows) csv_rows(table.columns, row, csv, cells);
+  if (table.rest) csv_rows(table.columns, table.rest->cells, csv, cells);
 }
 
 void csv_streamed(const StreamedTable& table, std::ostream& out) {
@@ -315,7 +328,7 @@ void render_csv(const Document& document, std::ostream& out) {
   }
   if (document.csv_fields) return csv_fields(document, out);
   if (chosen != nullptr && (!document.streamed || document.csv_table != document.streamed->key))
-    return csv_table(chosen->columns, chosen->rows, out);
+    return csv_table(*chosen, out);
   if (document.streamed) return csv_streamed(*document.streamed, out);
   csv_fields(document, out);
 }
@@ -351,6 +364,7 @@ void render_table(const Document& document, std::ostream& out) {
                      out << '\n' << snapshot::printable(table.title) << '\n';
                      TableWriter writer(table.columns, out, table.rows.size() + 1);
                      for (const auto& row : table.rows) writer.add(std::vector<Value>(row));
+                     if (table.rest) writer.add(std::vector<Value>(table.rest->cells));
                      writer.finish();
                    },
                    [&](const Text& text) {
@@ -399,7 +413,7 @@ void render_csv_table(const Document& document, std::string_view name, std::ostr
   if (name == "fields") return csv_fields(document, out);
   for (const Section& section : document.sections) {
     if (const Table* table = std::get_if<Table>(&section); table != nullptr && table->key == name)
-      return csv_table(table->columns, table->rows, out);
+      return csv_table(*table, out);
   }
   if (document.streamed && document.streamed->key == name) csv_streamed(*document.streamed, out);
 }

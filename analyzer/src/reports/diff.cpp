@@ -126,7 +126,7 @@ Value relative(std::uint64_t a, std::uint64_t b) {
 
 const char* metric_name(DiffOptions::SiteMetric by) {
   switch (by) {
-    case DiffOptions::SiteMetric::allocated: return "bytes allocated over the run";
+    case DiffOptions::SiteMetric::allocated_over_run: return "bytes allocated over the run";
     case DiffOptions::SiteMetric::end: return "bytes live at the end";
     case DiffOptions::SiteMetric::peak: break;
   }
@@ -135,7 +135,7 @@ const char* metric_name(DiffOptions::SiteMetric by) {
 
 std::uint64_t metric(const SiteSummary& s, DiffOptions::SiteMetric by) {
   switch (by) {
-    case DiffOptions::SiteMetric::allocated: return s.alloc_bytes;
+    case DiffOptions::SiteMetric::allocated_over_run: return s.alloc_bytes;
     case DiffOptions::SiteMetric::end: return s.live_at_end;
     case DiffOptions::SiteMetric::peak: break;
   }
@@ -191,6 +191,7 @@ RunSummary summarize(EventSource& source, const SummaryOptions& options) {
   std::stable_sort(run.sites.begin(), run.sites.end(), [](const SiteSummary& x, const SiteSummary& y) {
     return x.bytes_at_peak != y.bytes_at_peak ? x.bytes_at_peak > y.bytes_at_peak : x.alloc_bytes > y.alloc_bytes;
   });
+  run.site_notes = names.notes();
   if (options.phases) phases_pass(source, a, run);
   return run;
 }
@@ -298,8 +299,8 @@ Document diff_report(const RunSummary& a, const RunSummary& b, const DiffOptions
                             {"b_bytes", "B", Unit::bytes},
                             {"a_allocations", "A allocs", Unit::count},
                             {"b_allocations", "B allocs", Unit::count},
-                            {"a_allocated", "A allocated", Unit::bytes},
-                            {"b_allocated", "B allocated", Unit::bytes},
+                            {"a_allocated_over_run", "A allocated over run", Unit::bytes},
+                            {"b_allocated_over_run", "B allocated over run", Unit::bytes},
                             {"stack", "site"}});
   for (std::size_t i = 0; i < detail::listed(rows.size(), options.limit); ++i) {
     const Row& r = rows[i];
@@ -371,6 +372,9 @@ Document diff_report(const RunSummary& a, const RunSummary& b, const DiffOptions
                         " the whole run (ring overflow, a mid-run start or inferred block sizes): peaks, counts and "
                         "site totals there are lower bounds, and so is any change computed from them.");
   }
+  for (const RunSummary* run : {&a, &b})
+    for (const std::string& note : run->site_notes)
+      if (std::find(doc.notes.begin(), doc.notes.end(), note) == doc.notes.end()) doc.notes.push_back(note);
   if (a.device_total && b.device_total && *a.device_total != *b.device_total)
     doc.notes.push_back("the devices differ in size: A " + format_bytes(*a.device_total) + ", B " +
                         format_bytes(*b.device_total) + ".");

@@ -66,14 +66,41 @@ std::vector<Column> site_columns() {
           {"largest", "largest", Unit::bytes}, {"stack", "site"}};
 }
 
+double share_of(std::uint64_t part, std::uint64_t total) {
+  return total == 0 ? 0.0 : static_cast<double>(part) / static_cast<double>(total);
+}
+
+// "... and 12 more sites": the label of a listing's rest row.
+std::string more_text(std::size_t count, const std::string& what) {
+  return "... and " + std::to_string(count) + " more " + what + (count == 1 ? "" : "s");
+}
+
+// Rows listed of `size` under `limit` (0: all): a rest row standing for a
+// single row would only hide it.
+std::size_t listed_rows(std::size_t size, std::size_t limit) {
+  return limit == 0 || size <= limit || size - limit == 1 ? size : limit;
+}
+
+// The largest `limit` sites (0: all), then the rest summed in one row.
 void add_site_rows(Table& table, SiteNamer& names, const std::vector<SiteGroup>& groups,
                    std::uint64_t total, std::size_t limit) {
-  for (std::size_t i = 0; i < detail::listed(groups.size(), limit); ++i) {
+  const std::size_t listed = listed_rows(groups.size(), limit);
+  for (std::size_t i = 0; i < listed; ++i) {
     const SiteGroup& g = groups[i];
-    table.rows.push_back({static_cast<std::uint64_t>(i + 1), g.bytes,
-                          total == 0 ? 0.0 : static_cast<double>(g.bytes) / static_cast<double>(total), g.blocks,
+    table.rows.push_back({static_cast<std::uint64_t>(i + 1), g.bytes, share_of(g.bytes, total), g.blocks,
                           g.requested, g.largest, names.lines(g.stack)});
   }
+  if (listed == groups.size()) return;
+  SiteGroup rest;
+  for (std::size_t i = listed; i < groups.size(); ++i) {
+    rest.bytes += groups[i].bytes;
+    rest.requested += groups[i].requested;
+    rest.blocks += groups[i].blocks;
+    rest.largest = std::max(rest.largest, groups[i].largest);
+  }
+  table.rest = TableRest{groups.size() - listed,
+                         {Value{}, rest.bytes, share_of(rest.bytes, total), rest.blocks, rest.requested, rest.largest,
+                          more_text(groups.size() - listed, "site")}};
 }
 
 std::vector<Column> allocation_columns() {
@@ -96,6 +123,9 @@ Document peak_report(EventSource& source, const ReportOptions& options) {
   const std::vector<SiteGroup> groups = group_by_site(blocks, names);
   std::uint64_t live = 0;
   for (const auto& b : blocks) live += b.size;
+  // The largest sites answer "who held the memory"; a run holds hundreds of
+  // allocations then, so every one is listed only when asked (limit max).
+  const std::size_t limit = options.limit != 0 ? options.limit : kDefaultSiteLimit;
 
   Document doc;
   doc.report = "peak";
@@ -111,14 +141,29 @@ Document peak_report(EventSource& source, const ReportOptions& options) {
       .add("allocations", "allocations live then", static_cast<std::uint64_t>(blocks.size()), Unit::count)
       .add("sites", "sites", static_cast<std::uint64_t>(groups.size()), Unit::count);
   Table& sites = doc.table("sites", "live allocations by site, largest first", site_columns());
-  add_site_rows(sites, names, groups, live, options.limit);
-  Table& list = doc.table("allocations", "every live allocation, largest first", allocation_columns());
-  for (std::size_t i = 0; i < detail::listed(blocks.size(), options.limit); ++i) {
+  add_site_rows(sites, names, groups, live, limit);
+  const std::size_t listed = listed_rows(blocks.size(), limit);
+  Table& list = doc.table("allocations",
+                          listed == blocks.size() ? "every live allocation, largest first"
+                                                  : "the " + std::to_string(listed) + " largest live allocations",
+                          allocation_columns());
+  for (std::size_t i = 0; i < listed; ++i) {
     const auto& b = blocks[i];
     list.rows.push_back({b.address, b.size, b.requested, names.site(b.stack)});
   }
-  if (options.limit != 0 && (blocks.size() > options.limit || groups.size() > options.limit))
-    doc.notes.push_back("listings stop at " + std::to_string(options.limit) + " rows (--limit)");
+  if (listed != blocks.size()) {
+    std::uint64_t bytes = 0, requested = 0;
+    for (std::size_t i = listed; i < blocks.size(); ++i) {
+      bytes += blocks[i].size;
+      requested += blocks[i].requested;
+    }
+    list.rest = TableRest{blocks.size() - listed, {Value{}, bytes, requested, more_text(blocks.size() - listed, "allocation")}};
+  }
+  if (listed != blocks.size() || sites.rest) {
+    const char* what = listed == blocks.size() ? "sites" : sites.rest ? "sites and allocations" : "allocations";
+    doc.notes.push_back("the " + std::to_string(limit) + " largest " + what + " are listed: --all lists every one");
+  }
+  for (std::string& note : names.notes()) doc.notes.push_back(std::move(note));
   detail::add_common_notes(doc, snapshot, a);
   return doc;
 }
@@ -157,7 +202,8 @@ Document top_report(EventSource& source, const ReportOptions& options) {
   std::sort(sites.begin(), sites.end(), [&](const SiteFigures* x, const SiteFigures* y) {
     return key(x) != key(y) ? key(x) > key(y) : x->stack < y->stack;
   });
-  static constexpr const char* kOrder[] = {"bytes allocated", "allocation count", "bytes at the allocated peak"};
+  static constexpr const char* kOrder[] = {"bytes allocated over the run", "allocation count",
+                                           "bytes at the allocated peak"};
 
   Document doc;
   doc.report = "top";
@@ -166,22 +212,34 @@ Document top_report(EventSource& source, const ReportOptions& options) {
   Table& table = doc.table("sites", std::string("sites by ") + kOrder[static_cast<int>(options.order)],
                            {{"rank", "#", Unit::count},
                             {"allocations", "allocs", Unit::count},
-                            {"bytes", "allocated", Unit::bytes},
+                            {"allocated_over_run", "allocated over run", Unit::bytes},
                             {"bytes_at_peak", "at peak", Unit::bytes},
                             {"share_of_peak", "of peak", Unit::ratio},
                             {"live_at_end", "live at end", Unit::bytes},
                             {"stack", "site"}});
   const std::size_t limit = options.limit != 0 ? options.limit : kDefaultSiteLimit;
-  for (std::size_t i = 0; i < std::min(limit, sites.size()); ++i) {
+  const std::size_t listed = listed_rows(sites.size(), limit);
+  for (std::size_t i = 0; i < listed; ++i) {
     const SiteFigures& s = *sites[i];
-    const double share = a.peak_allocated.bytes == 0 ? 0.0
-                                                     : static_cast<double>(s.bytes_at_peak_allocated) /
-                                                           static_cast<double>(a.peak_allocated.bytes);
     table.rows.push_back({static_cast<std::uint64_t>(i + 1), s.allocs, s.alloc_bytes, s.bytes_at_peak_allocated,
-                          share, s.live_bytes_at_end, names.lines(s.stack)});
+                          share_of(s.bytes_at_peak_allocated, a.peak_allocated.bytes), s.live_bytes_at_end,
+                          names.lines(s.stack)});
   }
-  if (sites.size() > limit)
-    doc.notes.push_back(std::to_string(sites.size() - limit) + " more sites not shown (--limit)");
+  if (listed != sites.size()) {
+    SiteFigures rest;
+    for (std::size_t i = listed; i < sites.size(); ++i) {
+      rest.allocs += sites[i]->allocs;
+      rest.alloc_bytes += sites[i]->alloc_bytes;
+      rest.bytes_at_peak_allocated += sites[i]->bytes_at_peak_allocated;
+      rest.live_bytes_at_end += sites[i]->live_bytes_at_end;
+    }
+    table.rest = TableRest{sites.size() - listed,
+                           {Value{}, rest.allocs, rest.alloc_bytes, rest.bytes_at_peak_allocated,
+                            share_of(rest.bytes_at_peak_allocated, a.peak_allocated.bytes), rest.live_bytes_at_end,
+                            more_text(sites.size() - listed, "site")}};
+    doc.notes.push_back("the " + std::to_string(limit) + " largest sites are listed: --limit 0 lists every one");
+  }
+  for (std::string& note : names.notes()) doc.notes.push_back(std::move(note));
   if (lower) doc.notes.push_back("allocation counts and bytes cover the ring only: lower bounds for the run");
   detail::add_common_notes(doc, snapshot, a);
   return doc;
@@ -213,6 +271,7 @@ Document leaks_report(EventSource& source, const ReportOptions& options) {
     const auto& b = blocks[i];
     list.rows.push_back({b.address, b.size, b.requested, names.site(b.stack)});
   }
+  for (std::string& note : names.notes()) doc.notes.push_back(std::move(note));
   detail::add_common_notes(doc, snapshot, a);
   return doc;
 }
@@ -319,6 +378,7 @@ Document oom_report(EventSource& source, const ReportOptions& options) {
                               static_cast<std::uint64_t>(s.blocks), names.lines(s.stack)});
     }
   }
+  for (std::string& note : names.notes()) doc.notes.push_back(std::move(note));
   detail::add_common_notes(doc, snapshot, a);
   return doc;
 }

@@ -78,6 +78,7 @@ struct RunSummary {
   std::optional<double> fragmentation_at_peak;
   double fragmentation_at_end = 0;
   std::vector<SiteSummary> sites;    // bytes at the peak, largest first
+  std::vector<std::string> site_notes;  // how some sites were named (SiteNamer::notes)
   std::vector<PhaseSummary> phases;  // in order of their begin
   bool has_phases_pass = false;
 };
@@ -96,7 +97,7 @@ RunSummary summarize(EventSource& source, const SummaryOptions& options);
 
 // diff A B.
 struct DiffOptions {
-  enum class SiteMetric { peak, allocated, end } by = SiteMetric::peak;  // what "grown" measures
+  enum class SiteMetric { peak, allocated_over_run, end } by = SiteMetric::peak;  // what "grown" measures
   std::size_t limit = 20;  // sites listed; 0: all (phases are always all listed)
 };
 Document diff_report(const RunSummary& a, const RunSummary& b, const DiffOptions& options);

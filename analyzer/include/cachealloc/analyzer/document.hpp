@@ -74,11 +74,21 @@ struct Column {
   Unit unit = Unit::none;
 };
 
+// The rows a listing left out, summed ("... and 12 more sites"): the table
+// format prints `cells` as a last row, CSV as a last record, JSON as
+// "<table key>_rest": {"rows": count, column: value...} with the numeric
+// cells only (a label or an empty rank says nothing a program needs).
+struct TableRest {
+  std::uint64_t count = 0;
+  std::vector<Value> cells;  // one per column, as a row
+};
+
 struct Table {
   std::string key;
   std::string title;
   std::vector<Column> columns;
   std::vector<std::vector<Value>> rows;  // each row has columns.size() cells
+  std::optional<TableRest> rest;
 };
 
 struct Text {
@@ -119,7 +129,7 @@ struct Document {
     return std::get<FieldGroup>(sections.back());
   }
   Table& table(std::string key, std::string table_title, std::vector<Column> columns) {
-    sections.emplace_back(Table{std::move(key), std::move(table_title), std::move(columns), {}});
+    sections.emplace_back(Table{std::move(key), std::move(table_title), std::move(columns), {}, std::nullopt});
     return std::get<Table>(sections.back());
   }
   Text& text(std::string key, std::string text_title) {

@@ -34,7 +34,9 @@ namespace cachealloc::analyzer {
 
 // Which frames of a stack belong to the user's program. A site is the first
 // such frame, innermost first; Python frames are preferred when the stack
-// has any of the user's. Left out by default:
+// has any of the user's. A C++ frame prints bare: no return type,
+// parameters, template arguments or "(??)". A stack with none of the user's
+// frames is named by what PyTorch ran (SiteNamer::site). Left out by default:
 //   - the allocators' own frames: cachealloc's, and PyTorch's (c10::, at::,
 //     torch::, torch::unwind, CapturedTraceback, gather_with_cpp);
 //   - the C++ standard library, libc, the Python interpreter (Py*, _Py*);
@@ -58,7 +60,13 @@ class SiteNamer {
   ~SiteNamer();
   SiteNamer(const SiteNamer&) = delete;
   SiteNamer& operator=(const SiteNamer&) = delete;
-  // "function (file:line)" of the site, "<unknown site>" for an empty stack.
+  // "function (file:line)" of the site's frame. A stack with no frame of
+  // the user's is named by what ran it: "cuBLAS workspace (...)", the
+  // autograd node and the ATen op under it ("backward: ConvolutionBackward0,
+  // sum (aten)"), an op ("sum (aten)"), else its first frame past the
+  // allocators'. A stack with no frame at all: "backward pass (no Python
+  // frame)" in a recording of Python frames only (stacks='python': the
+  // autograd engine's thread runs no Python), else "<unknown site>".
   std::string site(snapshot::StackId stack);
   // The site and the frames after it that pass the filter, at most filter.frames.
   std::vector<std::string> lines(snapshot::StackId stack);
@@ -68,8 +76,12 @@ class SiteNamer {
   // user frames after it (they differ only in frames the filter leaves out).
   // Reports add up their figures under it. The smallest such StackId.
   snapshot::StackId representative(snapshot::StackId stack);
+  // One line per kind of site named so far that needs explaining (the
+  // frameless backward pass, "<unknown site>"): how to record what names it.
+  std::vector<std::string> notes() const;
 
  private:
+  std::string frameless_site();
   struct State;
   std::unique_ptr<State> state_;
 };
