@@ -538,7 +538,7 @@ TEST_CASE("given diff or ranks with the wrong files or options, one line names t
            {kAnalyze, {"diff"}, 2, E + "missing FILES (see --help)"},
            {kAnalyze, {"diff", kSample, missing}, 2, E + "cannot open snapshot " + missing + ": No such file or directory"},
            {kAnalyze, {"diff", kSample, kSample, "--by", "peaks"}, 2,
-            E + "--by: 'peaks' is not one of peak, allocated, end (did you mean 'peak'?)"},
+            E + "--by: 'peaks' is not one of peak, allocated_over_run, end (did you mean 'peak'?)"},
            {kAnalyze, {"diff", kSample, kSample, "--format", "jsonl"}, 2,
             E + "--format: 'jsonl' is not one of table, csv, json (did you mean 'json'?)"},
            {kAnalyze, {"diff", kSample, kSample, "--device", "3"}, 2, E + "--device 3: device 3 is not in " + kSample},

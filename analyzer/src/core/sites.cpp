@@ -51,9 +51,12 @@ std::string bare_function(std::string_view function) {
       i += std::string_view("(anonymous namespace)").size() - 1;
       continue;
     }
-    const bool word_start = i == 0 || function[i - 1] == ':' || function[i - 1] == ' ';
-    const bool word_end = rest.size() == 8 || !(std::isalnum(static_cast<unsigned char>(rest[8])) || rest[8] == '_');
-    if (word_start && rest.starts_with("operator") && word_end) {
+    const auto is_operator = [&] {
+      if (!rest.starts_with("operator")) return false;
+      const bool word_start = i == 0 || function[i - 1] == ':' || function[i - 1] == ' ';
+      return word_start && (rest.size() == 8 || !(std::isalnum(static_cast<unsigned char>(rest[8])) || rest[8] == '_'));
+    };
+    if (is_operator()) {
       // operator(), operator<, operator<<, operator->: the symbol is the name.
       const std::size_t symbol = rest.find_first_not_of(" ", 8);
       std::size_t length = 8;
@@ -167,8 +170,10 @@ bool is_autograd_engine(const snapshot::Snapshot& snapshot, const snapshot::Fram
 // open an overload (dim, out, int) go with it.
 std::string op_name(const snapshot::Snapshot& snapshot, const snapshot::Frame& frame) {
   std::string name = bare_function(text_of(snapshot, frame.function));
-  name = name.substr(std::string_view("at::_ops::").size());
-  name = name.substr(0, name.size() - std::string_view("::call").size());
+  constexpr std::string_view kNamespace = "at::_ops::", kCall = "::call";
+  if (!name.starts_with(kNamespace) || !name.ends_with(kCall) || name.size() <= kNamespace.size() + kCall.size())
+    return name;
+  name = name.substr(kNamespace.size(), name.size() - kNamespace.size() - kCall.size());
   for (std::size_t i = 1; i + 1 < name.size(); ++i) {
     if (name[i] == '_' && std::isupper(static_cast<unsigned char>(name[i + 1]))) {
       name.resize(i);
@@ -205,7 +210,7 @@ bool is_nodes_own_op(std::string_view node, std::string_view op) {
 // The node's class: torch::autograd::generated::AddmmBackward0::apply -> AddmmBackward0.
 std::string node_name(const snapshot::Snapshot& snapshot, const snapshot::Frame& frame) {
   std::string name = bare_function(text_of(snapshot, frame.function));
-  name = name.substr(0, name.size() - std::string_view("::apply").size());
+  if (name.ends_with("::apply")) name.resize(name.size() - std::string_view("::apply").size());
   const auto colon = name.rfind("::");
   return colon == std::string::npos ? name : name.substr(colon + 2);
 }
@@ -222,7 +227,10 @@ std::string site_text(const snapshot::Snapshot& snapshot, snapshot::FrameId id) 
   if (!file.empty() && file != "??") {
     text += " (";
     text += file;
-    if (frame.line != 0) text += ":" + std::to_string(frame.line);
+    if (frame.line != 0) {
+      text += ':';
+      text += std::to_string(frame.line);
+    }
     text += ')';
   }
   return text;
@@ -389,7 +397,7 @@ constexpr std::string_view kFramelessBackward = "backward pass (no Python frame)
 // are where PyTorch allocates without it (gradients, DDP's buckets).
 std::string SiteNamer::frameless_site() {
   State& s = *state_;
-  if (s.python_frames_only && !s.filter.all_frames) {
+  if (s.python_frames_only) {
     s.named_frameless_backward = true;
     return std::string(kFramelessBackward);
   }
