@@ -49,8 +49,10 @@
 #   6  (PART=more) one what-if replay on one core (bench_replay_throughput on
 #      3M events without stacks), the setting sweep over 1M events on 1, 2,
 #      4... threads (bench_sweep_scaling), `ranks` over 64 files of 200k
-#      events (bench_ranks_scaling) and bytes per event
-#      (bench_snapshot_size 1000000): "Figures measured once".
+#      events (bench_ranks_scaling), bytes per event
+#      (bench_snapshot_size 1000000) and the replay with 12.5k to 100k frees
+#      waiting for other streams (bench_waiting_frees 100000): "Figures
+#      measured once".
 set -u
 PART=${PART:-all}
 B=${B:-build-rel/bin}
@@ -120,7 +122,7 @@ fi
 
 if part more; then
   echo "== 6. what-if replay, sweep, ranks, bytes per event"
-  for f in bench_replay_throughput bench_sweep_scaling bench_ranks_scaling bench_snapshot_size; do
+  for f in bench_replay_throughput bench_sweep_scaling bench_ranks_scaling bench_snapshot_size bench_waiting_frees; do
     [ -x "$B/$f" ] || { echo "missing $B/$f" >&2; exit 2; }
   done
   "$B/cachealloc-synthetic" --events 3000000 --seed 1 --stacks none -f -o "$WORK/s3m_nostacks.bin"
@@ -129,5 +131,6 @@ if part more; then
   run bench_sweep_scaling "$WORK/s1m.bin" 0
   run bench_ranks_scaling --dir "$WORK/ranks64" --files 64
   run bench_snapshot_size 1000000
+  PIN="taskset -c $CPU" run bench_waiting_frees 100000
 fi
 echo "== done"; date -u; uptime

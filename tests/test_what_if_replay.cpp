@@ -26,6 +26,7 @@
 #include "cachealloc/history.hpp"
 #include "cachealloc/snapshot/pickle.hpp"
 #include "../analyzer/testing/parsers.hpp"
+#include "../analyzer/testing/trace_builder.hpp"
 #include "compressed_text.hpp"
 
 using namespace cachealloc;
@@ -554,5 +555,41 @@ TEST_CASE("given long real runs whose history was switched on late, when replaye
       CHECK(r.replayed.peak_reserved == r.recorded.peak_reserved);
       CHECK(static_cast<std::int64_t>(r.recorded.peak_reserved) <= number(dump, "reserved_bytes.all.peak"));
     }
+  }
+}
+
+TEST_CASE("given many frees waiting for other streams, when replayed, then each completes where the recording "
+          "completed it, and frees completing in order share one queue") {
+  // Given 2000 blocks freed while in use by another stream (record_stream),
+  // each free waiting while the next allocations go on, completed in the
+  // order requested or shuffled
+  for (const bool shuffled : {false, true}) {
+    CAPTURE(shuffled);
+    constexpr std::uint64_t kBase = 0x7f0000000000, kBlock = 512, kCount = 2000;
+    analyzer::testing::TraceBuilder trace;
+    trace.segment(kBase, 2 << 20, false);
+    for (std::uint64_t i = 0; i < kCount; ++i) trace.alloc(kBase + i * kBlock, kBlock, kBlock);
+    std::vector<std::uint64_t> order;
+    for (std::uint64_t i = 0; i < kCount; ++i) {
+      trace.free_requested(kBase + i * kBlock);
+      order.push_back(i);
+      if (i % 2 == 1) trace.alloc(kBase + (kCount + i / 2) * kBlock, kBlock, kBlock);
+    }
+    if (shuffled) std::reverse(order.begin() + kCount / 2, order.end());
+    for (const std::uint64_t i : order) {
+      trace.free_completed(kBase + i * kBlock);
+      trace.alloc(kBase + i * kBlock, kBlock, kBlock);  // a completed block is reusable at once
+    }
+    const snapshot::Snapshot snap = trace.build();
+    analyzer::SnapshotEvents source(snap);
+    // When replayed
+    const analyzer::ReplayResult r = analyzer::replay_allocator(source);
+    // Then every wait is seen, the queues are few, and the replay's figures are the recording's
+    CHECK(r.deferred_frees == kCount);
+    CHECK(r.deferred_queues == (shuffled ? kCount / 2 : 1));
+    CHECK(r.replayed.peak_allocated == r.recorded.peak_allocated);
+    CHECK(r.replayed.allocated_at_end == r.recorded.allocated_at_end);
+    CHECK(r.replayed.peak_reserved == r.recorded.peak_reserved);
+    CHECK(r.replayed.reserved_at_end == r.recorded.reserved_at_end);
   }
 }

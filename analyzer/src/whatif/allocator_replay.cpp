@@ -1,5 +1,7 @@
 // replay_allocator: the steps of a what-if replay, in order. Each step's
 // parts live in their own files (replay_parts.hpp lists them).
+#include <algorithm>
+
 #include "cachealloc/analyzer/allocator_replay.hpp"
 
 #include "cachealloc/analyzer/analysis.hpp"
@@ -126,6 +128,8 @@ double take_recorded_run(const RecordedPass& pass, const AllocatorReplayOptions&
   result.cap = fraction == 0 ? 0 : static_cast<std::uint64_t>(fraction * static_cast<double>(result.device_total));
   result.inferred_empty_cache = pass.empty_cache.size();
   result.deferred_frees = pass.deferred.size();
+  for (const std::uint32_t queue : pass.deferred_queue)
+    result.deferred_queues = std::max<std::uint64_t>(result.deferred_queues, queue + 1);
   result.inferred_private_pools = pass.private_pools;
   result.private_pool_requests = pass.pool_routes.size();
   if (pass.private_pools != 0)

@@ -1,6 +1,9 @@
 // The first pass over the recorded events: the recorded run's figures, and
 // what the replay must do that the trace does not say outright (frees that
 // waited for streams, the program's empty_cache calls, private pools).
+#include <map>
+#include <unordered_map>
+
 #include "whatif/replay_parts.hpp"
 
 namespace cachealloc::analyzer::whatif {
@@ -52,6 +55,7 @@ class RecordedRunReader {
     }
     if (e.device != device_ || e.kind == EventKind::snapshot) return true;
     end_free(e);
+    note_completion(e);
     if (infer_empty_cache_) track_release_run(i, e);
     if (is_request(e.kind)) track_peak_call(i);
     if (e.kind == EventKind::alloc && (pass_.streams.empty() || e.stream != last_stream_)) {
@@ -69,7 +73,8 @@ class RecordedRunReader {
     pass_.pool_routes = std::move(pools_.routes);
     pass_.pool_releases = std::move(pools_.releases);
     pass_.private_pools = pools_.pools;
-    if (free_open_) pass_.deferred.push_back(free_index_);
+    if (free_open_) defer(free_address_, free_index_);
+    assign_queues();
     if (run_open_) close_release_run(nullptr);
     peaks_.boundary(engine_);
     peaks_.fill(pass_.figures);
@@ -88,8 +93,44 @@ class RecordedRunReader {
   // free_completed waited for other streams.
   void end_free(const Event& e) {
     if (!free_open_ || e.kind == EventKind::split || e.kind == EventKind::merge) return;
-    if (!(e.kind == EventKind::free_completed && e.address == free_address_)) pass_.deferred.push_back(free_index_);
+    if (!(e.kind == EventKind::free_completed && e.address == free_address_)) defer(free_address_, free_index_);
     free_open_ = false;
+  }
+
+  void defer(std::uint64_t address, std::uint64_t index) {
+    waiting_[address] = pass_.deferred.size();
+    pass_.deferred.push_back(index);
+    completion_.push_back(kNever);
+  }
+
+  // The completion of a free that waited: its rank among completions.
+  void note_completion(const Event& e) {
+    if (e.kind != EventKind::free_completed || waiting_.empty()) return;
+    const auto it = waiting_.find(e.address);
+    if (it == waiting_.end()) return;
+    completion_[it->second] = completions_++;
+    waiting_.erase(it);
+  }
+
+  // Each waiting free joins the queue whose last free completes latest
+  // before its own (patience sorting: the fewest queues in which every
+  // queue completes in order); one that never completes ends its queue.
+  void assign_queues() {
+    std::multimap<std::uint64_t, std::uint32_t> tails;  // last completion -> queue
+    std::uint32_t queues = 0;
+    pass_.deferred_queue.reserve(completion_.size());
+    for (const std::uint64_t done : completion_) {
+      auto it = tails.lower_bound(done);
+      std::uint32_t queue;
+      if (it != tails.begin() && (--it)->first < done) {
+        queue = it->second;
+        tails.erase(it);
+      } else {
+        queue = queues++;
+      }
+      tails.emplace(done, queue);
+      pass_.deferred_queue.push_back(queue);
+    }
   }
 
   // PyTorch's traces have no empty_cache entry: a run of releases is the
@@ -175,6 +216,10 @@ class RecordedRunReader {
   bool run_open_ = false;
   std::uint64_t run_start_ = 0, reserved_before_run_ = 0;
   PoolInference pools_;
+  static constexpr std::uint64_t kNever = ~std::uint64_t{0};
+  std::unordered_map<std::uint64_t, std::size_t> waiting_;  // address -> its index in deferred
+  std::vector<std::uint64_t> completion_;                   // per deferred: rank of its completion, or kNever
+  std::uint64_t completions_ = 0;
 };
 
 }  // namespace

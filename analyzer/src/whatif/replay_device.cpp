@@ -46,6 +46,47 @@ void PlacementDevice::release(void* ptr, std::size_t bytes) {
   live_.erase(address);
 }
 
+void PlacementDevice::hold_events_on(Stream stream) { held_streams_.emplace(stream.handle, DeviceEvent{}); }
+
+DeviceEvent PlacementDevice::last_held_event(Stream stream) const {
+  const auto it = held_streams_.find(stream.handle);
+  return it == held_streams_.end() ? DeviceEvent{} : it->second;
+}
+
+void PlacementDevice::complete_event(DeviceEvent event) {
+  if (const auto it = held_events_.find(event.handle); it != held_events_.end()) it->second = true;
+}
+
+void PlacementDevice::record_event(DeviceEvent event, Stream stream) {
+  if (const auto it = held_streams_.find(stream.handle); it != held_streams_.end()) {
+    it->second = event;
+    held_events_[event.handle] = false;
+    return;
+  }
+  held_events_.erase(event.handle);
+  inner_->record_event(event, stream);
+}
+
+bool PlacementDevice::query_event(DeviceEvent event) {
+  if (const auto it = held_events_.find(event.handle); it != held_events_.end()) return it->second;
+  return inner_->query_event(event);
+}
+
+// Waiting on a held event (empty_cache, the last step before an OOM) is the
+// program waiting for the other stream: the free completes there.
+void PlacementDevice::synchronize_event(DeviceEvent event) {
+  if (const auto it = held_events_.find(event.handle); it != held_events_.end()) {
+    it->second = true;
+    return;
+  }
+  inner_->synchronize_event(event);
+}
+
+void PlacementDevice::destroy_event(DeviceEvent event) noexcept {
+  held_events_.erase(event.handle);
+  inner_->destroy_event(event);
+}
+
 bool PlacementDevice::free_range(std::uint64_t address, std::uint64_t bytes) const {
   auto it = live_.lower_bound(address);
   if (it != live_.end() && it->first < address + bytes) return false;

@@ -57,8 +57,23 @@ class PlacementDevice final : public ForwardingDevice {
   std::uint64_t placed() const noexcept { return placed_; }
   bool diverged() const noexcept { return diverged_; }
 
+  // Events recorded on `stream` complete only when complete_event() or
+  // synchronize_event() says so: a free that waited completes exactly where
+  // the recording completed it, while frees that complete in order share
+  // the stream (the allocator walks one queue per stream on every request).
+  void hold_events_on(Stream stream);
+  // The event last recorded on a held stream.
+  DeviceEvent last_held_event(Stream stream) const;
+  void complete_event(DeviceEvent event);
+  void record_event(DeviceEvent event, Stream stream) override;
+  bool query_event(DeviceEvent event) override;
+  void synchronize_event(DeviceEvent event) override;
+  void destroy_event(DeviceEvent event) noexcept override;
+
  private:
   bool free_range(std::uint64_t address, std::uint64_t bytes) const;
+  std::unordered_map<std::uint64_t, DeviceEvent> held_streams_;  // stream -> its last event
+  std::unordered_map<std::uint64_t, bool> held_events_;          // event -> complete
 
   bool recorded_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> script_;
@@ -278,6 +293,11 @@ class PoolInference {
 struct RecordedPass {
   RunFigures figures;
   std::vector<std::uint64_t> deferred;     // indices of free_requested that waited for streams
+  // For each of `deferred`, the queue it waits in: frees that complete in
+  // the order they were requested share one (fewest queues, by patience
+  // sorting of their completions), so the replaying allocator's walk of its
+  // queues on each request stays short however many frees wait.
+  std::vector<std::uint32_t> deferred_queue;
   std::vector<std::uint64_t> empty_cache;  // indices before which the program called empty_cache
   std::vector<std::pair<std::uint64_t, std::uint64_t>> reservations;  // (address, size) in order
   std::uint64_t first_oom_cap = 0;  // the recorded cap: an OOM's, else the hint

@@ -207,17 +207,33 @@ class RequestReplay {
     if (waits) ++next_deferred_;
     void* ptr = live_.take(e.address);
     if (ptr == nullptr) return;  // its alloc failed here, or it predates a damaged start
-    if (waits) {
-      const Stream side = placement_.create_stream();
-      allocator_.record_stream(ptr, side);
-      deferred_streams_[e.address] = side;
+    if (!waits) {
+      allocator_.deallocate(ptr);
+      return;
     }
+    const Stream queue = queue_stream(plan_.pass.deferred_queue[next_deferred_ - 1]);
+    allocator_.record_stream(ptr, queue);
     allocator_.deallocate(ptr);
+    deferred_events_[e.address] = placement_.last_held_event(queue);
+  }
+
+  // The stream of a queue of waiting frees (PlanPass::deferred_queue).
+  Stream queue_stream(std::uint32_t queue) {
+    while (queue_streams_.size() <= queue) {
+      queue_streams_.push_back(placement_.create_stream());
+      placement_.hold_events_on(queue_streams_.back());
+    }
+    return queue_streams_[queue];
   }
 
   // A free that waited completes where the recording completed it.
   void free_completed(const Event& e) {
-    if (deferred_streams_.empty()) return;  // the common case: no free waits
+    if (deferred_events_.empty() && deferred_streams_.empty()) return;  // the common case: no free waits
+    if (const auto it = deferred_events_.find(e.address); it != deferred_events_.end()) {
+      placement_.complete_event(it->second);
+      deferred_events_.erase(it);
+      return;
+    }
     const auto it = deferred_streams_.find(e.address);
     if (it == deferred_streams_.end()) return;
     placement_.synchronize_stream(it->second);
@@ -234,7 +250,9 @@ class RequestReplay {
   PeakTracker peaks_;
   LivePointers live_;
   std::vector<void*> held_;  // requests that failed in the recording and succeed here
-  std::unordered_map<std::uint64_t, Stream> deferred_streams_;  // recorded block address -> its own stream
+  std::unordered_map<std::uint64_t, Stream> deferred_streams_;  // the ring start's pending blocks -> own stream
+  std::unordered_map<std::uint64_t, DeviceEvent> deferred_events_;  // recorded block address -> its held event
+  std::vector<Stream> queue_streams_;                                // one per queue of waiting frees
   std::vector<std::uint64_t> open_;                            // annotations
   std::size_t next_deferred_ = 0, next_empty_ = 0, next_route_ = 0, next_release_ = 0;
   RecordedStreams streams_;  // before the allocator: the streams sort as recorded

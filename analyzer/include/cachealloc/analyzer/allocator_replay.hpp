@@ -130,6 +130,10 @@ struct ReplayResult {
   std::uint64_t joined_fragments = 0;            // see the note the replay adds when not 0
   std::uint64_t inferred_empty_cache = 0;        // PyTorch traces: release runs taken for empty_cache
   std::uint64_t deferred_frees = 0;              // frees that waited for another stream
+  // The queues they waited in: frees that complete in the order requested
+  // share one; the replay's cost per request grows with this, not with
+  // deferred_frees.
+  std::uint64_t deferred_queues = 0;
   // Private memory pools (CUDA graph captures, MemPools) inferred from the
   // recorded addresses, and the requests replayed in them (see
   // docs/VERIFICATION.md, "Private pools inferred from the recorded
