@@ -2,10 +2,18 @@
 // written beside its place and renamed there when complete, so a failed run
 // leaves neither half a file nor the old one clobbered. An existing file is
 // kept unless --force; every failure names the path and the OS reason.
+//
+// Nothing reaches stdout (or a pipe or device named by -o) before commit():
+// the text goes to an unlinked temporary file, copied out when the run has
+// succeeded, so an input refused half-way leaves no half-written JSON behind
+// a pipe. The copy costs one pass over the output through the page cache;
+// memory stays what the writer keeps.
 #pragma once
 
 #include <fstream>
+#include <memory>
 #include <ostream>
+#include <sstream>
 #include <string>
 
 namespace cachealloc::cli {
@@ -23,17 +31,25 @@ class Output {
   std::ostream& stream();
   bool to_stdout() const noexcept { return path_.empty(); }
   const std::string& path() const noexcept { return path_; }
-  // Flushes, checks, renames into place. Throws UsageError with the OS reason.
+  // Flushes, checks, renames into place (or copies the held text to stdout,
+  // a pipe or a device). Throws UsageError with the OS reason.
   void commit();
 
   // "-o DIR/" (a trailing slash, or an existing directory).
   static bool names_directory(const std::string& path);
 
  private:
+  // Holds the text for stdout or a file that is not regular (`target_fd`).
+  void hold(int target_fd);
+  void copy_held();
+
   std::string path_;
   std::string temporary_;
   std::ofstream file_;
   bool committed_ = false;
+  int target_fd_ = -1;   // where held text goes at commit(): stdout or the opened device
+  int held_fd_ = -1;     // the unlinked temporary file, read back at commit()
+  std::unique_ptr<std::ostringstream> held_in_memory_;  // when no temporary file could be made
 };
 
 }  // namespace cachealloc::cli
