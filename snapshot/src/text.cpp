@@ -65,6 +65,63 @@ std::string to_valid_utf8(std::string_view text, std::size_t* replaced) {
   return out;
 }
 
+bool is_control_character(std::string_view text, std::size_t at, std::size_t length) noexcept {
+  const auto c = static_cast<unsigned char>(text[at]);
+  if (length == 1) return c < 0x20 || c == 0x7f;
+  return length == 2 && c == 0xc2 && static_cast<unsigned char>(text[at + 1]) < 0xa0;
+}
+
+bool is_printable(std::string_view text) noexcept {
+  for (std::size_t at = 0; at < text.size();) {
+    const auto c = static_cast<unsigned char>(text[at]);
+    if (c >= 0x20 && c < 0x7f) {
+      ++at;
+      continue;
+    }
+    const std::size_t length = utf8_sequence_length(text, at);
+    if (length == 0 || is_control_character(text, at, length)) return false;
+    at += length;
+  }
+  return true;
+}
+
+void append_json_string(std::string& out, std::string_view text, std::size_t* replaced) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  for (std::size_t at = 0; at < text.size();) {
+    const auto c = static_cast<unsigned char>(text[at]);
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      out += static_cast<char>(c);
+      ++at;
+      continue;
+    }
+    const std::size_t length = utf8_sequence_length(text, at);
+    if (length == 0) {
+      out += "\\ufffd";
+      if (replaced) ++*replaced;
+      ++at;
+      continue;
+    }
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (is_control_character(text, at, length)) {
+      const unsigned code = length == 1 ? c : static_cast<unsigned char>(text[at + 1]);  // C1: U+0080-U+009F
+      out += "\\u00";
+      out += kDigits[code >> 4];
+      out += kDigits[code & 0xf];
+    } else {
+      out.append(text.substr(at, length));
+    }
+    at += length;
+  }
+}
+
 std::string printable(std::string_view text) {
   std::string out;
   out.reserve(text.size());
@@ -86,9 +143,9 @@ std::string printable(std::string_view text) {
       if (c == '\n') out += "\\n";
       else if (c == '\r') out += "\\r";
       else if (c == '\t') out += "\\t";
-      else if (c < 0x20 || c == 0x7f) hex(c);
+      else if (is_control_character(text, at, length)) hex(c);
       else out += static_cast<char>(c);
-    } else if (length == 2 && c == 0xc2 && static_cast<unsigned char>(text[at + 1]) < 0xa0) {
+    } else if (is_control_character(text, at, length)) {
       // C1 controls U+0080..U+009F (CSI among them): shown by their bytes.
       hex(c);
       hex(static_cast<unsigned char>(text[at + 1]));

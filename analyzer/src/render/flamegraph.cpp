@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "cachealloc/analyzer/reports.hpp"
+#include "cachealloc/snapshot/text.hpp"
 #include "reports/report_helpers.hpp"
 
 namespace cachealloc::analyzer {
@@ -25,37 +26,29 @@ const char* metric_name(FlameMetric metric) {
   return "allocated";
 }
 
-// The length of the valid UTF-8 sequence at s[i], 0 when it is not one.
-std::size_t utf8_length(std::string_view s, std::size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (std::size_t k = 1; k < n; ++k)
-    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
-  if (n == 2 && c < 0xC2) return 0;  // overlong
-  return n;
-}
-
-// Text for XML: escaped, control characters and invalid UTF-8 replaced.
+// Text for XML: escaped, control characters (text.hpp) shown as a space and
+// invalid UTF-8 as '?', which XML 1.0 cannot carry.
 std::string xml_text(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size();) {
-    const std::size_t n = utf8_length(s, i);
+    const std::size_t n = snapshot::utf8_sequence_length(s, i);
     if (n == 0) {
       out += '?';
       ++i;
       continue;
     }
     const char c = s[i];
-    if (n == 1) {
+    if (snapshot::is_control_character(s, i, n)) {
+      out += ' ';
+    } else if (n == 1) {
       switch (c) {
         case '&': out += "&amp;"; break;
         case '<': out += "&lt;"; break;
         case '>': out += "&gt;"; break;
         case '"': out += "&quot;"; break;
         case '\'': out += "&apos;"; break;
-        default: out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
+        default: out += c;
       }
     } else {
       out.append(s.substr(i, n));
@@ -65,12 +58,12 @@ std::string xml_text(std::string_view s) {
   return out;
 }
 
-std::string collapsed_frame(std::string frame) {
-  for (char& c : frame) {
-    if (c == ';') c = ',';
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  return frame;
+// A frame of a collapsed stack: control characters and invalid bytes
+// spelled out as in tables (text.hpp); ';' separates frames, so it becomes ','.
+std::string collapsed_frame(const std::string& frame) {
+  std::string text = snapshot::printable(frame);
+  std::replace(text.begin(), text.end(), ';', ',');
+  return text;
 }
 
 std::string human_bytes(std::uint64_t bytes) {

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "cachealloc/analyzer/reports.hpp"
+#include "cachealloc/snapshot/text.hpp"
 #include "reports/report_helpers.hpp"
 
 namespace cachealloc::analyzer {
@@ -20,30 +21,7 @@ namespace {
 
 std::string json_string(std::string_view s) {
   std::string out = "\"";
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char text[8];
-      std::snprintf(text, sizeof text, "\\u%04x", c);
-      out += text;
-    } else if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else {
-      // Valid UTF-8 passes; anything else becomes '?'.
-      const std::size_t n = (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-      bool ok = n != 0 && i + n <= s.size() && !(n == 2 && c < 0xC2);
-      for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
-      if (ok) {
-        out.append(s.substr(i, n));
-        i += n - 1;
-      } else {
-        out += '?';
-      }
-    }
-  }
+  snapshot::append_json_string(out, s);
   return out + '"';
 }
 

@@ -493,37 +493,11 @@ void JsonWriter::key(std::string_view name) {
 
 void JsonWriter::value(std::string_view text) {
   separate();
-  out_ << '"';
-  for (std::size_t at = 0; at < text.size(); ++at) {
-    const char c = text[at];
-    if (static_cast<unsigned char>(c) >= 0x80) {
-      const std::size_t length = snapshot::utf8_sequence_length(text, at);
-      if (length == 0) {
-        out_ << "\\ufffd";
-        ++replaced_;
-      } else {
-        out_ << text.substr(at, length);
-        at += length - 1;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"': out_ << "\\\""; break;
-      case '\\': out_ << "\\\\"; break;
-      case '\n': out_ << "\\n"; break;
-      case '\r': out_ << "\\r"; break;
-      case '\t': out_ << "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buffer[8];
-          std::snprintf(buffer, sizeof buffer, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-          out_ << buffer;
-        } else {
-          out_ << c;
-        }
-    }
-  }
-  out_ << '"';
+  // Escaped as text.hpp says: no raw control byte, invalid bytes replaced.
+  std::string quoted = "\"";
+  snapshot::append_json_string(quoted, text, &replaced_);
+  quoted += '"';
+  out_ << quoted;
 }
 
 void JsonWriter::value(std::uint64_t number) {
@@ -562,8 +536,9 @@ void CsvWriter::row(const std::vector<std::string>& fields) {
   for (std::size_t i = 0; i < fields.size(); ++i) {
     if (i != 0) out_ << ',';
     const std::string* chosen = &fields[i];
-    if (snapshot::invalid_utf8_bytes(*chosen) != 0) {
-      repaired = snapshot::to_valid_utf8(*chosen);
+    // Control characters and invalid bytes spelled out, as in tables.
+    if (!snapshot::is_printable(*chosen)) {
+      repaired = snapshot::printable(*chosen);
       chosen = &repaired;
     }
     const std::string& field = *chosen;

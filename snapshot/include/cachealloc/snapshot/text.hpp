@@ -28,9 +28,25 @@ std::size_t invalid_utf8_bytes(std::string_view text) noexcept;
 // to *replaced when given.
 std::string to_valid_utf8(std::string_view text, std::size_t* replaced = nullptr);
 
+// Whether the valid sequence of `length` bytes at text[at] is a control
+// character: C0 (U+0000-U+001F), DEL (U+007F) or C1 (U+0080-U+009F, CSI
+// U+009B and NEL U+0085 among them). The one definition every output uses.
+bool is_control_character(std::string_view text, std::size_t at, std::size_t length) noexcept;
+
+// Whether printable(text) == text: valid UTF-8 without a control character.
+bool is_printable(std::string_view text) noexcept;
+
 // `text` for a terminal, on one line: valid UTF-8 is kept, control
 // characters (C0, DEL, C1) and invalid bytes become \xNN (\n, \r and \t
-// become \n, \r and \t, spelled out).
+// become \n, \r and \t, spelled out). Tables, CSV fields and collapsed
+// stacks are written through it.
 std::string printable(std::string_view text);
+
+// `text` appended to `out` as the inside of a JSON string (RFC 8259): valid
+// UTF-8 is kept, '"' and '\\' escaped, control characters (C0, DEL, C1) as
+// \u00XX (\n, \r and \t as such), so no raw control byte reaches the
+// output while the value is kept; each invalid byte becomes \ufffd and is
+// counted in *replaced when given.
+void append_json_string(std::string& out, std::string_view text, std::size_t* replaced = nullptr);
 
 }  // namespace cachealloc::snapshot
