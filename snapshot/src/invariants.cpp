@@ -9,11 +9,22 @@
 namespace cachealloc::snapshot {
 namespace {
 
-std::optional<std::string> segments_problem(const std::vector<Segment>& segments, const std::string& suffix) {
+std::string bound_text(const SizeLimits& limits, std::int32_t device, bool segment) {
+  if (limits.device_total == 0)
+    return "more than 2^50 bytes, where the file records no device total";
+  return std::string("more than ") + (segment ? "twice " : "") + "device " + std::to_string(device) +
+         "'s total of " + std::to_string(limits.device_total) + " bytes";
+}
+
+std::optional<std::string> segments_problem(const Snapshot& snapshot, const std::vector<Segment>& segments,
+                                            const std::string& suffix) {
   for (std::size_t s = 0; s < segments.size(); ++s) {
     const Segment& segment = segments[s];
     const std::string where = "segment " + std::to_string(s) + suffix;
     if (segment.total_size > UINT64_MAX - segment.address) return where + " wraps around the address space";
+    if (const SizeLimits limits = size_limits(snapshot, segment.device); segment.total_size > limits.segment)
+      return where + " holds " + std::to_string(segment.total_size) + " bytes, " +
+             bound_text(limits, segment.device, true);
     std::uint64_t cursor = segment.address;
     const std::uint64_t end = segment.address + segment.total_size;
     for (std::size_t b = 0; b < segment.blocks.size(); ++b) {
@@ -57,10 +68,73 @@ std::optional<std::string> text_problem(const std::string& text, const std::stri
 
 }  // namespace
 
+SizeLimits size_limits(const Snapshot& snapshot, std::int32_t device) {
+  SizeLimits limits;
+  for (const DeviceInfo& info : snapshot.devices) {
+    if (info.index != device || info.total_bytes == 0 || info.total_bytes > kMaxPlausibleBytes) continue;
+    limits.device_total = info.total_bytes;
+    limits.allocation = info.total_bytes;
+    limits.segment = 2 * info.total_bytes;
+  }
+  return limits;
+}
+
+std::optional<std::string> implausible_event(const Event& event, std::uint64_t index, const SizeLimits& limits,
+                                             std::uint64_t thread_last) {
+  const std::string which = "event " + std::to_string(index);
+  if (event.time_ns > kMaxPlausibleTimeNs)
+    return which + " is at " + std::to_string(event.time_ns) + " ns, past 2^62 ns";
+  if (event.time_ns < thread_last)
+    return which + " is at " + std::to_string(event.time_ns) + " ns, before its thread's previous event at " +
+           std::to_string(thread_last) + " ns";
+  const auto too_large = [&](std::uint64_t bytes, const char* what, bool segment) -> std::optional<std::string> {
+    const std::uint64_t bound = segment ? limits.segment : limits.allocation;
+    if (bytes <= bound) return std::nullopt;
+    return which + " (" + std::string(to_string(event.kind)) + ") " + what + " " + std::to_string(bytes) +
+           " bytes, " + bound_text(limits, event.device, segment);
+  };
+  switch (event.kind) {
+    case EventKind::alloc:
+    case EventKind::free_requested:
+    case EventKind::free_completed:
+      if (auto problem = too_large(event.size, "holds", false)) return problem;
+      return too_large(event.aux, "requests", false);
+    case EventKind::split:
+    case EventKind::merge:
+      // An expandable segment's unmapped remainder is split and merged too.
+      if (auto problem = too_large(event.size, "holds", true)) return problem;
+      return too_large(event.aux, "moves", true);
+    case EventKind::empty_cache: return too_large(event.size, "releases", false);
+    case EventKind::segment_alloc:
+    case EventKind::segment_release:
+    case EventKind::segment_map:
+    case EventKind::segment_unmap: return too_large(event.size, "holds", true);
+    default: break;
+  }
+  if (event.size > kMaxPlausibleBytes)
+    return which + " (" + std::string(to_string(event.kind)) + ") names " + std::to_string(event.size) +
+           " bytes, more than 2^50";
+  return std::nullopt;
+}
+
 std::optional<std::string> layout_problem(const Snapshot& snapshot) {
-  if (auto problem = segments_problem(snapshot.segments, "")) return problem;
+  for (const DeviceInfo& device : snapshot.devices) {
+    const std::string where = "device " + std::to_string(device.index);
+    for (const auto& [figure, name] : {std::pair{device.total_bytes, "total"},
+                                       std::pair{device.driver_total_at_dump, "driver total"}}) {
+      if (figure > kMaxPlausibleBytes)
+        return where + "'s " + name + " of " + std::to_string(figure) + " bytes is more than 2^50 bytes";
+    }
+    for (const DeviceUsage& usage : device.usage) {
+      if (usage.device_total > kMaxPlausibleBytes)
+        return where + "'s usage reading of a total of " + std::to_string(usage.device_total) +
+               " bytes is more than 2^50 bytes";
+    }
+  }
+  if (auto problem = segments_problem(snapshot, snapshot.segments, "")) return problem;
   for (std::size_t r = 0; r < snapshot.ring_start.size(); ++r) {
-    if (auto problem = segments_problem(snapshot.ring_start[r].segments, " of ring start " + std::to_string(r)))
+    if (auto problem =
+            segments_problem(snapshot, snapshot.ring_start[r].segments, " of ring start " + std::to_string(r)))
       return problem;
   }
   for (std::size_t i = 0; i < snapshot.strings.size(); ++i) {

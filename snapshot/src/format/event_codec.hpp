@@ -60,6 +60,10 @@ struct EventScreen {
   std::uint64_t thread_limit = UINT64_MAX;  // the thread table's size, UINT64_MAX when it is empty
   std::uint64_t stack_limit = 0;            // the stack table's size
   std::uint64_t string_limit = 0;           // the string table's size, at most 2^32
+  // The smallest device's allocation bound (invariants.hpp): a size, or the
+  // bytes in an alloc's, free's, split's or merge's aux, above it is flagged,
+  // as is a time past 2^62 ns or before the previous event's.
+  std::uint64_t size_limit = UINT64_MAX;
   bool flagged = false;
 };
 // decode_events() into `out` (resized to the count), reusing its storage:

@@ -7,6 +7,7 @@
 
 #include "cachealloc/snapshot/detail/flat_map.hpp"
 #include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/invariants.hpp"
 #include "event_encodings.hpp"
 #include "huge_pages.hpp"
 
@@ -261,6 +262,14 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
   for (unsigned k = kEventKindCount; k < aux_screen.size(); ++k) aux_screen[k].bound = 0;
   aux_screen[static_cast<unsigned>(EventKind::annotation_begin)] = {UINT64_MAX, string_floor};
   aux_screen[static_cast<unsigned>(EventKind::annotation_end)] = {UINT64_MAX, string_floor};
+  // Sizes and times past their bounds (invariants.hpp); aux counts bytes for
+  // the kinds up to merge. A time below the previous one is a delta that
+  // wrapped 64 bits (deltas are unsigned).
+  const std::uint64_t size_limit = screen != nullptr ? screen->size_limit : UINT64_MAX;
+  const std::uint64_t time_limit = screen != nullptr ? kMaxPlausibleTimeNs : UINT64_MAX;
+  if (size_limit != UINT64_MAX) {
+    for (unsigned k = 0; k <= static_cast<unsigned>(EventKind::merge); ++k) aux_screen[k] = {UINT64_MAX, size_limit + 1};
+  }
   bool flagged = false;
   // The previous event, kept by value: thread, device, stream and time carry
   // over from it. A reference to it is one to out[index - 1] (or, for the
@@ -334,6 +343,7 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
       event.aux = aux_mode == aux_reference ? ref.aux : 0;
     }
     flagged |= (event.aux & aux_screen[kind].mask) >= aux_screen[kind].bound;
+    flagged |= (event.size > size_limit) | (event.time_ns > time_limit) | (event.time_ns < previous.time_ns);
     out[index] = event;
     previous = event;
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/invariants.hpp"
@@ -110,8 +111,11 @@ void validate(const Snapshot& snapshot) {
 
 namespace {
 // The full checks of one event, in their order; reached only for an event
-// the screen in validate_events flags, which fails one of them.
-[[gnu::noinline]] void validate_event(const Snapshot& snapshot, const Event& event, std::uint64_t i) {
+// the screen in validate_events flags, which fails one of them or is a rare
+// figure the screen cannot tell from a bad one (a segment above the
+// smallest device's total). `thread_last`: its thread's previous time.
+[[gnu::noinline]] void validate_event(const Snapshot& snapshot, const Event& event, std::uint64_t i,
+                                      std::uint64_t thread_last) {
   if (static_cast<int>(event.kind) >= kEventKindCount) {
     inconsistent("event " + std::to_string(i) + " has unknown kind " + std::to_string(static_cast<int>(event.kind)));
   }
@@ -129,6 +133,8 @@ namespace {
     }
     check_string(StringId{static_cast<std::uint32_t>(event.aux)}, snapshot, "event " + std::to_string(i));
   }
+  if (auto problem = implausible_event(event, i, size_limits(snapshot, event.device), thread_last))
+    inconsistent(*problem);
 }
 }  // namespace
 
@@ -136,20 +142,29 @@ namespace {
 // event was 7% of a streaming analysis), and the full checks,
 // with their messages, only for the events it flags. The streaming reader
 // screens while decoding (EventScreen) and comes here only for a block
-// that fails.
+// that fails. Times are checked per thread from the range's first event
+// (the thread table's threads; one sequence where the table is empty).
 void detail::validate_events(const Snapshot& snapshot, std::span<const Event> events, std::uint64_t first_index) {
   const EventScreen limits = event_screen(snapshot);
   constexpr auto annotation_begin = static_cast<unsigned>(EventKind::annotation_begin);
   constexpr auto annotation_end = static_cast<unsigned>(EventKind::annotation_end);
+  constexpr auto last_block_kind = static_cast<unsigned>(EventKind::merge);  // alloc, frees, split, merge: aux is bytes
+  std::vector<std::uint64_t> thread_last(std::max<std::size_t>(snapshot.threads.size(), 1), 0);
+  const std::uint64_t threads = thread_last.size();
   for (std::size_t k = 0; k < events.size(); ++k) {
     const Event& event = events[k];
     const auto kind = static_cast<unsigned>(static_cast<std::uint8_t>(event.kind));
+    const std::uint64_t slot = snapshot.threads.empty() || event.thread >= threads ? 0 : event.thread;
+    const std::uint64_t last = thread_last[slot];
     const bool flagged = (kind >= static_cast<unsigned>(kEventKindCount)) | (event.thread >= limits.thread_limit) |
                          ((event.stack.value != 0) & (event.stack.value >= limits.stack_limit)) |
                          (((kind == annotation_begin) | (kind == annotation_end)) & (event.aux != 0) &
-                          (event.aux >= limits.string_limit));
+                          (event.aux >= limits.string_limit)) |
+                         (event.size > limits.size_limit) | ((kind <= last_block_kind) & (event.aux > limits.size_limit)) |
+                         (event.time_ns > kMaxPlausibleTimeNs) | (event.time_ns < last);
     if (flagged) [[unlikely]]
-      validate_event(snapshot, event, first_index + k);
+      validate_event(snapshot, event, first_index + k, last);
+    thread_last[slot] = event.time_ns;
   }
 }
 
@@ -159,6 +174,11 @@ detail::EventScreen detail::event_screen(const Snapshot& tables) {
   screen.stack_limit = tables.stacks.size();
   // An annotation's string id must also fit 32 bits (validate_events).
   screen.string_limit = std::min<std::uint64_t>(tables.strings.size(), std::uint64_t{1} << 32);
+  // The smallest allocation bound of any device: a figure above it is
+  // looked at closely (validate_event), against its own device's bounds.
+  screen.size_limit = kMaxPlausibleBytes;
+  for (const DeviceInfo& device : tables.devices)
+    screen.size_limit = std::min(screen.size_limit, size_limits(tables, device.index).allocation);
   return screen;
 }
 

@@ -11,12 +11,22 @@
 //   - the same for each ring-start layout (RingStart::segments);
 //   - all text (the string table, the header, device names and notes, the
 //     settings) is valid UTF-8 (RFC 3629, text.hpp). Python's pickle.loads
-//     refuses a string that is not; the recorder writes only valid text.
+//     refuses a string that is not; the recorder writes only valid text;
+//   - figures are plausible: no device total above 2^50 bytes (1 PiB), no
+//     segment above twice its device's total (an expandable segment reserves
+//     1 1/8 of the device as address space), or above 2^50 where the file
+//     records no total. Events are held to the same bounds
+//     (implausible_event(), called by validate_events()): no allocation,
+//     free, split, merge or empty_cache above the device's total (2^50
+//     without one), no segment event above the segment bound, no OOM request
+//     above 2^50, no time past 2^62 ns, and no thread's time before its
+//     previous event's. Sums of such figures cannot wrap 64 bits.
 //
 // Cost: O(segments log segments + blocks + bytes of text), no allocation
 // beyond one index per layout. Thread safety: pure.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -28,5 +38,25 @@ namespace cachealloc::snapshot {
 // bytes (e.g. "segment 3 (device 0) overlaps segment 2"), or nothing when
 // the snapshot holds them all. The events are not looked at.
 std::optional<std::string> layout_problem(const Snapshot& snapshot);
+
+// The plausibility bounds above.
+inline constexpr std::uint64_t kMaxPlausibleBytes = std::uint64_t{1} << 50;
+inline constexpr std::uint64_t kMaxPlausibleTimeNs = std::uint64_t{1} << 62;
+
+// What one allocation and one segment of `device` may hold: the device's
+// total and twice it where the snapshot records one, else 2^50 both.
+struct SizeLimits {
+  std::uint64_t allocation = kMaxPlausibleBytes;
+  std::uint64_t segment = kMaxPlausibleBytes;
+  std::uint64_t device_total = 0;  // 0: not recorded
+};
+SizeLimits size_limits(const Snapshot& snapshot, std::int32_t device);
+
+// The first figure of event `index` past its bound, on one line naming the
+// index and the figure ("event 2 holds 18446744073709551615 bytes, more
+// than device 0's total of 34359738368 bytes"), or nothing. `thread_last`:
+// the time of the previous event of the event's thread (0 for its first).
+std::optional<std::string> implausible_event(const Event& event, std::uint64_t index, const SizeLimits& limits,
+                                             std::uint64_t thread_last);
 
 }  // namespace cachealloc::snapshot
