@@ -96,6 +96,15 @@ void add_site_options(CLI::App& command, analyzer::SiteFilter& sites) {
 
 }  // namespace
 
+void add_input_options(CLI::App& command, CommonOptions& options) {
+  command.add_option("--max-inflate", options.max_inflate,
+                     "refuse a gzip or zstd input that inflates past RATIO times its size, a decompression bomb "
+                     "(0: no bound)")
+      ->option_text("RATIO")
+      ->check(whole_number(0, 1'000'000'000))
+      ->capture_default_str();
+}
+
 void add_files_options(CLI::App& command, CommonOptions& options, const std::string& files_help, bool jsonl) {
   command.add_option("FILES", options.files, files_help)->required();
   std::vector<std::string> formats{"table", "csv", "json"};
@@ -111,6 +120,7 @@ void add_files_options(CLI::App& command, CommonOptions& options, const std::str
                      "threads decoding each file's blocks ahead of its analysis (0: none)")
       ->check(whole_number(0, 64))
       ->capture_default_str();
+  add_input_options(command, options);
   add_site_options(command, options.sites);
   add_version_flags(command, std::string(kProgram) + " " CACHEALLOC_VERSION);
 }
@@ -141,6 +151,7 @@ void add_common_options(CLI::App& command, CommonOptions& options) {
                      "this process may run on, from 6 up, else 1; 1: one, with --decode-threads decoding ahead)")
       ->check(whole_number(0, 256))
       ->capture_default_str();
+  add_input_options(command, options);
   add_site_options(command, options.sites);
   add_version_flags(command, std::string(kProgram) + " " CACHEALLOC_VERSION);
 }
@@ -209,6 +220,7 @@ struct Runner::Destination {
 
 void Runner::run() const {
   if (!job_) throw std::logic_error("no subcommand selected");
+  snapshot::set_max_inflate_ratio(common.max_inflate);
   // Only a files job may take jsonl (ranks: its --format check allows it);
   // only a report, or a files job's document, is rendered into -o DIR/.
   const bool files = std::holds_alternative<FilesJob>(*job_);

@@ -19,6 +19,7 @@
 #include "cachealloc/analyzer/document.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/analyzer/reports.hpp"
+#include "cachealloc/snapshot/input.hpp"
 #include "cachealloc/snapshot/model.hpp"
 
 namespace cachealloc::cli {
@@ -39,6 +40,7 @@ struct CommonOptions {
   unsigned analysis_threads = 0;  // AnalysisOptions::threads: 0 is one per usable CPU
   analyzer::SiteFilter sites;
   std::vector<std::string> files;  // diff A B, ranks FILE... | DIR
+  std::uint64_t max_inflate = snapshot::kDefaultMaxInflateRatio;  // --max-inflate
 };
 
 // The four kinds of job a subcommand registers (Runner::select). Each reads
@@ -99,8 +101,11 @@ class Runner {
 
 // Adds the options of a subcommand over several files: FILES (the
 // positionals, `files_help`), --format (with jsonl when `jsonl`), -o, -f,
-// --table, --device, --decode-threads and the site options.
+// --table, --device, --decode-threads, --max-inflate and the site options.
 void add_files_options(CLI::App& command, CommonOptions& options, const std::string& files_help, bool jsonl);
+
+// Adds --max-inflate, which every subcommand that reads a file takes.
+void add_input_options(CLI::App& command, CommonOptions& options);
 
 // Adds FILE, --format, -o, -f, --table, --from, --to, --device, the site
 // options, --help and --version to `command`.

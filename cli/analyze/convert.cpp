@@ -33,6 +33,7 @@ void add_convert_command(CLI::App& app, Runner& runner) {
                       "file to write (- : stdout); .pickle/.pkl is a pickle, .bin/.snap/.casnap ours")
       ->required();
   command->add_flag("-f,--force", runner.common.force, "overwrite the -o file if it exists");
+  add_input_options(*command, runner.common);
   auto to = std::make_shared<std::string>();
   command->add_option("--to-format", *to, "ours or pickle (default: from -o's extension)")
       ->check(one_of({"ours", "pickle"}));

@@ -7,6 +7,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -130,6 +131,31 @@ class StreamGuard {
   std::optional<std::uint64_t> expected_;
 };
 
+std::atomic<std::uint64_t> max_inflate{kDefaultMaxInflateRatio};
+
+// Refuses a compressed input that inflates past max_inflate_ratio() times
+// what has been read of it. The ratio is of the bytes read so far, not of the
+// file's size, so a bomb stops after its first chunk whatever its length;
+// the floor of 64 KiB lets the first chunk of a small file inflate whole.
+class InflateGuard {
+ public:
+  explicit InflateGuard(Compression compression) : compression_(compression), ratio_(max_inflate_ratio()) {}
+  void grew(std::uint64_t compressed_read, std::uint64_t inflated) const {
+    if (ratio_ == 0) return;
+    const std::uint64_t read = std::max<std::uint64_t>(compressed_read, kChunk);
+    if (inflated / ratio_ <= read) return;
+    throw SnapshotError(ErrorCode::unsupported,
+                        std::string("the ") + compression_name(compression_) + "input inflates past " +
+                            std::to_string(ratio_) + " times its size (" + std::to_string(inflated) +
+                            " bytes from the first " + std::to_string(compressed_read) +
+                            "): refused as a decompression bomb; --max-inflate RATIO allows more");
+  }
+
+ private:
+  Compression compression_;
+  std::uint64_t ratio_;
+};
+
 // Standard input or the file; closes what it opened.
 class Source {
  public:
@@ -193,6 +219,8 @@ void inflate_gzip(Source& source, std::span<const std::byte> prefix, std::vector
   stream.avail_in = static_cast<uInt>(prefix.size());
   bool checked = false, in_member = true;
   StreamGuard guard(Compression::gzip);
+  const InflateGuard inflation(Compression::gzip);
+  std::uint64_t compressed_read = 0;  // total_in restarts with each member
   for (;;) {
     if (stream.avail_in == 0) {
       const std::size_t got = source.read(input.data(), input.size());
@@ -202,6 +230,7 @@ void inflate_gzip(Source& source, std::span<const std::byte> prefix, std::vector
     }
     if (!in_member) {
       // Another member follows (cat a.gz b.gz), as gzip -d reads it.
+      compressed_read += stream.total_in;
       if (inflateReset(&stream) != Z_OK) throw SnapshotError(ErrorCode::inconsistent, "zlib: cannot restart");
       in_member = true;
     }
@@ -221,6 +250,7 @@ void inflate_gzip(Source& source, std::span<const std::byte> prefix, std::vector
       check_start(std::span<const std::byte>(out).first(kPrefix), Compression::gzip);
       checked = true;
     }
+    inflation.grew(compressed_read + stream.total_in, out.size());
     guard.grew(out);
   }
   if (in_member) throw SnapshotError(ErrorCode::truncated, "truncated snapshot: the gzip data ends early");
@@ -240,6 +270,8 @@ void decompress_zstd(Source& source, std::span<const std::byte> prefix, std::vec
   std::size_t have = prefix.size();
   bool checked = false;
   StreamGuard guard(Compression::zstd);
+  const InflateGuard inflation(Compression::zstd);
+  std::uint64_t compressed_read = 0;  // before the chunk in `input`
   std::size_t last = 1;  // ZSTD_decompressStream's hint: 0 once a frame is complete
   for (;;) {
     if (have == 0) {
@@ -259,8 +291,10 @@ void decompress_zstd(Source& source, std::span<const std::byte> prefix, std::vec
         check_start(std::span<const std::byte>(out).first(kPrefix), Compression::zstd);
         checked = true;
       }
+      inflation.grew(compressed_read + in.pos, out.size());
       guard.grew(out);
     }
+    compressed_read += have;
     have = 0;
   }
   // Flush what the decoder still holds.
@@ -271,6 +305,7 @@ void decompress_zstd(Source& source, std::span<const std::byte> prefix, std::vec
     ZSTD_outBuffer buffer{out.data() + before, 4 * kChunk, 0};
     const std::size_t status = ZSTD_decompressStream(stream, &buffer, &in);
     out.resize(before + buffer.pos);
+    inflation.grew(compressed_read, out.size());
     guard.grew(out);
     if (ZSTD_isError(status)) break;
     if (buffer.pos == 0) break;
@@ -281,6 +316,9 @@ void decompress_zstd(Source& source, std::span<const std::byte> prefix, std::vec
 }
 
 }  // namespace
+
+void set_max_inflate_ratio(std::uint64_t ratio) noexcept { max_inflate.store(ratio, std::memory_order_relaxed); }
+std::uint64_t max_inflate_ratio() noexcept { return max_inflate.load(std::memory_order_relaxed); }
 
 bool is_standard_input(const std::filesystem::path& path) noexcept { return path.native() == "-"; }
 

@@ -11,6 +11,12 @@
 // (64 KiB of input, 256 KiB decompressed): bounded time and memory.
 // Only an input that starts like a snapshot is read whole.
 //
+// A compressed input is held to a ratio while it inflates: past
+// max_inflate_ratio() times the compressed bytes read so far (64 KiB at
+// least), it is refused as a decompression bomb. Real snapshots inflate 3 to
+// 25 times (PyTorch's pickles under zstd -19 or gzip -9); a bomb of 100 KB
+// that would inflate to 3 GB stops after about 4 MiB, in milliseconds.
+//
 // Errors (SnapshotError):
 //   io              the path cannot be opened or read; the message names the
 //                   path and the OS reason
@@ -19,10 +25,13 @@
 //                   "zstd-compressed" said when it was
 //   truncated       the input is empty, or the compressed stream ends early
 //   inconsistent    the compressed stream is damaged
+//   unsupported     a compressed input inflates past the ratio above, or a
+//                   stream passes its limit
 // Thread safety: reentrant (standard input is read by one caller only).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -31,6 +40,13 @@
 namespace cachealloc::snapshot {
 
 enum class Compression { none, gzip, zstd };
+
+// The bound on inflation (above), for every input read after the call: 64
+// by default; 0 lifts it (the stream limit, half this machine's memory,
+// still holds). Set it before reading, from one thread.
+inline constexpr std::uint64_t kDefaultMaxInflateRatio = 64;
+void set_max_inflate_ratio(std::uint64_t ratio) noexcept;
+std::uint64_t max_inflate_ratio() noexcept;
 
 // "-" names standard input for every tool.
 bool is_standard_input(const std::filesystem::path& path) noexcept;
