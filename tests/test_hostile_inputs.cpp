@@ -128,10 +128,14 @@ std::map<std::string, Expectation> expectations() {
   return out;
 }
 
-// No byte of a terminal's control set but the line ends (CSV's are CR LF):
-// no ESC, BEL, DEL, and no CR of the file's.
+// No character of a terminal's control set but the line ends (CSV's are CR
+// LF): no NUL, ESC, BEL, DEL, no CR of the file's, and no C1 character
+// (U+0080-U+009F: CSI U+009B, NEL U+0085), which UTF-8 writes C2 80-C2 9F.
 bool printable_table(std::string text) {
   for (std::size_t at; (at = text.find("\r\n")) != std::string::npos;) text.erase(at, 1);
+  for (std::size_t at = 0; (at = text.find('\xc2', at)) != std::string::npos; ++at) {
+    if (at + 1 < text.size() && static_cast<unsigned char>(text[at + 1]) < 0xa0) return false;
+  }
   return std::none_of(text.begin(), text.end(), [](char c) {
     const auto u = static_cast<unsigned char>(c);
     return (u < 0x20 && c != '\n') || u == 0x7f;
@@ -158,7 +162,7 @@ TEST_CASE("every hostile file in testdata/hostile has an expectation, and every 
   CHECK(files == expected.size());
   for (const char* prefix : {"invalid_utf8", "control_chars", "wrapped_totals", "overlapping", "wrapping_segment",
                              "block_outside", "blocks_short", "truncated_v6", "reserved_flag_bit_v6",
-                             "reference_before_block_v6"}) {
+                             "reference_before_block_v6", "implausible", "bomb", "control_chars_c1"}) {
     CHECK(std::any_of(expected.begin(), expected.end(), [&](const auto& e) { return e.first.starts_with(prefix); }));
   }
 }
@@ -200,9 +204,110 @@ TEST_CASE("given a hostile file, every report refuses it with exit 2 and the sam
 TEST_CASE("the library refuses the hostile files as the command line does: a SnapshotError, never a crash") {
   for (const auto& [name, expected] : expectations()) {
     CAPTURE(name);
-    if (expected.code != 2 || name.starts_with("wrapped_totals")) continue;  // the replay refuses those
+    if (expected.code != 2) continue;
     CHECK_THROWS_AS(snapshot::load(kHostile / name), snapshot::SnapshotError);
   }
+}
+
+// The subcommands that write their own text (not a rendered report), each
+// with the arguments that make it write.
+const std::vector<std::vector<std::string>> kWriters = {
+    {"flamegraph"},      {"flamegraph", "--collapsed"}, {"export", "--what", "sites"},
+    {"export", "--what", "sites", "--format", "json"},  {"export", "--what", "events"},
+    {"export", "--what", "perfetto"},                   {"html"},
+    {"convert", "-o", "-", "--to-format", "pickle"},    {"check", "--max-peak-reserved", "1T"}};
+
+TEST_CASE("given a refused file, no subcommand writes anything to stdout before its error") {
+  for (const auto& [name, expected] : expectations()) {
+    if (expected.code != 2) continue;
+    const std::string path = (kHostile / name).string();
+    CAPTURE(name);
+    for (std::vector<std::string> args : kWriters) {
+      args.insert(args.begin() + 1, path);
+      std::string line;
+      for (const std::string& a : args) line += a + " ";
+      CAPTURE(line);
+      // When it is refused
+      const Run r = analyze(args);
+      // Then stdout is empty, and stderr the one line
+      CHECK(r.code == 2);
+      CHECK(r.out.empty());
+      CHECK(r.err == "cachealloc-analyze: error: cannot read " + path + ": " + expected.message + "\n");
+    }
+  }
+}
+
+TEST_CASE("given control characters in frame names, collapsed stacks, CSV, JSON and the Perfetto trace spell them out") {
+  for (const auto& [name, expected] : expectations()) {
+    if (expected.code != 0) continue;
+    const std::string path = (kHostile / name).string();
+    CAPTURE(name);
+    for (std::vector<std::string> args : kWriters) {
+      if (args[0] == "html" || args[0] == "convert") continue;  // a page's script and a pickle carry their own encodings
+      args.insert(args.begin() + 1, path);
+      std::string line;
+      for (const std::string& a : args) line += a + " ";
+      CAPTURE(line);
+      // When it is written
+      const Run r = analyze(args);
+      // Then no control character of the file reaches the output
+      CHECK((r.code == 0 || (args[0] == "check" && r.code == 3)));  // check: 3 when a budget is unconfirmed
+      CHECK(r.err.empty());
+      CHECK(snapshot::invalid_utf8_bytes(r.out) == 0);
+      CHECK(printable_table(r.out));
+    }
+  }
+  // and the collapsed stacks and CSV show each one as the tables do
+  const std::string c1 = (kHostile / "control_chars_c1.pickle").string();
+  const std::string spelled = "c1\\x00\\x1b\\x07\\x7f\\xc2\\x9b\\xc2\\x85step";
+  CHECK(analyze({"flamegraph", c1, "--collapsed"}).out.find(spelled) != std::string::npos);
+  CHECK(analyze({"export", c1, "--what", "sites"}).out.find(spelled) != std::string::npos);
+  CHECK(analyze({"top", c1}).out.find(spelled) != std::string::npos);
+  // and JSON keeps the value, escaped
+  CHECK(analyze({"export", c1, "--what", "sites", "--format", "json"}).out.find("c1\\u0000\\u001b\\u0007\\u007f\\u009b\\u0085step") !=
+        std::string::npos);
+}
+
+TEST_CASE("given a decompression bomb, every subcommand refuses it within 1 s and 150 MiB, unless --max-inflate allows it") {
+  const double seconds = kSanitized ? 30 : 1;
+  const long max_rss_kib = kSanitized ? 1 << 20 : 150 << 10;
+  const std::string good = (fs::path(CACHEALLOC_SOURCE_DIR) / "analyzer" / "testdata" / "small_step.bin").string();
+  std::vector<std::vector<std::string>> commands;
+  for (const std::string& report : kReports) commands.push_back({report});
+  for (const std::vector<std::string>& writer : kWriters) commands.push_back(writer);
+  for (const char* other : {"recommend", "replay", "diff", "ranks"}) commands.push_back({other});
+  for (const char* bomb : {"bomb.pickle.zst", "bomb.pickle.gz"}) {
+    const std::string path = (kHostile / bomb).string();
+    const Expectation expected = expectations().at(bomb);
+    CAPTURE(path);
+    for (std::vector<std::string> args : commands) {
+      args.insert(args.begin() + 1, path);
+      if (args[0] == "diff") args.push_back(good);
+      std::string line;
+      for (const std::string& a : args) line += a + " ";
+      CAPTURE(line);
+      // When it is read
+      const Run r = analyze(args);
+      // Then it is refused quickly, in bounded memory, with one line
+      CHECK(r.code == 2);
+      CHECK(r.out.empty());
+      CHECK(r.err == "cachealloc-analyze: error: cannot read " + path + ": " + expected.message + "\n");
+      CHECK(r.seconds < seconds);
+      CHECK(r.max_rss_kib < max_rss_kib);
+      if (args[0] == "summary") MESSAGE(std::string(bomb) << ": " << r.seconds << " s, " << r.max_rss_kib / 1024 << " MiB");
+    }
+    // and --max-inflate 0 lifts the bound: the stream limit then stops it
+    const Run lifted = shell("exec \"$A\" summary --max-inflate 0 " + path, {"CACHEALLOC_MAX_STREAM_BYTES=67108864"});
+    CHECK(lifted.code == 2);
+    CHECK(lifted.err.find("goes on past 67108864 bytes") != std::string::npos);
+  }
+  // A real compressed snapshot (about 22:1) reads under the default bound
+  const std::string real = (fs::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "pytorch" / "long" / "long_ring_overflow.pickle.zst").string();
+  CHECK(analyze({"summary", real}).code == 0);
+  // and a bound below its ratio refuses it, naming the flag
+  const Run strict = analyze({"summary", real, "--max-inflate", "4"});
+  CHECK(strict.code == 2);
+  CHECK(strict.err.find("--max-inflate") != std::string::npos);
 }
 
 TEST_CASE("given endless input, the analyzer ends within seconds with one line and exit 2, in bounded memory") {
@@ -230,7 +335,8 @@ TEST_CASE("given endless input, the analyzer ends within seconds with one line a
        "cannot read standard input: the stream goes on past 67108864 bytes (half this machine's memory, or "
        "CACHEALLOC_MAX_STREAM_BYTES) without ending; read it from a file",
        {"CACHEALLOC_MAX_STREAM_BYTES=67108864"}},
-      {"gzip of a pickle's PROTO and endless zeros", "(printf '\\200\\004'; cat /dev/zero) | gzip -1 | \"$A\" -",
+      {"gzip of a pickle's PROTO and endless zeros, with no bound on inflation",
+       "(printf '\\200\\004'; cat /dev/zero) | gzip -1 | \"$A\" - --max-inflate 0",
        "cannot read standard input: the gzip-compressed stream goes on past 67108864 bytes (half this machine's "
        "memory, or CACHEALLOC_MAX_STREAM_BYTES) without ending; read it from a file",
        {"CACHEALLOC_MAX_STREAM_BYTES=67108864"}},

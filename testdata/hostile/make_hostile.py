@@ -7,6 +7,7 @@ against expected.tsv. Run from the repository root:
     python3 testdata/hostile/make_hostile.py [path/to/cachealloc-analyze]
 The analyzer, when given, converts the wrapped-totals pickles to our format
 (the reader accepts them: only the replay can tell)."""
+import gzip
 import os
 import pickle
 import struct
@@ -112,6 +113,36 @@ dump('wrapped_totals_huge_segment.pickle',
 dump('wrapped_totals_initial_layout.pickle',
      snapshot([segment_of(0x100000000000, [block(0x100000000000, 2**61, 'inactive', 0)])], []))
 
+# --- implausible figures: both readers refuse them, naming the event or
+# the device and the figure (snapshot/invariants.hpp: 2^50 bytes where no
+# device total is recorded, 2^62 ns).
+dump('implausible_alloc_wraps.pickle',
+     snapshot([ok_segment], ok_trace + [trace_entry('alloc', A + (1 << 20), 2**64 - 1, 1002)]))
+dump('implausible_alloc_2e62.pickle',
+     snapshot([ok_segment], ok_trace + [trace_entry('alloc', A + (1 << 20), 2**62, 1002)]))
+dump('implausible_alloc_2e63.pickle',
+     snapshot([ok_segment], ok_trace + [trace_entry('alloc', A + (1 << 20), 2**63 - 1, 1002)]))
+# 9.29e15 us: 9.29e18 ns, past 2^62 ns.
+dump('implausible_time.pickle',
+     snapshot([ok_segment], ok_trace + [trace_entry('free_requested', A, 1 << 20, 9_290_000_000_000_000, [frame])]))
+# Format version 1: the device's total (and cudaMemGetInfo's) of 1 GiB made 32 PiB.
+write('implausible_device_total_v1.bin', patch(V1, q(1 << 30), q(1 << 55), 2))
+
+# --- control characters of every kind in a frame's name (NUL, ESC, BEL, DEL
+# and the C1 characters CSI U+009B and NEL U+0085): shown spelled out by
+# every output, tables, CSV, JSON and collapsed stacks.
+c1_frame = dict(frame, name='c1\x00\x1b\x07\x7f\u009b\u0085step')
+dump('control_chars_c1.pickle',
+     snapshot([segment_of(A, [block(A, 1 << 20, frames=[c1_frame]), block(A + (1 << 20), 1 << 20, 'inactive', 0)])],
+              [trace_entry('segment_alloc', A, 2 << 20, 1000), trace_entry('alloc', A, 1 << 20, 1001, [c1_frame])]))
+
+# --- decompression bombs: a pickle's PROTO then 256 MiB of zeros, about
+# 1000:1 under gzip, far more under zstd. Refused as soon as the inflated
+# bytes pass 64 times the compressed bytes read (input.hpp).
+bomb = b'\x80\x04' + bytes(256 << 20)
+write('bomb.pickle.gz', gzip.compress(bomb, 9, mtime=0))
+write('bomb.pickle.zst', subprocess.run(['zstd', '-19', '-c'], input=bomb, capture_output=True, check=True).stdout)
+
 # --- format version 6 (event encoding 3): the golden v6 file cut short, and
 # its first event's flag byte with the reserved bit 7 set or with bit 5 (a
 # reference distance, read from the address column) on the block's first
@@ -128,6 +159,8 @@ write('reserved_flag_bit_v6.bin', V6[:flag0] + bytes([V6[flag0] | 0x80]) + V6[fl
 write('reference_before_block_v6.bin', V6[:flag0] + bytes([V6[flag0] | 0x20]) + V6[flag0 + 1:])
 
 if len(sys.argv) > 1:
+    # Made by an analyzer that predates the plausibility bounds, which now
+    # refuse both at the reader; kept as our format's cases of those bounds.
     for name in ('wrapped_totals_huge_segment', 'wrapped_totals_initial_layout'):
         subprocess.run([sys.argv[1], 'convert', os.path.join(HERE, name + '.pickle'), '-f', '-o',
                         os.path.join(HERE, name + '.bin')], check=True)
