@@ -238,6 +238,12 @@ Snapshot decode(std::span<const std::byte> bytes) {
   return snapshot;
 }
 
+Snapshot detail::decode_unvalidated(std::span<const std::byte> bytes) {
+  const std::uint32_t version =
+      detail::check_framing(bytes.first(std::min(bytes.size(), kFramingSize)), bytes.size());
+  return decode_body(version, bytes.subspan(kFramingSize));
+}
+
 // --- version 3 pieces (format_v3.hpp) --------------------------------------
 
 void detail::inconsistent(const std::string& what) {

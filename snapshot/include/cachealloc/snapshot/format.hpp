@@ -97,6 +97,10 @@ namespace detail {
 // encode() without validate(): only for tests of the reader's rejections,
 // which need files that the writer would refuse to produce.
 std::vector<std::byte> encode_unvalidated(const Snapshot& snapshot);
+// decode() without validate(): only for the codec's round trips of figures
+// no recorder writes (times of 2^64 - 1, sizes past any device), which the
+// readers refuse (invariants.hpp).
+Snapshot decode_unvalidated(std::span<const std::byte> bytes);
 // encode() as format version 5 (event encoding 2) or 6 (kFormatVersion,
 // event encoding 3), the two that share the head's layout: for the tests and
 // the benchmark that compare the encodings (bench/analyze_throughput.cpp).
