@@ -6,6 +6,7 @@
 // testdata/pytorch/make_corpus.py, which documents how steps line up with
 // the snapshot's annotations.
 #include <doctest/doctest.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -26,27 +27,54 @@ using snapshot::EventKind;
 namespace {
 
 const std::filesystem::path kCorpus = std::filesystem::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "pytorch" / "corpus";
+// The long runs (tens of thousands of events each, one beginning mid-run),
+// their pickles and stats zstd-compressed.
+const std::filesystem::path kLongRuns = kCorpus.parent_path() / "long";
 
-Json read_json(const std::filesystem::path& path) {
-  std::ifstream in(path);
+// A file's text; a .zst file (zstd -19 writes the content size) decompressed.
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
-  return analyzer::testing::parse_json(text.str());
+  if (path.extension() != ".zst") return text.str();
+  const std::string packed = text.str();
+  const unsigned long long size = ZSTD_getFrameContentSize(packed.data(), packed.size());
+  REQUIRE(size != ZSTD_CONTENTSIZE_UNKNOWN);
+  REQUIRE(size != ZSTD_CONTENTSIZE_ERROR);
+  std::string plain(size, '\0');
+  const std::size_t written = ZSTD_decompress(plain.data(), plain.size(), packed.data(), packed.size());
+  REQUIRE(!ZSTD_isError(written));
+  plain.resize(written);
+  return plain;
 }
+
+Json read_json(const std::filesystem::path& path) { return analyzer::testing::parse_json(read_text(path)); }
 
 std::uint64_t figure(const Json& stats, const std::string& key) {
   return static_cast<std::uint64_t>(stats[key].number());
 }
 
-std::vector<std::string> corpus_cases() {
+// The cases of a folder: NAME for each NAME.stats.json (or NAME.stats.json.zst,
+// beside NAME.pickle.zst).
+std::vector<std::string> corpus_cases(const std::filesystem::path& folder = kCorpus) {
   std::vector<std::string> names;
-  for (const auto& file : std::filesystem::directory_iterator(kCorpus)) {
-    const std::string name = file.path().filename().string();
+  for (const auto& file : std::filesystem::directory_iterator(folder)) {
+    std::string name = file.path().filename().string();
+    if (name.ends_with(".zst")) name.resize(name.size() - 4);
     const std::string suffix = ".stats.json";
     if (name.size() > suffix.size() && name.ends_with(suffix)) names.push_back(name.substr(0, name.size() - suffix.size()));
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+struct CaseFiles {
+  std::filesystem::path pickle, stats;
+};
+
+CaseFiles case_files(const std::filesystem::path& folder, const std::string& name) {
+  const bool packed = folder == kLongRuns;
+  return {folder / (name + (packed ? ".pickle.zst" : ".pickle")), folder / (name + (packed ? ".stats.json.zst" : ".stats.json"))};
 }
 
 // The index of the annotation event of `kind` named `name` (the first one).
@@ -101,14 +129,16 @@ void check_peaks(const analyzer::Analysis& a, const Json& stats, std::vector<Com
 
 }  // namespace
 
-TEST_CASE("every figure at the dump and at every step of every real PyTorch run equals memory_stats()") {
-  const std::vector<std::string> cases = corpus_cases();
-  REQUIRE(cases.size() >= 13);
+// Every case of `folder`: the figures at the dump, at the end of every step,
+// and the peaks inside every step. Returns the steps compared.
+std::size_t check_every_step(const std::filesystem::path& folder, const std::vector<std::string>& cases) {
+  std::size_t steps_compared = 0;
   for (const std::string& name : cases) {
     CAPTURE(name);
     // given PyTorch's snapshot and its own figures
-    const Json truth = read_json(kCorpus / (name + ".stats.json"));
-    const snapshot::Snapshot snap = analyzer::load(kCorpus / (name + ".pickle"));
+    const CaseFiles files = case_files(folder, name);
+    const Json truth = read_json(files.stats);
+    const snapshot::Snapshot snap = analyzer::load(files.pickle);
     // when the analyzer replays it to the dump, and to the end of each step
     std::vector<Compared> compared;
     analyzer::AnalysisOptions whole;
@@ -135,6 +165,7 @@ TEST_CASE("every figure at the dump and at every step of every real PyTorch run 
       check_peaks(analyze(snap, inside), step["stats"], here);
       for (Compared& c : here) c.what = step_name + ": " + c.what;
       compared.insert(compared.end(), here.begin(), here.end());
+      ++steps_compared;
     }
     // then each equals PyTorch's; where the trace cannot tell (it began
     // mid-run) the figure is marked a bound and the bound holds
@@ -152,6 +183,24 @@ TEST_CASE("every figure at the dump and at every step of every real PyTorch run 
       CHECK(at_dump.totals_at_end.reserved == figure(truth["dump"], "reserved_bytes.all.current"));
     }
   }
+  return steps_compared;
+}
+
+TEST_CASE("every figure at the dump and at every step of every real PyTorch run equals memory_stats()") {
+  const std::vector<std::string> cases = corpus_cases();
+  REQUIRE(cases.size() >= 13);
+  check_every_step(kCorpus, cases);
+}
+
+TEST_CASE("every figure at every step of the long real runs equals memory_stats(), mid-run ones included") {
+  // given the five long runs: 157k-180k events each, 300-340 steps, one whose
+  // ring overflowed (its steps before the ring's first entry are left out)
+  const std::vector<std::string> cases = corpus_cases(kLongRuns);
+  REQUIRE(cases.size() == 5);
+  // when the analyzer replays each to the end of every step, then each figure is PyTorch's
+  const std::size_t steps = check_every_step(kLongRuns, cases);
+  MESSAGE("long runs: ", steps, " steps compared with memory_stats()");
+  CHECK(steps >= 4 * 300 + 30);
 }
 
 TEST_CASE("the corpus covers what the figures depend on: a ring overflow, an OOM, expandable segments, streams") {
