@@ -707,6 +707,7 @@
   report.setView = setView;
   report.peakEvent = peakOf('allocated') ? peakOf('allocated').event : null;
   report.keyframes = keyframes.length;
+  report.keyframeEvents = keyframes.map((k) => k.before);  // the event each keyframe's state precedes
 
   setView(0, Math.max(0, N - 1));
   mark('timeline');

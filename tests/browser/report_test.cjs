@@ -6,9 +6,11 @@
 //   - the timeline is drawn and its peak equals `summary --format json`;
 //   - a click at the peak's pixel selects that event, and the segment map then
 //     holds exactly the segments and blocks `segments --at PEAK --format json` lists;
-//   - so does the segment map at 20 events spread over the whole trace (the page
-//     rebuilds each from its nearest keyframe; the long runs of testdata/pytorch/long
-//     have many keyframes, and at least one input must have three or more);
+//   - so do the segment map and the sites live (against the active blocks of
+//     `segments --at`, summed by site) at 20 events spread over the whole trace and
+//     on both sides of up to 6 keyframes (the page rebuilds each from its nearest
+//     keyframe; the long runs of testdata/pytorch/long have many keyframes, and at
+//     least three inputs of three or more keyframes must pass at every moment);
 //   - a brush (drag) over the timeline selects a window whose sites panel holds
 //     the sites `top --from A --to B --format json` gives, with their counts and bytes.
 // And for a few of them: the flamegraph SVG parses as XML and renders with no
@@ -97,7 +99,41 @@ function sameMap(map, expected, name) {
   return same;
 }
 
+// Sites live at a moment, as the page lists them (one row per stack), against
+// the active blocks of `segments --at`, both summed by the site's name (stacks
+// that differ further out share their first frame of the program).
+function sameLiveSites(sites, expected, name) {
+  const sum = (rows) => {
+    const bySite = new Map();
+    for (const r of rows) { const s = bySite.get(r.site) || { bytes: 0, blocks: 0 }; s.bytes += r.bytes; s.blocks += r.blocks; bySite.set(r.site, s); }
+    return bySite;
+  };
+  const got = sum(sites);
+  const want = sum(expected.blocks.filter((b) => b.state === 'active_allocated').map((b) => ({ site: b.site, bytes: b.size, blocks: 1 })));
+  let same = check(got.size === want.size, name + ': ' + got.size + ' live sites on the page, segments --at holds ' + want.size);
+  for (const [site, g] of same ? got : []) {
+    const e = want.get(site);
+    same = check(e !== undefined && g.bytes === e.bytes && g.blocks === e.blocks,
+                 name + ': live site ' + JSON.stringify(Object.assign({ site }, g)) + ' vs ' + JSON.stringify(e));
+    if (!same) break;
+  }
+  return same;
+}
+
+// 20 events spread over [0, last], and both sides of up to 6 keyframes spread
+// over the trace (the last event a keyframe's predecessor rebuilds, and the first
+// the keyframe itself starts).
+function momentsToCheck(last, keyframeEvents) {
+  const points = new Set(Array.from({ length: 20 }, (_, j) => Math.round((j * last) / 19)));
+  const inner = keyframeEvents.filter((e) => e > 0 && e <= last);
+  const picked = inner.length <= 6 ? inner : Array.from({ length: 6 }, (_, j) => inner[Math.round((j * (inner.length - 1)) / 5)]);
+  for (const e of picked) { points.add(e - 1); points.add(e); }
+  return [...points].sort((a, b) => a - b);
+}
+
 let mostKeyframes = 0;
+let manyKeyframeInputs = 0;   // inputs of 3 or more keyframes whose every moment was checked
+let momentsChecked = 0;
 
 async function checkReport(browser, input, name) {
   const html = path.join(outdir, name + '.html');
@@ -130,20 +166,28 @@ async function checkReport(browser, input, name) {
     sameMap(s.map, json(['segments', input, '--at', String(peakEvent)]), name);
   }
 
-  // The segment map at 20 events spread over the trace, each rebuilt by the page
-  // from its nearest keyframe, against `segments --at`.
+  // The segment map and the live sites at 20 events spread over the trace, and
+  // on both sides of a few keyframes, each rebuilt by the page from its nearest
+  // keyframe, against `segments --at`.
   const lastEvent = summary.at_event;
+  const keyframes = await page.evaluate(() => window.cacheallocReport.keyframes);
+  const keyframeEvents = await page.evaluate(() => window.cacheallocReport.keyframeEvents);
+  mostKeyframes = Math.max(mostKeyframes, keyframes);
   let mapsChecked = 0;
   if (lastEvent !== null && lastEvent !== undefined) {
-    const points = [...new Set(Array.from({ length: 20 }, (_, j) => Math.round((j * lastEvent) / 19)))];
+    const points = momentsToCheck(lastEvent, keyframeEvents);
     for (const at of points) {
-      const map = await page.evaluate((e) => { window.cacheallocReport.selectMoment(e); return JSON.parse(JSON.stringify(window.cacheallocReport.segmentMap)); }, at);
-      if (!sameMap(map, json(['segments', input, '--at', String(at)]), name + ' at #' + at)) break;
+      const page_ = await page.evaluate((e) => { const r = window.cacheallocReport; r.selectMoment(e);
+        return JSON.parse(JSON.stringify({ map: r.segmentMap, sites: r.liveSites })); }, at);
+      const expected = json(['segments', input, '--at', String(at)]);
+      if (!sameMap(page_.map, expected, name + ' at #' + at)) break;
+      if (!sameLiveSites(page_.sites, expected, name + ' at #' + at)) break;
       ++mapsChecked;
     }
+    check(mapsChecked === points.length, name + ': the page equals segments --at at all ' + points.length + ' events chosen');
+    if (keyframes >= 3 && mapsChecked === points.length) ++manyKeyframeInputs;
+    momentsChecked += mapsChecked;
   }
-  const keyframes = await page.evaluate(() => window.cacheallocReport.keyframes);
-  mostKeyframes = Math.max(mostKeyframes, keyframes);
 
   // Brush over 30%..60% of the plot.
   const box = await page.evaluate(() => window.cacheallocReport.plotBox());
@@ -178,7 +222,7 @@ async function checkReport(browser, input, name) {
   check(timeAxis.label && timeAxis.points > 0, name + ': the timeline is drawn against time, its axis labelled');
   check(JSON.stringify(timeAxis.view) === JSON.stringify([s.window.from, s.window.to]) || !s.window, name + ': switching the axis keeps the window');
   check(problems.length === 0, name + ': no console errors and no requests' + (problems.length ? ':\n    ' + problems.join('\n    ') : ''));
-  console.log('ok   ' + name + ' (' + fs.statSync(html).size + ' bytes, ' + keyframes + ' keyframes, segment map held to segments --at at ' +
+  console.log('ok   ' + name + ' (' + fs.statSync(html).size + ' bytes, ' + keyframes + ' keyframes, segment map and live sites held to segments --at at ' +
               mapsChecked + ' events, interactive after ' + interactive + ' ms)');
   await page.close();
 }
@@ -242,6 +286,9 @@ function checkPerfetto(validate, input, name) {
       checkPerfetto(validate, input, name);
     }
     check(mostKeyframes >= 3, 'some input has three or more keyframes (the most: ' + mostKeyframes + ')');
+    const wantMany = Number(process.env.CACHEALLOC_MIN_KEYFRAME_INPUTS || 3);  // 1 for a folder of one large trace
+    check(manyKeyframeInputs >= wantMany, manyKeyframeInputs + ' inputs of three or more keyframes held to segments --at at every moment (want ' + wantMany + ' or more)');
+    console.log('page state held to segments --at at ' + momentsChecked + ' moments; ' + manyKeyframeInputs + ' inputs of 3 or more keyframes');
   } finally {
     await browser.close();
     fs.rmSync(profile, { recursive: true, force: true });
