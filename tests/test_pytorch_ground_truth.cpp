@@ -6,7 +6,6 @@
 // testdata/pytorch/make_corpus.py, which documents how steps line up with
 // the snapshot's annotations.
 #include <doctest/doctest.h>
-#include <zstd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -19,6 +18,7 @@
 #include "cachealloc/analyzer/load.hpp"
 #include "cachealloc/analyzer/reports.hpp"
 #include "../analyzer/testing/parsers.hpp"
+#include "compressed_text.hpp"
 
 using namespace cachealloc;
 using analyzer::testing::Json;
@@ -31,21 +31,13 @@ const std::filesystem::path kCorpus = std::filesystem::path(CACHEALLOC_SOURCE_DI
 // their pickles and stats zstd-compressed.
 const std::filesystem::path kLongRuns = kCorpus.parent_path() / "long";
 
-// A file's text; a .zst file (zstd -19 writes the content size) decompressed.
+// A file's text; a .zst file decompressed.
 std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
+  if (path.extension() == ".zst") return cachealloc::testing::zstd_text(path);
+  std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
-  if (path.extension() != ".zst") return text.str();
-  const std::string packed = text.str();
-  const unsigned long long size = ZSTD_getFrameContentSize(packed.data(), packed.size());
-  REQUIRE(size != ZSTD_CONTENTSIZE_UNKNOWN);
-  REQUIRE(size != ZSTD_CONTENTSIZE_ERROR);
-  std::string plain(size, '\0');
-  const std::size_t written = ZSTD_decompress(plain.data(), plain.size(), packed.data(), packed.size());
-  REQUIRE(!ZSTD_isError(written));
-  plain.resize(written);
-  return plain;
+  return text.str();
 }
 
 Json read_json(const std::filesystem::path& path) { return analyzer::testing::parse_json(read_text(path)); }

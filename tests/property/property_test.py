@@ -47,8 +47,6 @@ _RING_START_UNMAP = ('snapshot/src/ring_start.cpp, derive_ring_start: a segment_
                      'segment of the final layout (every piece unmapped by the end) is dropped, not mapped back')
 _REPLAY_DEVICE_ALLOCS = ('analyzer/src/whatif: replay\'s recorded device_allocs counts the segments that existed '
                          'before a mid-run trace\'s first event as cudaMallocs')
-_REPLAY_MID_RUN = ('analyzer/src/whatif: replay says "starts mid-run: no" for a trace whose first allocs land in '
-                   'segments it never allocated, and its recorded column starts from an empty allocator')
 _PRE_RING_FIELDS = {'segments blocks', 'summary allocated', 'summary active', 'summary cached_free',
                     'summary inactive_split', 'summary peak_allocated', 'summary peak_active', 'summary pending_free',
                     'peak peak_bytes', 'peak allocations'}
@@ -64,15 +62,13 @@ EXPECTED_TO_FAIL = {
         'summary reserved', 'summary cached_free', 'summary peak_allocated', 'summary peak_active',
         'summary peak_reserved', 'summary peak_requested', 'summary pending_free', 'peak peak_bytes',
         'peak allocations', 'replay peak_reserved', 'replay peak_allocated'}),
-    'fuzz_seeds/pytorch_corpus_no_context.pickle': (_REPLAY_MID_RUN, {
-        'replay peak_reserved', 'replay peak_allocated', 'replay reserved_at_end', 'replay allocated_at_end',
-        'replay segments_at_end', 'replay cached_free_at_peak', 'replay largest_free_at_peak'}),
 }
 for _name in ('synthetic_2k_native.bin', 'synthetic_2k_nostacks.bin', 'format_versions/v4.bin', 'format_versions/v5.bin',
               'format_versions/v6.bin', 'fuzz_seeds/ours_v4.pickle', 'fuzz_seeds/ours_v5.pickle',
               'fuzz_seeds/pytorch_corpus_cuda_graph.pickle', 'fuzz_seeds/pytorch_corpus_oom_retry.pickle',
               'fuzz_seeds/pytorch_corpus_roundup_list.pickle', 'fuzz_seeds/pytorch_gru_python_stacks.pickle',
-              'fuzz_seeds/pytorch_no_context.pickle', 'pytorch/ring_overflow.pickle',
+              'fuzz_seeds/pytorch_no_context.pickle', 'fuzz_seeds/pytorch_corpus_no_context.pickle',
+              'pytorch/ring_overflow.pickle',
               'pytorch/corpus/ring_overflow.pickle', 'pytorch/long/long_ring_overflow.pickle.zst'):
     _bug, _fields = EXPECTED_TO_FAIL.get(_name, (_REPLAY_DEVICE_ALLOCS, set()))
     EXPECTED_TO_FAIL[_name] = (_bug if _fields else _REPLAY_DEVICE_ALLOCS, _fields | {'replay device_allocs'})
