@@ -93,13 +93,15 @@ tsan() {
   done
 }
 
-# libFuzzer (build-fuzz/, clang): the snapshot reader, the pickle reader and
-# the analysis behind every report, each run briefly from testdata/ as a CTest;
+# libFuzzer (build-fuzz/, clang): the snapshot reader, the pickle reader, the
+# analysis behind every report, replay (and --sweep), html, check, recommend,
+# diff and convert's round trip, each run briefly from testdata/ as a CTest;
 # docs/RELIABILITY.md has the long runs. Any crash, leak, timeout or OOM fails.
 fuzz() {
   configure build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DCACHEALLOC_BUILD_FUZZERS=ON \
     -DCACHEALLOC_BUILD_TESTS=OFF -DCACHEALLOC_BUILD_BENCH=OFF -DCACHEALLOC_FUZZ_SECONDS="${FUZZ_SECONDS:-45}"
-  cmake --build build-fuzz -j"$jobs" --target fuzz_snapshot_reader fuzz_pickle_reader fuzz_analysis
+  cmake --build build-fuzz -j"$jobs" --target fuzz_snapshot_reader fuzz_pickle_reader fuzz_analysis fuzz_replay \
+    fuzz_html fuzz_check fuzz_recommend fuzz_diff fuzz_convert
   ctest --test-dir build-fuzz --output-on-failure -j1 -R '^fuzz_'
 }
 

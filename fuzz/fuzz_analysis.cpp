@@ -1,7 +1,9 @@
 // libFuzzer target: the analysis behind every report. Whatever load()
 // accepts (our format or a pickle), every report is built and rendered in
-// every format, the flame graph and the Perfetto trace are written, and JSON
-// and CSV must be valid UTF-8. A refusal must be a SnapshotError of one line.
+// every format, the flame graph and the Perfetto trace are written; JSON and
+// CSV must be valid UTF-8, tables without a control character and every
+// table row as long as its columns (fuzz_support.hpp). A refusal must be a
+// SnapshotError of one line.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -17,14 +19,6 @@ namespace {
 
 using namespace cachealloc;
 
-void render_all(const analyzer::Document& document) {
-  for (const analyzer::Format format : {analyzer::Format::table, analyzer::Format::csv, analyzer::Format::json}) {
-    std::ostringstream out;
-    analyzer::render(document, format, out);
-    if (format != analyzer::Format::table) fuzz::check_utf8(out.str());
-  }
-}
-
 void analyze(const snapshot::Snapshot& snapshot) {
   analyzer::ReportOptions options;
   analyzer::ReportOptions bucketed;
@@ -35,13 +29,13 @@ void analyze(const snapshot::Snapshot& snapshot) {
                               static_cast<Report>(analyzer::timeline_report), static_cast<Report>(analyzer::peak_report),
                               static_cast<Report>(analyzer::top_report), static_cast<Report>(analyzer::leaks_report),
                               static_cast<Report>(analyzer::oom_report), static_cast<Report>(analyzer::events_report)}) {
-    render_all(report(snapshot, options));
+    fuzz::render_all(report(snapshot, options));
   }
-  render_all(analyzer::timeline_report(snapshot, bucketed));
-  render_all(analyzer::fragmentation_report(snapshot, bucketed));
+  fuzz::render_all(analyzer::timeline_report(snapshot, bucketed));
+  fuzz::render_all(analyzer::fragmentation_report(snapshot, bucketed));
   for (const analyzer::ExportTable table : {analyzer::ExportTable::timeline, analyzer::ExportTable::events,
                                             analyzer::ExportTable::segments, analyzer::ExportTable::sites}) {
-    render_all(analyzer::export_report(snapshot, table, options));
+    fuzz::render_all(analyzer::export_report(snapshot, table, options));
   }
   analyzer::SnapshotEvents source(snapshot);
   std::ostringstream out;

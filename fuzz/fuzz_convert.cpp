@@ -1,0 +1,128 @@
+// libFuzzer target: convert's round trip on whatever load() accepts.
+//   - ours: what encode() writes decodes to the same snapshot, whole (the
+//     format version aside, and the ring start encode() derives);
+//   - a pickle: what encode_pytorch_pickle() writes reads back through the
+//     pickle reader to the same layout (segments and blocks, stacks compared
+//     by their frames) and the same events PyTorch's format has, in order;
+//     a pickle read comes back whole. A trace entry's size is a request,
+//     so a block size PyTorch's policy does not give from it is inferred
+//     again (the reader counts those, block_sizes.*).
+// Neither writer may refuse a snapshot load() accepted (both validate what
+// they write, and load() validated it), and each loss convert reports is
+// one printable line. A refusal of the input must be a SnapshotError of one
+// line.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/pickle.hpp"
+#include "fuzz_support.hpp"
+
+namespace {
+
+using namespace cachealloc::snapshot;
+
+using FrameText = std::tuple<std::string, std::uint32_t, std::string>;
+
+std::vector<FrameText> frames_of(const Snapshot& s, StackId id) {
+  std::vector<FrameText> out;
+  if (id.value >= s.stacks.size()) return out;
+  for (const FrameId f : s.stacks[id.value].frames) {
+    const Frame& frame = s.frames[f.value];
+    out.emplace_back(s.strings[frame.file.value], frame.line, s.strings[frame.function.value]);
+  }
+  return out;
+}
+
+// The events a pickle holds as trace entries (annotations go to
+// external_annotations, split, merge and empty_cache have no entry).
+bool is_trace_entry(EventKind kind) {
+  return kind != EventKind::split && kind != EventKind::merge && kind != EventKind::empty_cache &&
+         kind != EventKind::annotation_begin && kind != EventKind::annotation_end;
+}
+
+void same_layout(const Snapshot& original, const Snapshot& back) {
+  if (back.segments.size() != original.segments.size()) std::abort();
+  for (std::size_t i = 0; i < original.segments.size(); ++i) {
+    const Segment& a = original.segments[i];
+    const Segment& b = back.segments[i];
+    if (std::tie(a.device, a.stream, a.address, a.total_size, a.large_pool, a.expandable) !=
+        std::tie(b.device, b.stream, b.address, b.total_size, b.large_pool, b.expandable))
+      std::abort();
+    if (frames_of(original, a.stack) != frames_of(back, b.stack)) std::abort();
+    if (a.blocks.size() != b.blocks.size()) std::abort();
+    for (std::size_t k = 0; k < a.blocks.size(); ++k) {
+      if (std::tie(a.blocks[k].address, a.blocks[k].size, a.blocks[k].requested, a.blocks[k].state) !=
+          std::tie(b.blocks[k].address, b.blocks[k].size, b.blocks[k].requested, b.blocks[k].state))
+        std::abort();
+      if (frames_of(original, a.blocks[k].stack) != frames_of(back, b.blocks[k].stack)) std::abort();
+    }
+  }
+}
+
+void same_trace_entries(const Snapshot& original, const Snapshot& back) {
+  const auto setting = [&](const char* key) {
+    const auto it = back.settings.find(key);
+    return it == back.settings.end() ? std::string("0") : it->second;
+  };
+  const bool sizes_inferred = setting("block_sizes.inferred") != "0" || setting("block_sizes.contradicted") != "0";
+  std::vector<const Event*> expected;
+  for (const Event& e : original.events) {
+    if (is_trace_entry(e.kind)) expected.push_back(&e);
+  }
+  std::vector<const Event*> got;
+  for (const Event& e : back.events) {
+    if (is_trace_entry(e.kind)) got.push_back(&e);
+  }
+  if (got.size() != expected.size()) std::abort();
+  std::map<std::int32_t, std::uint64_t> last_time;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const Event& a = *expected[i];
+    const Event& b = *got[i];
+    if (std::tie(a.kind, a.device, a.stream, a.address) != std::tie(b.kind, b.device, b.stream, b.address)) std::abort();
+    // A block's size comes back when PyTorch's policy gives it from the
+    // request; the reader counts the sizes it had to infer otherwise.
+    const bool block_size = a.kind == EventKind::alloc || a.kind == EventKind::free_requested ||
+                            a.kind == EventKind::free_completed;
+    if (a.size != b.size && !(block_size && sizes_inferred)) std::abort();
+    // PyTorch's time_us: whole microseconds, which the reader keeps in order
+    // on each device (a later entry is never earlier).
+    if (b.time_ns % 1000 != 0 || b.time_ns < a.time_ns / 1000 * 1000 || b.time_ns < last_time[b.device]) std::abort();
+    last_time[b.device] = b.time_ns;
+    // PyTorch's trace names no pool for a map; the reader supplies the flags.
+    if (a.kind != EventKind::segment_map && a.aux != b.aux) std::abort();
+    if (frames_of(original, a.stack) != frames_of(back, b.stack)) std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::span<const std::byte> bytes = cachealloc::fuzz::as_bytes(data, size);
+  const std::optional<Snapshot> snapshot = cachealloc::fuzz::load_small(bytes);
+  if (!snapshot) return 0;
+  // convert -o FILE.bin: the same snapshot but for the format version (the
+  // current one is written) and the ring start, which encode() derives when
+  // the reader left it empty; a second trip changes nothing at all.
+  Snapshot ours = decode(encode(*snapshot));
+  Snapshot expected = *snapshot;
+  expected.header.format_version = ours.header.format_version;
+  if (expected.ring_start.empty()) expected.ring_start = ours.ring_start;
+  if (ours != expected) std::abort();
+  if (decode(encode(ours)) != ours) std::abort();
+  // convert -o FILE.pickle
+  for (const std::string& loss : pickle_conversion_losses(*snapshot)) cachealloc::fuzz::check_line(loss);
+  const Snapshot back = decode_pytorch_pickle(encode_pytorch_pickle(*snapshot));
+  if (has_pickle_header(bytes)) {
+    if (back != *snapshot) std::abort();
+  } else {
+    same_layout(*snapshot, back);
+    same_trace_entries(*snapshot, back);
+  }
+  return 0;
+}

@@ -1,0 +1,32 @@
+// libFuzzer target: the HTML page (html) on whatever load() accepts. The
+// page must be valid UTF-8 (the file's text reaches it only escaped) and
+// end with </html>; a refusal must be a SnapshotError of one line.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <sstream>
+
+#include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/analyzer/html_report.hpp"
+#include "fuzz_support.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace cachealloc;
+  const std::optional<snapshot::Snapshot> snapshot = fuzz::load_small(fuzz::as_bytes(data, size));
+  if (!snapshot) return 0;
+  analyzer::SnapshotEvents source(*snapshot);
+  analyzer::HtmlOptions html;
+  // Small windows drawn event by event, as a long trace's would be.
+  if (fuzz::option_bits(data, size) & 1u) html.exact_events = 16;
+  std::ostringstream out;
+  try {
+    const analyzer::HtmlReportStats stats = analyzer::write_html_report(source, analyzer::ReportOptions{}, html, out);
+    const std::string page = out.str();
+    fuzz::check_utf8(page);
+    if (stats.bytes != page.size()) std::abort();
+    if (page.find("</html>") == std::string::npos) std::abort();
+  } catch (const snapshot::SnapshotError& error) {
+    fuzz::check_message(error.what());
+  }
+  return 0;
+}
