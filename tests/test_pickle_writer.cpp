@@ -248,6 +248,17 @@ TEST_CASE("a real PyTorch snapshot survives our writer unchanged") {
   }
 }
 
+TEST_CASE("a PyTorch snapshot without allocator_settings is written without them") {
+  // Given a real snapshot whose pickle holds no allocator_settings
+  const Snapshot read = read_pytorch_pickle(kData / "corpus_no_settings.pickle");
+  REQUIRE(read.settings.at("block_sizes.policy") == "defaults (no allocator_settings)");
+  // When we write it as a pickle and read that
+  const Snapshot back = decode_pytorch_pickle(encode_pytorch_pickle(read));
+  // Then its settings are still unknown, and nothing else changed either
+  CHECK(back.settings.at("block_sizes.policy") == "defaults (no allocator_settings)");
+  CHECK(back == read);
+}
+
 TEST_CASE("Python's pickle.load reads what we write, as PyTorch's viewer would") {
   if (!have_python()) {
     MESSAGE("python3 not found: skipped");

@@ -154,8 +154,12 @@ class SnapshotPickler {
       write_segments();
       w_.text("device_traces");
       write_traces();
-      w_.text("allocator_settings");
-      write_settings();
+      // A pickle read without allocator_settings is written without them:
+      // the reader's own keys alone would make unknown settings known.
+      if (!settings_unknown()) {
+        w_.text("allocator_settings");
+        write_settings();
+      }
       w_.text("external_annotations");
       write_annotations();
     });
@@ -165,6 +169,12 @@ class SnapshotPickler {
 
  private:
   const std::string& string(StringId id) const { return s_.strings[id.value]; }
+
+  // The pickle reader's mark of a file that held no allocator_settings.
+  bool settings_unknown() const {
+    const auto policy = s_.settings.find("block_sizes.policy");
+    return policy != s_.settings.end() && policy->second == "defaults (no allocator_settings)";
+  }
 
   void write_frame(FrameId id) {
     const auto found = frame_memo_.find(id.value);
