@@ -328,6 +328,7 @@ def main():
     exits = collections.Counter()
     kinds = collections.Counter(how for _, _, how in inputs)
     kept = collections.defaultdict(list)
+    where = collections.defaultdict(collections.Counter)
     scratch = Path(tempfile.mkdtemp(prefix="campaign-"))
     with concurrent.futures.ThreadPoolExecutor(options.jobs) as pool:
         futures = {pool.submit(run_one, cli, run, scratch, n): (path, how, run)
@@ -339,6 +340,7 @@ def main():
             exits[rc] += 1
             for c in classes:
                 counts[c] += 1
+                where[c][run.sub] += 1
                 if len(kept[c]) < 5:
                     kept[c].append((path, run.args, rc, err))
             if done % 5000 == 0:
@@ -357,9 +359,11 @@ def main():
     print(f"exit statuses: {', '.join(f'{k} {v}' for k, v in sorted(exits.items(), key=lambda kv: str(kv[0])))}")
     print("failures per class:")
     for c, why in FAILURES.items():
-        print(f"  {c:17s} {counts[c]:7d}  {why}")
+        subs = ", ".join(f"{k} {v}" for k, v in sorted(where[c].items()))
+        print(f"  {c:17s} {counts[c]:7d}  {why}{f' ({subs})' if subs else ''}")
     summary = {"commands": len(jobs), "inputs": len(inputs), "kinds": kinds, "per_subcommand": per_sub,
-               "exits": {str(k): v for k, v in exits.items()}, "failures": {c: counts[c] for c in FAILURES}}
+               "exits": {str(k): v for k, v in exits.items()}, "failures": {c: counts[c] for c in FAILURES},
+               "failures_per_subcommand": {c: dict(where[c]) for c in FAILURES if where[c]}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return 0 if sum(counts.values()) == 0 else 1
 
