@@ -13,6 +13,7 @@
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/load.hpp"
 #include "cachealloc/analyzer/reports.hpp"
+#include "../analyzer/testing/trace_builder.hpp"
 
 using namespace cachealloc;
 
@@ -275,4 +276,118 @@ TEST_CASE("cachealloc-synthetic's sites are distinct call sites of its model, an
   // (data loading, attention, MLP, norm, backward, optimizer)
   CHECK(functions.size() >= 6);
   std::filesystem::remove(out);
+}
+
+namespace {
+
+// A native frame as our recorder's symbolizer writes it: the demangled
+// function, the source where debug info has it, and the module (dladdr).
+struct NativeFrame {
+  std::string function, file, module;
+};
+
+const std::string kTorchLib = "/venv/lib/python3.11/site-packages/torch/lib/";
+const std::string kInsideLibtorch =
+    "inside libtorch: no frame of your program; record with stacks='unwind' or python frames";
+
+// Our recorder's frames and the extension's, as a stacks='native' dump under torch has them.
+const std::vector<NativeFrame> kOurFrames = {
+    {"cachealloc::HistoryRecorder::on_events(cachealloc::AllocatorEventBatch const&)",
+     "/src/recorder/history/src/recording.cpp", "/venv/lib/python3.11/site-packages/cachealloc/libcachealloc_torch.so"},
+    {"cachealloc::HistoryRecorder::on_event(cachealloc::AllocatorEvent const&)",
+     "/src/recorder/history/src/recording.cpp", "/venv/lib/python3.11/site-packages/cachealloc/libcachealloc_torch.so"},
+    {"cachealloc::CachingAllocator::malloc(unsigned long, CUstream_st*)", "/src/recorder/allocator/src/allocator.cpp",
+     "/venv/lib/python3.11/site-packages/cachealloc/libcachealloc_torch.so"},
+    {"cachealloc::torch_bridge::TorchAllocator::allocate(unsigned long)", "/src/python/src/torch_allocator.cpp",
+     "/venv/lib/python3.11/site-packages/cachealloc/libcachealloc_torch.so"},
+};
+
+std::vector<NativeFrame> with(std::vector<NativeFrame> frames, const std::vector<NativeFrame>& more) {
+  frames.insert(frames.end(), more.begin(), more.end());
+  return frames;
+}
+
+// The recorder's snapshot of `stacks`, one live allocation each, with each
+// frame's file and module as the symbolizer wrote them.
+snapshot::Snapshot recorded(const std::vector<std::vector<NativeFrame>>& stacks) {
+  analyzer::testing::TraceBuilder b;
+  std::vector<snapshot::StackId> ids;
+  for (const auto& frames : stacks) {
+    std::vector<std::string> functions;
+    for (const NativeFrame& frame : frames) functions.push_back(frame.function);
+    ids.push_back(b.stack(functions));
+  }
+  b.segment(0x7f0000000000, std::uint64_t{64} << 20);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    b.alloc(0x7f0000000000 + i * (std::uint64_t{1} << 20), std::uint64_t{1} << 20, std::uint64_t{1} << 20, ids[i]);
+  snapshot::Snapshot snap = b.build();
+  const auto intern = [&](const std::string& text) {
+    snap.strings.push_back(text);
+    return snapshot::StringId{static_cast<std::uint32_t>(snap.strings.size() - 1)};
+  };
+  for (std::size_t s = 0; s < stacks.size(); ++s) {
+    const snapshot::Stack& stack = snap.stacks[ids[s].value];
+    for (std::size_t f = 0; f < stack.frames.size(); ++f) {
+      snapshot::Frame& frame = snap.frames[stack.frames[f].value];
+      frame.file = intern(stacks[s][f].file);
+      frame.module = intern(stacks[s][f].module);
+      if (stacks[s][f].file.empty()) frame.line = 0;
+    }
+  }
+  return snap;
+}
+
+}  // namespace
+
+TEST_CASE("our recorder's frames are never a site: native frames that stop inside PyTorch say so") {
+  // given stacks of our recorder under torch with stacks='native': the frame
+  // walk stops in our frames or at PyTorch's first frame
+  const std::vector<NativeFrame> stopped_in_ours = kOurFrames;
+  const std::vector<NativeFrame> stopped_in_torch =
+      with(kOurFrames, {{"", "", kTorchLib + "libtorch_cuda.so"},
+                        {"at::detail::empty_generic(c10::ArrayRef<long>, c10::Allocator*)", "", kTorchLib + "libc10.so"}});
+  // a user's C++ frame past PyTorch's
+  const std::vector<NativeFrame> user_cpp =
+      with(kOurFrames, {{"at::detail::empty_generic(c10::ArrayRef<long>, c10::Allocator*)", "", kTorchLib + "libc10.so"},
+                        {"model::Decoder::forward(at::Tensor const&)", "/home/u/model.cpp", "/home/u/libmodel.so"}});
+  // stacks='unwind': through PyTorch's libraries into the interpreter
+  const std::vector<NativeFrame> unwound = with(
+      kOurFrames, {{"at::_ops::empty_memory_format::call(c10::ArrayRef<c10::SymInt>)", "", kTorchLib + "libtorch_cpu.so"},
+                   {"at::_ops::addmm::call(at::Tensor const&, at::Tensor const&)", "", kTorchLib + "libtorch_cpu.so"},
+                   {"pybind11::cpp_function::dispatcher(_object*, _object*, _object*)", "", kTorchLib + "libtorch_python.so"},
+                   {"cfunction_call", "", "/usr/bin/python3.11"},
+                   {"_PyEval_EvalFrameDefault", "", "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0"},
+                   {"main", "", "/usr/bin/python3.11"}});
+  // our recorder in a program without torch whose frames it could not walk past
+  const std::vector<NativeFrame> own_only = {
+      {"cachealloc::HistoryRecorder::on_event(cachealloc::AllocatorEvent const&)", "", "/usr/lib/libcachealloc.so"},
+      {"cachealloc::CachingAllocator::malloc(unsigned long, CUstream_st*)", "", "/usr/lib/libcachealloc.so"}};
+  const snapshot::Snapshot snap = recorded({stopped_in_ours, stopped_in_torch, user_cpp, unwound, own_only});
+  // when each is named, with the filter on and off
+  analyzer::SiteNamer names(snap, analyzer::SiteFilter{});
+  analyzer::SiteFilter unfiltered;
+  unfiltered.all_frames = true;
+  analyzer::SiteNamer raw(snap, unfiltered);
+  // then a stack that stops inside PyTorch says so and how to record more
+  CHECK(names.site(snapshot::StackId{1}) == kInsideLibtorch);
+  CHECK(names.site(snapshot::StackId{2}) == kInsideLibtorch);
+  CHECK(raw.site(snapshot::StackId{1}) == kInsideLibtorch);
+  // a user's frame is the site
+  CHECK(names.site(snapshot::StackId{3}) == "model::Decoder::forward (/home/u/model.cpp:" +
+                                                std::to_string(snap.frames[snap.stacks[3].frames.back().value].line) + ")");
+  // an unwound stack is named by its op, never by the interpreter's frames
+  CHECK(names.site(snapshot::StackId{4}) == "addmm (aten)");
+  // and a stack of our frames alone never names one of them
+  CHECK(names.site(snapshot::StackId{5}).starts_with("inside cachealloc: no frame of your program"));
+  CHECK(raw.site(snapshot::StackId{5}).starts_with("inside cachealloc: no frame of your program"));
+  // and top lists no frame of ours, with a note on how to record the user's frames
+  analyzer::ReportOptions options;
+  const analyzer::Document top = analyzer::top_report(snap, options);
+  std::ostringstream text;
+  analyzer::render(top, analyzer::Format::table, text);
+  CAPTURE(text.str());
+  CHECK(text.str().find("HistoryRecorder") == std::string::npos);
+  CHECK(text.str().find("CachingAllocator") == std::string::npos);
+  CHECK(text.str().find("torch_bridge") == std::string::npos);
+  CHECK(text.str().find("stacks='unwind'") != std::string::npos);
 }

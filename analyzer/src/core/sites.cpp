@@ -24,6 +24,12 @@ std::string_view base_name(std::string_view path) {
 
 bool is_python_file(std::string_view file) { return file.ends_with(".py"); }
 
+// The sites of stacks whose native frames stop before the user's program.
+constexpr std::string_view kInsidePytorch =
+    "inside libtorch: no frame of your program; record with stacks='unwind' or python frames";
+constexpr std::string_view kInsideCachealloc =
+    "inside cachealloc: no frame of your program; record with stacks='unwind'";
+
 // A demangled name may start with its return type ("void at::cuda::...");
 // the qualified name is what the prefixes below are matched against.
 std::string_view qualified_name(std::string_view function) {
@@ -92,6 +98,24 @@ bool is_own_frame(const snapshot::Snapshot& snapshot, const snapshot::Frame& fra
          base_name(text_of(snapshot, frame.module)).starts_with("libcachealloc");
 }
 
+// The PyTorch extension's glue (python/src/): present in every stack our
+// recorder takes under torch, whatever the frame walk reached past it.
+bool is_torch_bridge_frame(const snapshot::Snapshot& snapshot, const snapshot::Frame& frame) {
+  return qualified_name(text_of(snapshot, frame.function)).starts_with("cachealloc::torch_bridge::") ||
+         base_name(text_of(snapshot, frame.module)).starts_with("libcachealloc_torch");
+}
+
+// PyTorch's native code, by module (libtorch_cpu.so, libtorch_cuda.so,
+// libtorch_python.so, libc10.so, libc10_cuda.so) or by namespace.
+bool is_pytorch_native_frame(const snapshot::Snapshot& snapshot, const snapshot::Frame& frame) {
+  const std::string_view module = base_name(text_of(snapshot, frame.module));
+  if (module.starts_with("libtorch") || module.starts_with("libc10") || module.starts_with("libcaffe2")) return true;
+  const std::string_view function = qualified_name(text_of(snapshot, frame.function));
+  for (const std::string_view prefix : {"at::", "c10::", "torch::", "caffe2::"})
+    if (function.starts_with(prefix)) return true;
+  return false;
+}
+
 // The allocators' and the stack capture's own frames: never a site unless
 // the filter is off. A stack with no frame of the user's (the autograd
 // engine's thread in a backward pass) is named by its first frame past these.
@@ -114,15 +138,17 @@ bool is_framework_frame(const snapshot::Snapshot& snapshot, const snapshot::Fram
     return file.starts_with("<frozen") || file.find("/torch/") != std::string_view::npos ||
            file.starts_with("torch/");
   }
-  if (function.empty()) {
-    // Unresolved: judged by its module.
-    const std::string_view module = base_name(text_of(snapshot, frame.module));
-    static constexpr std::array<std::string_view, 8> kModules = {"libtorch", "libc10",   "libpython", "libc.so",
-                                                                 "libcudnn", "libcublas", "libstdc++", "libcachealloc"};
-    for (const std::string_view prefix : kModules)
-      if (module.starts_with(prefix)) return true;
-    return false;
-  }
+  // Our recorder names each native frame's module (dladdr): a frame of
+  // PyTorch's libraries, the interpreter or the runtime is theirs whatever
+  // its symbol says (CPython's static cfunction_call, pybind11's glue in
+  // libtorch_python, the interpreter's main). PyTorch's pickles name none.
+  const std::string_view module = base_name(text_of(snapshot, frame.module));
+  static constexpr std::array<std::string_view, 16> kModules = {
+      "libtorch", "libc10",    "libcaffe2", "libpython", "python",   "libc.so",    "libm.so",   "ld-linux",
+      "libcudnn", "libcublas", "libcuda",   "libnccl",   "libstdc++", "libgcc_s", "libcachealloc", "libnvrtc"};
+  for (const std::string_view prefix : kModules)
+    if (module.starts_with(prefix)) return true;
+  if (function.empty()) return false;  // unresolved, in a module of the user's
   static constexpr std::array<std::string_view, 16> kPrefixes = {
       "cachealloc::", "c10::", "at::",   "torch::", "caffe2::",   "std::",   "__gnu_cxx::", "Py",
       "_Py",          "__libc", "_start", "__clone", "start_thread", "clone", "pthread_",    "cudnn"};
@@ -255,6 +281,11 @@ struct SiteNamer::State {
   bool python_frames_only = false;
   bool named_frameless_backward = false;
   bool named_unknown = false;
+  bool named_inside_pytorch = false;
+  std::string remember(std::string name) {
+    if (name == kInsidePytorch) named_inside_pytorch = true;
+    return name;
+  }
 };
 
 SiteNamer::SiteNamer(const snapshot::Snapshot& snapshot, const SiteFilter& filter)
@@ -303,6 +334,40 @@ struct SiteChoice {
   std::size_t frame = 0;
   std::string name;
 };
+
+// A stack with no frame of the user's and nothing to name it by: its first
+// frame past the allocators'. Our recorder's native frames stop where the
+// frame-pointer walk leaves our code (stacks='native' under torch: at
+// PyTorch's first frame, built without frame pointers); such a stack says so
+// instead of naming PyTorch's innermost frame, or ours, as the site.
+SiteChoice past_allocator_site(const snapshot::Snapshot& snapshot, const snapshot::Stack& stack) {
+  const auto frame_at = [&](std::size_t i) -> const snapshot::Frame* {
+    const snapshot::FrameId id = stack.frames[i];
+    return id.value < snapshot.frames.size() ? &snapshot.frames[id.value] : nullptr;
+  };
+  std::size_t first = stack.frames.size();
+  bool under_torch = false;
+  for (std::size_t i = 0; i < stack.frames.size(); ++i) {
+    const snapshot::Frame* frame = frame_at(i);
+    if (!frame) continue;
+    under_torch = under_torch || is_torch_bridge_frame(snapshot, *frame);
+    if (first == stack.frames.size() && !is_allocator_frame(snapshot, *frame)) first = i;
+  }
+  if (snapshot.header.source == "pytorch-pickle") {
+    // PyTorch's own unwinder reaches the interpreter; its stacks never stop early.
+    return first != stack.frames.size() ? SiteChoice{first, site_text(snapshot, stack.frames[first])}
+                                        : SiteChoice{0, site_text(snapshot, stack.frames[0])};
+  }
+  bool inside_pytorch = first != stack.frames.size() || under_torch;
+  for (std::size_t i = first; i < stack.frames.size() && inside_pytorch; ++i) {
+    const snapshot::Frame* frame = frame_at(i);
+    inside_pytorch = frame && (is_pytorch_native_frame(snapshot, *frame) || is_own_frame(snapshot, *frame));
+  }
+  const std::size_t last = stack.frames.size() - 1;
+  if (inside_pytorch) return {last, std::string(kInsidePytorch)};
+  if (first == stack.frames.size()) return {last, std::string(kInsideCachealloc)};
+  return {first, site_text(snapshot, stack.frames[first])};
+}
 
 // A stack with no frame of the user's: most often the autograd engine's
 // thread in a backward pass. A library workspace (cuBLAS's, held as long as
@@ -356,11 +421,7 @@ SiteChoice framework_site(const snapshot::Snapshot& snapshot, const snapshot::St
     if (is_factory_op(op)) continue;
     return {i, (engine ? "backward: " : "") + op + " (aten)"};
   }
-  for (std::size_t i = 0; i < stack.frames.size(); ++i) {
-    const snapshot::Frame* frame = frame_at(i);
-    if (frame && !is_allocator_frame(snapshot, *frame)) return {i, site_text(snapshot, stack.frames[i])};
-  }
-  return {0, site_text(snapshot, stack.frames[0])};
+  return past_allocator_site(snapshot, stack);
 }
 
 // The site of `stack`: the user's first frame, Python first; with
@@ -381,7 +442,7 @@ SiteChoice choose_site(const snapshot::Snapshot& snapshot, const snapshot::Stack
     if (is_python_file(text_of(snapshot, frame.file))) return {i, frame_text(snapshot, id)};  // the user's Python first
     if (first_user == stack.frames.size()) first_user = i;
   }
-  if (all_frames) return {0, frame_text(snapshot, stack.frames[0])};
+  if (all_frames) return past_allocator_site(snapshot, stack);  // our frames only: never a site
   if (first_user != stack.frames.size()) return {first_user, site_text(snapshot, stack.frames[first_user])};
   return framework_site(snapshot, stack);
 }
@@ -410,8 +471,9 @@ std::string SiteNamer::site(snapshot::StackId id) {
   if (id.value >= snapshot.stacks.size()) return std::string(kUnknownSite);
   const snapshot::Stack& stack = snapshot.stacks[id.value];
   if (stack.frames.empty()) return frameless_site();
-  return choose_site(snapshot, stack, state_->filter.all_frames, [this](snapshot::FrameId f) { return is_user_frame(f); })
-      .name;
+  return state_->remember(
+      choose_site(snapshot, stack, state_->filter.all_frames, [this](snapshot::FrameId f) { return is_user_frame(f); })
+          .name);
 }
 
 std::vector<std::string> SiteNamer::lines(snapshot::StackId id) {
@@ -422,7 +484,7 @@ std::vector<std::string> SiteNamer::lines(snapshot::StackId id) {
   const bool all_frames = state_->filter.all_frames;
   SiteChoice at = choose_site(snapshot, stack, all_frames, [this](snapshot::FrameId f) { return is_user_frame(f); });
   const std::size_t limit = state_->filter.frames == 0 ? stack.frames.size() : state_->filter.frames;
-  std::vector<std::string> out{std::move(at.name)};
+  std::vector<std::string> out{state_->remember(std::move(at.name))};
   for (std::size_t i = at.frame + 1; i < stack.frames.size() && out.size() < limit; ++i) {
     if (!is_user_frame(stack.frames[i])) continue;
     out.push_back(all_frames ? frame_text(snapshot, stack.frames[i]) : site_text(snapshot, stack.frames[i]));
@@ -464,6 +526,12 @@ std::vector<std::string> SiteNamer::notes() const {
                   (s.snapshot.header.source == "pytorch-pickle"
                        ? " (PyTorch: _record_memory_history(context='all' or 'alloc'), not context=None)"
                        : ""));
+  if (s.named_inside_pytorch)
+    out.push_back(std::string(kInsidePytorch.substr(0, kInsidePytorch.find(';'))) +
+                  ": our recorder's native frames stop at PyTorch's first frame (frame pointers: "
+                  "cachealloc.record(stacks='native'), or torch's _record_memory_history alone); "
+                  "cachealloc.record(stacks='unwind') unwinds through PyTorch's libraries to its ATen ops, and "
+                  "cachealloc.dump('run.pickle') keeps PyTorch's Python frames");
   return out;
 }
 

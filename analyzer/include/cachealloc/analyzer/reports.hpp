@@ -64,7 +64,10 @@ class SiteNamer {
   // the user's is named by what ran it: "cuBLAS workspace (...)", the
   // autograd node and the ATen op under it ("backward: ConvolutionBackward0,
   // sum (aten)"), an op ("sum (aten)"), else its first frame past the
-  // allocators'. A stack with no frame at all: "backward pass (no Python
+  // allocators'. Our recorder's frames and the allocators' are never a site:
+  // a stack of ours whose native frames stop inside PyTorch (frame pointers)
+  // is "inside libtorch: no frame of your program; ...", one with no frame
+  // past ours "inside cachealloc: ...". A stack with no frame at all: "backward pass (no Python
   // frame)" in a recording of Python frames only (stacks='python': the
   // autograd engine's thread runs no Python), else "<unknown site>".
   std::string site(snapshot::StackId stack);
@@ -77,7 +80,8 @@ class SiteNamer {
   // Reports add up their figures under it. The smallest such StackId.
   snapshot::StackId representative(snapshot::StackId stack);
   // One line per kind of site named so far that needs explaining (the
-  // frameless backward pass, "<unknown site>"): how to record what names it.
+  // frameless backward pass, "<unknown site>", "inside libtorch"): how to
+  // record what names it.
   std::vector<std::string> notes() const;
 
  private:
