@@ -4,12 +4,14 @@ of PyTorch's, with every torch.cuda memory call still working.
     import cachealloc.torch
     cachealloc.torch.install()          # before the first CUDA tensor
     import cachealloc
-    cachealloc.record()                 # = torch.cuda.memory._record_memory_history()
+    cachealloc.record()                 # torch.cuda.memory._record_memory_history(), our stacks unwound
     with cachealloc.annotate("step 3"):
         ...
-    cachealloc.dump("run.bin")          # our format, native stacks; "run.pickle": PyTorch's
+    cachealloc.dump("run.bin")          # our format, native stacks; "run.pickle": PyTorch's, Python frames
 
-Then: cachealloc-analyze run.bin
+Then: cachealloc-analyze run.bin (pip install ./python puts it on PATH).
+record, annotate and dump need the torch extension (cachealloc.torch);
+python -m cachealloc says whether pip install built it.
 """
 from ._session import annotate, dump, record, stop
 

@@ -18,11 +18,15 @@ def record(max_entries=1_000_000, stacks="unwind", python=True):
     """Starts recording every allocator event (torch.cuda.memory._record_memory_history).
 
     stacks: the C++ frames our recorder keeps for cachealloc.dump():
-    "unwind" (DWARF unwinding, through PyTorch's libraries, ~3-5 us an
-    allocation), "native" (frame pointers only, ~20 ns, which stop at the
-    first frame of a library built without them) or "none".
-    python: also gather Python frames through PyTorch's own hook, for
-    _snapshot() and _dump_snapshot() (what _memory_viz shows).
+    "unwind" (DWARF unwinding through PyTorch's libraries to its ATen ops;
+    the costliest), "native" (frame pointers only, tens of nanoseconds, which
+    stop at PyTorch's first frame: cachealloc-analyze then names such sites
+    "inside libtorch") or "none".
+    python: gather Python frames through PyTorch's own hook for _snapshot()
+    and dump("run.pickle") (what _memory_viz shows). PyTorch's hook and our
+    stacks are switched on together, so with stacks other than "none" the
+    Python frames are gathered whatever python says. dump("run.bin") holds
+    native frames only.
     """
     import torch
     if stacks not in ("unwind", "native", "none"):
@@ -34,14 +38,16 @@ def record(max_entries=1_000_000, stacks="unwind", python=True):
 
 
 def stop():
-    """Stops recording; what was recorded stays for dump()."""
+    """Stops recording (torch.cuda.memory._record_memory_history(enabled=None));
+    what was recorded stays for dump()."""
     import torch
     torch.cuda.memory._record_memory_history(enabled=None)
 
 
 @contextlib.contextmanager
 def annotate(name):
-    """Marks a phase ("step 3", "forward") in the recording for the block's duration."""
+    """Marks a phase ("step 3", "forward") in the current device's recording
+    for the block's duration; nothing while that device records nothing."""
     lib = _native.load()
     lib.cachealloc_torch_annotate(1, str(name).encode())
     try:
@@ -52,8 +58,11 @@ def annotate(name):
 
 def dump(path, device=None):
     """Writes the recording: PyTorch's pickle when path ends in .pickle (what
-    _memory_viz and MemoryViz open), else our format with native stacks
-    symbolized (what cachealloc-analyze opens fastest)."""
+    _memory_viz and MemoryViz open, with PyTorch's Python frames), else our
+    format with our recorder's native stacks symbolized (what
+    cachealloc-analyze opens fastest). device: an index, a torch.device or
+    "cuda:N"; the current device when None. RuntimeError when nothing was
+    recorded on that device or the file cannot be written."""
     path = os.fspath(path)
     if path.endswith(".pickle"):
         import torch

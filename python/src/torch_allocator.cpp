@@ -20,10 +20,11 @@
 //
 // Not supported yet, each refused with a RuntimeError that says so:
 // MemPools with their own allocator or use_on_oom/no_split, and IPC handles.
+// Allocator trace trackers are kept, never called.
 //
 // cachealloc.torch.install() (python/cachealloc/torch.py) loads this library
 // with ctypes and calls cachealloc_torch_install() before the first CUDA
-// tensor.
+// tensor. pip install ./python builds it (python/setup.py, python/CMakeLists.txt).
 #include <c10/core/Allocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
@@ -554,11 +555,11 @@ void TorchAllocator::recordHistory(bool enabled, CA::CreateContextFn context_rec
     // PyTorch counts trace entries; our ring also holds splits and merges
     // (about two more per allocation), so it gets room for them.
     history_options_.max_entries = std::max<std::size_t>(1, alloc_trace_max_entries) * 3;
-    // Through torch's API our recorder walks frame pointers (~20 ns), which
-    // stop at PyTorch's first frame: the frames users see come from
+    // Through torch's API our recorder walks frame pointers (tens of ns),
+    // which stop at PyTorch's first frame: the frames users see come from
     // PyTorch's own hook. cachealloc.record() (default stacks="unwind") or
     // CACHEALLOC_TORCH_STACKS=unwind make our own dump unwind (DWARF) through
-    // PyTorch's libraries, at about 10 us an allocation.
+    // PyTorch's libraries, which costs far more per allocation.
     history_options_.stacks = when == CA::RecordContext::NEVER ? cachealloc::StackCapture::none : native_stacks_;
     history_options_.stacks_on_free = when == CA::RecordContext::ALL;
     context_capacity_.store(std::max<std::size_t>(1, alloc_trace_max_entries), std::memory_order_relaxed);
@@ -785,8 +786,10 @@ __attribute__((visibility("default"))) int cachealloc_torch_install() {
 __attribute__((visibility("default"))) const char* cachealloc_torch_error() { return t_error.c_str(); }
 
 // The C++ stacks our recorder keeps from the next _record_memory_history on:
-// "unwind" (the default: through PyTorch's libraries), "native" (frame
-// pointers only, ~20 ns) or "none". Returns 0, or -1 for another value.
+// "unwind" (through PyTorch's libraries; cachealloc.record()'s default),
+// "native" (frame pointers only, which stop at PyTorch's first frame; the
+// default here, or CACHEALLOC_TORCH_STACKS) or "none". Returns 0, or -1 for
+// another value.
 __attribute__((visibility("default"))) int cachealloc_torch_set_stacks(const char* capture) {
   try {
     TorchAllocator::instance().set_native_stacks(cachealloc::parse_stack_capture(capture == nullptr ? "" : capture));
