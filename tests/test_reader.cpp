@@ -24,7 +24,7 @@ namespace {
 // Allocs and frees of a few sizes, enough events for several blocks.
 Snapshot make_trace(std::size_t events) {
   Snapshot s;
-  s.header.format_version = kFormatVersion;
+  s.header.format_version = kWholeFormatVersion;
   s.strings = {"", "f"};
   s.frames = {Frame{}, Frame{0x1000, StringId{1}, StringId{}, 1, StringId{}}};
   s.stacks = {Stack{}, Stack{{FrameId{1}}}};
@@ -222,7 +222,7 @@ TEST_CASE("a version 4 file streams with the ring start in its head") {
   SnapshotReader reader(path);
   // Then it streams, and its head holds the start the writer derived
   CHECK(reader.streaming());
-  CHECK(reader.head().header.format_version == kFormatVersion);
+  CHECK(reader.head().header.format_version == kWholeFormatVersion);
   CHECK(reader.head().ring_start == derive_ring_starts(original));
   CHECK(reader.head().ring_start == read_snapshot(path).ring_start);
   fs::remove(path);

@@ -31,7 +31,7 @@ namespace {
 
 Snapshot make_rich_snapshot() {
   Snapshot s;
-  s.header.format_version = kFormatVersion;
+  s.header.format_version = kWholeFormatVersion;
   s.header.writer_version = "0.1.0";
   s.header.source = "cachealloc";
   s.header.dump_time_unix_ns = 1'700'000'000'123'456'789ULL;
@@ -115,7 +115,7 @@ Snapshot make_realistic_trace(std::size_t event_count, std::uint64_t seed, Trace
   std::uniform_real_distribution<double> unit(0.0, 1.0);
 
   Snapshot s;
-  s.header.format_version = kFormatVersion;
+  s.header.format_version = kWholeFormatVersion;
   s.header.source = "cachealloc";
   s.devices = {{0, "simulated", 80ULL << 30, 0, 80ULL << 30, {}, {}, {}}};
   s.threads = {1001, 1002, 1003};
@@ -363,7 +363,7 @@ TEST_CASE("a rich snapshot survives a round trip unchanged") {
 
 TEST_CASE("a default snapshot survives a round trip") {
   Snapshot original;
-  original.header.format_version = kFormatVersion;
+  original.header.format_version = kWholeFormatVersion;
   CHECK(decode(encode(original)) == original);
 }
 
@@ -372,14 +372,14 @@ TEST_CASE("decode reports the format version the file was written with") {
   Snapshot original = make_rich_snapshot();
   original.header.format_version = 0;
   // When it round-trips, then the reader fills in the file's version
-  CHECK(decode(encode(original)).header.format_version == kFormatVersion);
+  CHECK(decode(encode(original)).header.format_version == kWholeFormatVersion);
 }
 
 TEST_CASE("events with unusual field values survive a round trip") {
   // Given events the recorder never writes: time going backwards, unaligned
   // and extreme addresses, negative devices, repeats that do not match
   Snapshot original;
-  original.header.format_version = kFormatVersion;
+  original.header.format_version = kWholeFormatVersion;
   original.stacks = {Stack{}, Stack{}, Stack{}};
   const std::uint64_t max = UINT64_MAX;
   original.events = {
@@ -402,7 +402,7 @@ TEST_CASE("random events with valid references survive a round trip") {
   std::mt19937_64 rng(7);
   for (int round = 0; round < 200; ++round) {
     Snapshot original;
-    original.header.format_version = kFormatVersion;
+    original.header.format_version = kWholeFormatVersion;
     original.stacks.resize(6);
     original.threads = {1, 2, 3};
     auto pick = [&](std::initializer_list<std::uint64_t> values) {
@@ -497,7 +497,7 @@ TEST_CASE("a newer format version is rejected with a message naming both version
   // When decoded, then the message names 8 and ours
   std::string message;
   CHECK(decode_error(bytes, &message) == ErrorCode::newer_version);
-  CHECK(message == "snapshot format version 8 is newer than this reader supports (6); upgrade cachealloc");
+  CHECK(message == "snapshot format version 8 is newer than this reader supports (7); upgrade cachealloc");
 
   // And the very next version is rejected too, even with nothing after the version
   put_u32(bytes, kVersionOffset, kFormatVersion + 1);
@@ -678,7 +678,7 @@ TEST_CASE("the PEXT varint merge decodes exactly what the portable merge does") 
   // aux columns, first far from a column's end and then within its last
   // 10 bytes, where the bounds-checked path reads
   Snapshot original;
-  original.header.format_version = kFormatVersion;
+  original.header.format_version = kWholeFormatVersion;
   original.stacks.resize(3);
   std::uint64_t time = 0;
   for (unsigned bits = 0; bits < 64; ++bits) {
@@ -1160,8 +1160,8 @@ TEST_CASE("every golden file in testdata/format_versions reads as the version it
   // start from them), one per format version
   const std::vector<std::vector<std::byte>> embedded = {version1_file(), version2_file(), version3_file(),
                                                         version4_file(), version5_file(), version6_file()};
-  REQUIRE(embedded.size() == kFormatVersion);
-  for (std::uint32_t version = 1; version <= kFormatVersion; ++version) {
+  REQUIRE(embedded.size() == kWholeFormatVersion);
+  for (std::uint32_t version = 1; version <= kWholeFormatVersion; ++version) {
     CAPTURE(version);
     const fs::path path =
         fs::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "format_versions" / ("v" + std::to_string(version) + ".bin");
@@ -1243,11 +1243,11 @@ TEST_CASE("a version 1 file re-encodes as the current version and reads back equ
   REQUIRE(upgraded.dropped_events == 2);
   REQUIRE(upgraded.ring_start.empty());
   // When written again
-  upgraded.header.format_version = kFormatVersion;
+  upgraded.header.format_version = kWholeFormatVersion;
   const std::vector<std::byte> bytes = encode(upgraded);
   // Then today's version comes out and reads back equal, plus the ring
   // start the writer derived from the events
-  CHECK(bytes[kVersionOffset] == std::byte{kFormatVersion});
+  CHECK(bytes[kVersionOffset] == std::byte{kWholeFormatVersion});
   Snapshot expected = upgraded;
   expected.ring_start = derive_ring_starts(upgraded);
   CHECK(expected.ring_start.size() == 1);
@@ -1255,11 +1255,11 @@ TEST_CASE("a version 1 file re-encodes as the current version and reads back equ
 }
 
 TEST_CASE("the writer still produces version 6 byte for byte") {
-  // A tripwire: if this fails, the layout changed. Bump kFormatVersion, keep
+  // A tripwire: if this fails, the layout changed. Bump kWholeFormatVersion, keep
   // version6_file() and its test above, teach decode_body() (or the type's
   // class version) the new version, and point this test at a golden file of
   // the new version (docs/FORMAT.md).
-  REQUIRE(kFormatVersion == 6);
+  REQUIRE(kWholeFormatVersion == 6);
   CHECK(encode(make_version6_golden_snapshot()) == version6_file());
 }
 

@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/stream.hpp"
 #include "cachealloc/snapshot/pickle.hpp"
 #include "format/format_v3.hpp"
 #include "pickle/pickle_file.hpp"
@@ -98,7 +99,11 @@ class StreamGuard {
   void grew(std::span<const std::byte> so_far) {
     if (!expected_ && so_far.size() >= detail::kFramingSize && has_snapshot_magic(so_far)) {
       const std::uint64_t body = detail::read_u64(so_far, 16);
-      if (body <= limit_ - detail::kFramingSize) {
+      if (detail::read_u32(so_far, 8) == kStreamFormatVersion) {
+        // A streamed recording's size is unknown to its header: only the limit holds.
+        detail::check_framing(so_far.first(detail::kFramingSize), UINT64_MAX);
+        expected_ = UINT64_MAX;
+      } else if (body <= limit_ - detail::kFramingSize) {
         // The framing's own checks (a newer version, the reserved field).
         detail::check_framing(so_far.first(detail::kFramingSize), detail::kFramingSize + body);
       } else {

@@ -15,6 +15,7 @@
 #include "cachealloc/snapshot/text.hpp"
 #include "history_state.hpp"
 #include "stack_symbols.hpp"
+#include "dump_parts.hpp"
 
 #ifndef CACHEALLOC_VERSION
 #define CACHEALLOC_VERSION "unknown"
@@ -447,6 +448,15 @@ snapshot::Snapshot HistoryRecorder::take_snapshot() const {
   s.symbolization_failures.store(symbolization_failures, std::memory_order_relaxed);
   return out;
 }
+
+snapshot::Header detail::history_header() { return make_header(); }
+
+void detail::history_settings(std::map<std::string, std::string>& settings, const AllocatorConfig& config,
+                              const Device& device, const HistoryOptions& options) {
+  add_settings(settings, config, device, options);
+}
+
+void detail::make_history_text_valid(snapshot::Snapshot& snapshot) { make_text_valid(snapshot); }
 
 bool HistoryRecorder::dump_snapshot(const std::filesystem::path& path) noexcept {
   try {

@@ -4,6 +4,7 @@
 
 #include "history_options.hpp"
 #include "history_state.hpp"
+#include "stream_recorder.hpp"
 
 namespace cachealloc {
 
@@ -50,6 +51,15 @@ void HistoryRecorder::start(const HistoryOptions& options) {
   detail::validate(options);
   State& s = *state_;
   std::lock_guard control(s.control);
+  // A stream in progress gets its trailer first; the new one's file is
+  // created before anything changes, so that a path that cannot be written
+  // leaves the recorder as it was.
+  if (s.stream_writer) {
+    s.stream_writer->finish();
+    s.stream_writer.reset();
+  }
+  std::unique_ptr<StreamRecorder> stream;
+  if (!options.stream.empty()) stream = std::make_unique<StreamRecorder>(s, options);
   // Reset while every shard lock is held, so that no event is in flight.
   s.allocator.layout([&] {
     std::lock_guard lock(s.ring_lock);
@@ -73,7 +83,17 @@ void HistoryRecorder::start(const HistoryOptions& options) {
                                                           : detail::TickSource::monotonic,
                   std::memory_order_relaxed);
     s.anchor = detail::TickAnchor::now(s.tick_source());
+    s.streaming = stream != nullptr;
+    s.stream_drop = options.stream_when_full == StreamWhenFull::drop;
+    s.stream_chunk_limit = stream ? stream_chunk_limit(options) : 0;
+    s.stream_peak_chunks = s.chunks.size();
+    s.streamed = 0;
+    s.stream_waits = 0;
   });
+  if (stream) {
+    s.stream_writer = std::move(stream);
+    s.stream_writer->begin();
+  }
   {
     std::lock_guard lock(s.usage_mutex);
     s.oom_usage.clear();
@@ -98,6 +118,14 @@ void HistoryRecorder::start(const HistoryOptions& options) {
 
 void HistoryRecorder::stop() noexcept {
   State& s = *state_;
+  {
+    // The stream's last cut stops recording at the moment its trailer describes.
+    std::lock_guard control(s.control);
+    if (s.stream_writer) {
+      s.stream_writer->finish();
+      s.stream_writer.reset();
+    }
+  }
   s.recording.store(false, std::memory_order_release);
   s.allocator.set_observer(nullptr);
   // Every on_event runs under a shard lock, so once layout() has held them

@@ -14,6 +14,9 @@ void detail::validate(const HistoryOptions& options) {
   if (options.max_frames == 0 || options.max_frames > detail::kMaxStackFrames)
     throw InvalidArgument("record_history: max_frames must be within [1, " +
                           std::to_string(detail::kMaxStackFrames) + "], not " + std::to_string(options.max_frames));
+  if (!options.stream.empty() && options.stream_buffer_bytes < (std::size_t{16} << 20))
+    throw InvalidArgument("record_history: stream_buffer_bytes must be at least 16 MiB, not " +
+                          std::to_string(options.stream_buffer_bytes));
 }
 
 StackCapture parse_stack_capture(std::string_view text) {

@@ -81,9 +81,15 @@ struct ThreadSlot {
   detail::StackCache stacks;
 };
 
+class StreamRecorder;
+
 struct HistoryRecorder::State {
   explicit State(CachingAllocator& a);
 
+  // Streaming (stream_recorder.cpp): the staging chunk goes to the writer's
+  // queue instead of the ring, waiting or dropping when it is full.
+  void flush_to_stream(ThreadSlot& slot) noexcept;
+  void flush_to_stream_locked(ThreadSlot& slot) noexcept;  // needs ring_lock; never waits
   // Moves a thread's full staging chunk into the ring. Takes ring_lock only
   // to claim the ring chunk, and copies outside it: the caller holds a pool
   // lock, so no dump or restart (which hold every shard lock) runs meanwhile,
@@ -168,6 +174,21 @@ struct HistoryRecorder::State {
   detail::TickAnchor anchor;         // taken at start()
 
   detail::StackTable table;
+
+  // Streaming (HistoryOptions::stream). While `streaming`, `ring` is the
+  // writer's queue (oldest first) and never evicts; `chunks` never grows
+  // past stream_chunk_limit, or stream_chunk_limit + kStreamReserveChunks
+  // while the writer holds every shard lock for a cut (a thread that waits
+  // there would block the cut). Guarded by ring_lock.
+  static constexpr std::size_t kStreamReserveChunks = 64;
+  bool streaming = false;
+  bool stream_drop = false;
+  std::size_t stream_chunk_limit = 0;
+  std::size_t stream_peak_chunks = 0;
+  std::uint64_t streamed = 0;       // events the writer took from the queue
+  std::uint64_t stream_waits = 0;
+  std::atomic<bool> stream_cut{false};
+  std::unique_ptr<StreamRecorder> stream_writer;  // guarded by control
 
   mutable std::mutex strings_mutex;
   std::vector<std::string> strings{std::string()};

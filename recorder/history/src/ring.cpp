@@ -92,6 +92,10 @@ std::size_t HistoryRecorder::State::ring_capacity_locked() const noexcept {
 
 void HistoryRecorder::State::flush(ThreadSlot& slot) noexcept {
   if (slot.staging.empty()) return;
+  if (streaming) [[unlikely]] {  // set only while every shard lock is held; we hold one
+    flush_to_stream(slot);
+    return;
+  }
   Chunk* target = nullptr;
   // While the ring grows, a new chunk is allocated outside ring_lock, so
   // that threads do not queue behind one another's malloc; its pages are
@@ -133,6 +137,10 @@ void HistoryRecorder::State::flush(ThreadSlot& slot) noexcept {
 
 void HistoryRecorder::State::flush_locked(ThreadSlot& slot) noexcept {
   if (slot.staging.empty()) return;
+  if (streaming) [[unlikely]] {
+    flush_to_stream_locked(slot);
+    return;
+  }
   if (Chunk* target = claim_locked(slot)) {
     stream_copy(*target, slot.staging);
     target->busy.store(false, std::memory_order_release);
@@ -144,7 +152,7 @@ void HistoryRecorder::State::flush_locked(ThreadSlot& slot) noexcept {
 std::uint64_t HistoryRecorder::recorded_events() const noexcept {
   State& s = *state_;
   std::lock_guard lock(s.ring_lock);
-  std::uint64_t total = s.evicted;
+  std::uint64_t total = s.evicted + s.streamed;
   for (const Chunk* chunk : s.ring) total += chunk->count.load(std::memory_order_relaxed);
   for (const auto& slot : s.slots) total += slot->staging.count.load(std::memory_order_relaxed);
   total += s.annotation_slot->staging.count.load(std::memory_order_relaxed);

@@ -19,4 +19,9 @@ RingCopyHook replace_ring_copy_hook(RingCopyHook hook) noexcept;
 // out of order, as an unordered RDTSC may. One add on the hot path.
 void set_thread_clock_skew(std::int64_t ticks) noexcept;
 
+// Called by a streamed recording's writer before each cut, outside every
+// lock. Tests use it to stall the writer, as a slow disk would.
+using StreamCutHook = void (*)();
+StreamCutHook replace_stream_cut_hook(StreamCutHook hook) noexcept;
+
 }  // namespace cachealloc::detail

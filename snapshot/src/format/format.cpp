@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <string>
 
 #include "cachealloc/snapshot/ring_start.hpp"
@@ -13,6 +14,7 @@
 #include "format_v3.hpp"
 #include "huge_pages.hpp"
 #include "serialize.hpp"
+#include "stream_format.hpp"
 
 namespace cachealloc::snapshot {
 namespace {
@@ -91,6 +93,33 @@ Snapshot decode_version3(std::span<const std::byte> body) {
   return snapshot;
 }
 
+// Version 7: the chunks, read through the walk the streaming reader uses.
+class BodySource final : public detail::ByteSource {
+ public:
+  explicit BodySource(std::span<const std::byte> body) : body_(body) {}
+  std::uint64_t size() const override { return kFramingSize + body_.size(); }
+  void read(void* data, std::size_t size, std::uint64_t offset) override {
+    std::memcpy(data, body_.data() + (offset - kFramingSize), size);
+  }
+
+ private:
+  std::span<const std::byte> body_;
+};
+
+Snapshot decode_stream(std::span<const std::byte> body) {
+  BodySource source(body);
+  detail::StreamIndex index = detail::index_stream(source);
+  Snapshot snapshot = std::move(index.head);
+  detail::reserve_with_huge_pages(snapshot.events, index.event_count);
+  detail::ChunkBuffers buffers;
+  std::vector<Event> block;
+  for (std::size_t i = 0; i < index.chunks.size(); ++i) {
+    detail::read_events_chunk(source, index.chunks[i], i, snapshot, buffers, block);
+    snapshot.events.insert(snapshot.events.end(), block.begin(), block.end());
+  }
+  return snapshot;
+}
+
 // One branch per top-level body layout this reader understands. A per-type
 // change is handled by that type's cereal class version instead
 // (serialize.hpp): version 2 changed only the event encoding, which travels
@@ -119,6 +148,8 @@ Snapshot decode_body(std::uint32_t version, std::span<const std::byte> body) {
     case 5:
     // Version 6 only changes the event encoding (EventColumns' class version).
     case 6: snapshot = decode_version3(body); break;
+    // Version 7: a streamed recording, a chain of chunks (stream_format.hpp).
+    case 7: snapshot = decode_stream(body); break;
     default: inconsistent("format version " + std::to_string(version) + " does not exist");
   }
   snapshot.header.format_version = version;
@@ -136,8 +167,8 @@ void sized_section(std::vector<std::byte>& out, Write&& write) {
 }
 
 // Version 5's layout is version 6's but for the event encoding.
-std::vector<std::byte> encode_framed(const Snapshot& snapshot, std::uint32_t version = kFormatVersion) {
-  if (version != kFormatVersion && version != 5) {
+std::vector<std::byte> encode_framed(const Snapshot& snapshot, std::uint32_t version = kWholeFormatVersion) {
+  if (version != kWholeFormatVersion && version != 5) {
     inconsistent("format version " + std::to_string(version) + " cannot be written");
   }
   const std::uint32_t encoding = version == 5 ? 2 : detail::kEventEncoding;
@@ -218,6 +249,13 @@ std::uint32_t detail::check_framing(std::span<const std::byte> bytes, std::uint6
     inconsistent("reserved header field is " + std::to_string(reserved) + ", not 0");
   }
   const auto body_size = get_le<std::uint64_t>(bytes, kBodySizeOffset);
+  // A streamed file's writer cannot know its size: its chunks end it.
+  if (version == kStreamFormatVersion) {
+    if (body_size != detail::kStreamedBodySize) {
+      inconsistent("a streamed snapshot announces a body of " + std::to_string(body_size) + " bytes, not 2^64 - 1");
+    }
+    return version;
+  }
   const std::uint64_t present = total_size - kFramingSize;
   if (body_size > present) {
     truncated("the header announces a body of " + std::to_string(body_size) + " bytes but only " +

@@ -12,11 +12,18 @@
 #include "cachealloc/snapshot/input.hpp"
 #include "cachealloc/snapshot/load.hpp"
 #include "format_v3.hpp"
+#include "stream_format.hpp"
 
 namespace cachealloc::snapshot {
 
 struct SnapshotReader::Columns {
   detail::EventColumns value;
+};
+struct SnapshotReader::StreamChunks {
+  std::vector<detail::StreamEventChunk> chunks;
+};
+struct SnapshotReader::StreamBuffers {
+  detail::ChunkBuffers buffers;
 };
 
 namespace {
@@ -28,6 +35,27 @@ constexpr std::uint64_t kLoadedBlockEvents = detail::kBlockEvents;
 [[noreturn]] void io_error(const std::string& action, const std::filesystem::path& path, int error) {
   throw SnapshotError(ErrorCode::io, "cannot " + action + " " + path.string() + ": " + std::strerror(error));
 }
+
+// The open file, up to the size it had when the reader opened it (a stream
+// still being written grows behind it).
+class FileSource final : public detail::ByteSource {
+ public:
+  FileSource(std::FILE* file, std::uint64_t size, const std::filesystem::path& path)
+      : file_(file), size_(size), path_(path) {}
+  std::uint64_t size() const override { return size_; }
+  void read(void* data, std::size_t size, std::uint64_t offset) override {
+    if (::fseeko(file_, static_cast<off_t>(offset), SEEK_SET) != 0) io_error("read snapshot", path_, errno);
+    if (std::fread(data, 1, size, file_) != size) {
+      if (std::ferror(file_)) io_error("read snapshot", path_, errno);
+      detail::truncated("the file ends before offset " + std::to_string(offset + size) + "; did it shrink?");
+    }
+  }
+
+ private:
+  std::FILE* file_;
+  std::uint64_t size_;
+  const std::filesystem::path& path_;
+};
 
 }  // namespace
 
@@ -50,6 +78,7 @@ void SnapshotReader::open(const std::filesystem::path& path) {
   block_offset_.clear();
   block_size_.clear();
   events_.clear();
+  stream_chunks_.reset();
   next_ = 0;
 
   // Stream only a regular file of ours at version 3 or newer (4 differs from
@@ -110,6 +139,7 @@ void SnapshotReader::open_sibling(const SnapshotReader& other) {
     }
   }
   shared_head_ = &other.head();
+  stream_chunks_ = other.stream_chunks_;
   event_count_ = other.event_count_;
   block_first_ = other.block_first_;
   block_offset_ = other.block_offset_;
@@ -131,6 +161,10 @@ void SnapshotReader::open_streaming(const std::filesystem::path& path, std::uint
   read_exactly(framing.data(), std::min<std::uint64_t>(framing.size(), file_size), 0);
   const std::uint32_t version =
       detail::check_framing(std::span(framing).first(std::min<std::uint64_t>(framing.size(), file_size)), file_size);
+  if (version == kStreamFormatVersion) {
+    open_stream(file_size);
+    return;
+  }
 
   // The same checks, in the same order and with the same messages, as
   // decode_version3() in format.cpp.
@@ -185,6 +219,21 @@ void SnapshotReader::open_streaming(const std::filesystem::path& path, std::uint
   head_.header.format_version = version;
 }
 
+void SnapshotReader::open_stream(std::uint64_t file_size) {
+  FileSource source(file_, file_size, path_);
+  detail::StreamIndex index = detail::index_stream(source);
+  head_ = std::move(index.head);
+  event_count_ = index.event_count;
+  for (const detail::StreamEventChunk& chunk : index.chunks) {
+    block_first_.push_back(chunk.first_event);
+    block_offset_.push_back(chunk.offset);
+    block_size_.push_back(chunk.header.stored_size);
+  }
+  auto chunks = std::make_shared<StreamChunks>();
+  chunks->chunks = std::move(index.chunks);
+  stream_chunks_ = std::move(chunks);
+}
+
 void SnapshotReader::read_block(std::size_t block, std::vector<Event>& out) {
   if (block >= block_first_.size()) {
     throw SnapshotError(ErrorCode::inconsistent, "inconsistent snapshot: block " + std::to_string(block) +
@@ -195,6 +244,12 @@ void SnapshotReader::read_block(std::size_t block, std::vector<Event>& out) {
   if (file_ == nullptr) {
     const auto begin = events_.begin() + static_cast<std::ptrdiff_t>(first);
     out.assign(begin, begin + static_cast<std::ptrdiff_t>(count));
+    return;
+  }
+  if (stream_chunks_) {
+    if (!stream_buffers_) stream_buffers_ = std::make_unique<StreamBuffers>();
+    FileSource source(file_, ~std::uint64_t{0}, path_);
+    detail::read_events_chunk(source, stream_chunks_->chunks[block], block, head(), stream_buffers_->buffers, out);
     return;
   }
   bytes_.resize(block_size_[block]);

@@ -76,6 +76,16 @@ enum class HistoryClock : std::uint8_t {
 HistoryClock parse_history_clock(std::string_view text);
 const char* to_string(HistoryClock clock) noexcept;
 
+// What a streamed recording does when the disk cannot keep up and its
+// buffers are full.
+enum class StreamWhenFull : std::uint8_t {
+  wait,  // the recording thread waits for the writer (the program slows down)
+  drop,  // the events are dropped and counted (HistoryRecorder::stream_status)
+};
+// Parses "wait" or "drop". Throws InvalidArgument naming the value.
+StreamWhenFull parse_stream_when_full(std::string_view text);
+const char* to_string(StreamWhenFull when_full) noexcept;
+
 struct HistoryOptions {
   // false: record_history() stops recording, as stop_history() does.
   bool enabled = true;
@@ -94,6 +104,30 @@ struct HistoryOptions {
   // on a helper thread once the allocator has released its locks (an observer
   // may not call back into the allocator); flush() waits for it.
   std::filesystem::path dump_on_oom;
+  // When not empty, every event is also written to this file while the run
+  // goes on, from a background thread: a streamed recording (format version
+  // 7, cachealloc/snapshot/stream.hpp) that keeps every event of a run of
+  // any length, whatever max_entries. stop() (or the next start()) writes
+  // its trailer, the final layout and stats. After a kill the file still
+  // reads up to its last complete chunk. The ring then holds only the
+  // events not yet written.
+  std::filesystem::path stream;
+  // The stream's buffers, all told (recorded events waiting for the writer,
+  // and the writer's own): at least 16 MiB.
+  std::size_t stream_buffer_bytes = std::size_t{64} << 20;
+  StreamWhenFull stream_when_full = StreamWhenFull::wait;
+};
+
+// A streamed recording's progress (HistoryRecorder::stream_status).
+struct StreamStatus {
+  bool active = false;               // a stream is being written
+  std::uint64_t events_written = 0;  // events in the file's chunks
+  std::uint64_t bytes_written = 0;
+  std::uint64_t dropped_events = 0;  // StreamWhenFull::drop, or buffers exhausted
+  std::uint64_t waits = 0;           // times a recording thread waited for the writer
+  std::uint64_t buffer_bytes = 0;    // event buffers held now
+  std::uint64_t peak_buffer_bytes = 0;  // the most they ever held
+  std::string error;                 // why the stream stopped, when it failed
 };
 
 class HistoryRecorder final : public AllocatorObserver {
@@ -148,6 +182,8 @@ class HistoryRecorder final : public AllocatorObserver {
   std::uint64_t recorded_events() const noexcept;
   std::uint64_t dropped_events() const noexcept;
   HistoryOptions options() const;
+  // The streamed recording's progress (HistoryOptions::stream). Thread-safe.
+  StreamStatus stream_status() const;
 
   // AllocatorObserver: called by the allocator under its shard lock.
   std::uint32_t on_event(const AllocatorEvent& event) noexcept override;

@@ -29,7 +29,12 @@ namespace cachealloc::snapshot {
 // shows for this process and the whole device, at the dump and at OOMs.
 // 6: event encoding 3, coded against the previous event and one earlier
 // event named by its distance, with no predictor maps: cheaper to decode.
-inline constexpr std::uint32_t kFormatVersion = 6;
+// 7: a streamed recording (stream.hpp): self-contained, checksummed,
+// compressed chunks appended while the run goes on, the final layout in a
+// trailer. A snapshot written whole is still version 6 (kWholeFormatVersion).
+inline constexpr std::uint32_t kFormatVersion = 7;
+// The version encode() and write_snapshot() write: a snapshot written whole.
+inline constexpr std::uint32_t kWholeFormatVersion = 6;
 
 enum class ErrorCode {
   not_a_snapshot,  // bad magic: "not a cachealloc snapshot"
@@ -101,7 +106,7 @@ std::vector<std::byte> encode_unvalidated(const Snapshot& snapshot);
 // no recorder writes (times of 2^64 - 1, sizes past any device), which the
 // readers refuse (invariants.hpp).
 Snapshot decode_unvalidated(std::span<const std::byte> bytes);
-// encode() as format version 5 (event encoding 2) or 6 (kFormatVersion,
+// encode() as format version 5 (event encoding 2) or 6 (kWholeFormatVersion,
 // event encoding 3), the two that share the head's layout: for the tests and
 // the benchmark that compare the encodings (bench/analyze_throughput.cpp).
 // Throws SnapshotError{inconsistent} for any other version.

@@ -1,6 +1,10 @@
 // Reading a snapshot's events block by block, so that a tool's memory grows
 // with what it keeps, not with the file.
 //
+// A streamed recording (format version 7, stream.hpp) streams the same way,
+// a chunk for a block; one that lost its trailer reads up to its last
+// complete chunk, with head().settings[kStreamNoteSetting] saying so.
+//
 // For a file of format version 3 (docs/FORMAT.md) the reader holds the head
 // (tables, final layout, header; about the size of the tables), an index of
 // 16 bytes per block, and one block at a time: its bytes (~250 KB) and its
@@ -99,6 +103,13 @@ class SnapshotReader {
   std::unique_ptr<Columns> columns_;
   // Loaded: every event, for versions 1 and 2 and pickles.
   std::vector<Event> events_;
+  // Format version 7 (a streamed recording, stream.hpp): where each events
+  // chunk lies, shared with siblings, and this reader's buffers.
+  struct StreamChunks;
+  std::shared_ptr<const StreamChunks> stream_chunks_;
+  struct StreamBuffers;
+  std::unique_ptr<StreamBuffers> stream_buffers_;
+  void open_stream(std::uint64_t file_size);
 };
 
 }  // namespace cachealloc::snapshot

@@ -1,0 +1,300 @@
+// Streamed recordings (HistoryOptions::stream, format version 7): the same
+// events and final figures as the ring, a file that reads after kill -9,
+// backpressure that waits or counts what it drops, and bounded buffers.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "../recorder/history/src/ring_hook.hpp"
+#include "allocator_support.hpp"
+#include "cachealloc/analyzer/replay.hpp"
+#include "cachealloc/history.hpp"
+#include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/reader.hpp"
+#include "cachealloc/snapshot/stream.hpp"
+
+using namespace cachealloc;
+using test_support::KiB;
+using test_support::MiB;
+
+namespace {
+
+std::filesystem::path temp_path(const std::string& name) {
+  return std::filesystem::path(CACHEALLOC_BINARY_DIR) / ("test_history_stream_" + name);
+}
+
+// Sizes from 512 B to 40 MiB, two streams, frees out of order, empty_cache.
+// Deterministic for a seed.
+void workload(CachingAllocator& allocator, Device& device, unsigned seed, int operations) {
+  std::mt19937 random(seed);
+  const Stream streams[2] = {Stream{}, device.create_stream()};
+  std::vector<void*> live;
+  for (int i = 0; i < operations; ++i) {
+    const unsigned choice = random() % 10;
+    if (choice < 5 || live.empty()) {
+      static constexpr std::size_t sizes[] = {512, 3000, 64 * KiB, 900 * KiB, 3 * MiB, 6 * MiB, 12 * MiB, 40 * MiB};
+      live.push_back(allocator.allocate(sizes[random() % 8] + random() % 4096, streams[random() % 2]));
+    } else if (choice < 9) {
+      const std::size_t index = random() % live.size();
+      allocator.deallocate(live[index]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(index));
+    } else if (random() % 8 == 0) {
+      allocator.empty_cache();
+    } else {
+      device.synchronize();
+    }
+  }
+  for (void* p : live) allocator.deallocate(p);
+}
+
+// A stack as its return addresses, so that snapshots with their own ids compare.
+std::vector<std::uint64_t> ips(const snapshot::Snapshot& s, snapshot::StackId id) {
+  std::vector<std::uint64_t> out;
+  for (snapshot::FrameId frame : s.stacks.at(id.value).frames) out.push_back(s.frames.at(frame.value).ip);
+  return out;
+}
+
+void check_same_events(const snapshot::Snapshot& streamed, const snapshot::Snapshot& ring) {
+  REQUIRE(streamed.events.size() == ring.events.size());
+  for (std::size_t i = 0; i < ring.events.size(); ++i) {
+    const snapshot::Event& a = streamed.events[i];
+    const snapshot::Event& b = ring.events[i];
+    INFO("event " << i);
+    REQUIRE(a.kind == b.kind);
+    REQUIRE(a.address == b.address);
+    REQUIRE(a.size == b.size);
+    REQUIRE(a.stream == b.stream);
+    REQUIRE(ips(streamed, a.stack) == ips(ring, b.stack));
+    if (a.kind != snapshot::EventKind::annotation_begin && a.kind != snapshot::EventKind::annotation_end) {
+      REQUIRE(a.aux == b.aux);
+    } else {
+      REQUIRE(streamed.strings.at(a.aux) == ring.strings.at(b.aux));
+    }
+  }
+  for (std::size_t i = 1; i < streamed.events.size(); ++i) REQUIRE(streamed.events[i - 1].time_ns <= streamed.events[i].time_ns);
+}
+
+// The layout with each stack as its return addresses.
+std::vector<std::pair<snapshot::Segment, std::vector<std::vector<std::uint64_t>>>> comparable(
+    const snapshot::Snapshot& s) {
+  std::vector<std::pair<snapshot::Segment, std::vector<std::vector<std::uint64_t>>>> out;
+  for (snapshot::Segment segment : s.segments) {
+    std::vector<std::vector<std::uint64_t>> stacks{ips(s, segment.stack)};
+    segment.stack = {};
+    for (snapshot::Block& block : segment.blocks) {
+      stacks.push_back(ips(s, block.stack));
+      block.stack = {};
+    }
+    out.emplace_back(std::move(segment), std::move(stacks));
+  }
+  return out;
+}
+
+snapshot::Snapshot read_streamed(const std::filesystem::path& path) {
+  snapshot::SnapshotReader reader(path);
+  REQUIRE(reader.streaming());
+  snapshot::Snapshot s = reader.head();
+  std::vector<snapshot::Event> block;
+  while (reader.next_block(block)) s.events.insert(s.events.end(), block.begin(), block.end());
+  return s;
+}
+
+std::atomic<bool> g_stall{false};
+void stall_while_asked() {
+  while (g_stall.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+// Stalls the stream's writer for the scope, or until release().
+struct StalledWriter {
+  detail::StreamCutHook previous;
+  StalledWriter() : previous(detail::replace_stream_cut_hook(stall_while_asked)) { g_stall = true; }
+  void release() { g_stall = false; }
+  ~StalledWriter() {
+    g_stall = false;
+    detail::replace_stream_cut_hook(previous);
+  }
+};
+
+// `operations` in runs of 10,000, each freeing what it kept.
+void long_workload(CachingAllocator& allocator, Device& device, unsigned seed, int operations) {
+  for (int done = 0; done < operations; done += 10'000) workload(allocator, device, seed++, 10'000);
+}
+
+}  // namespace
+
+TEST_CASE("a streamed recording holds the ring's events and final figures for the same workload") {
+  // Given the same workload recorded into the ring and into a stream
+  auto record = [](const std::filesystem::path& stream) {
+    auto device = test_support::simulated();
+    CachingAllocator allocator(device);
+    HistoryOptions options;
+    options.stream = stream;
+    HistoryRecorder recorder(allocator, options);
+    for (int step = 0; step < 3; ++step) {
+      AnnotationScope scope(recorder, "step " + std::to_string(step));
+      workload(allocator, *device, 7, 30'000);
+    }
+    snapshot::Snapshot ring = recorder.take_snapshot();
+    recorder.stop();
+    return ring;
+  };
+  const auto path = temp_path("roundtrip.snap");
+  snapshot::Snapshot ring;
+  for (const std::filesystem::path& stream : {std::filesystem::path(), path}) {  // one call site: the same stacks
+    snapshot::Snapshot recorded = record(stream);
+    if (stream.empty()) ring = std::move(recorded);
+  }
+
+  // When the stream is read, block by block and whole
+  const snapshot::Snapshot streamed = read_streamed(path);
+  const snapshot::Snapshot whole = snapshot::read_snapshot(path);
+
+  // Then it holds every event, in order, and the same final layout and stats
+  REQUIRE(ring.dropped_events == 0);
+  REQUIRE(ring.events.size() > 2 * snapshot::kStreamBlockEvents);
+  CHECK(streamed.header.format_version == snapshot::kStreamFormatVersion);
+  CHECK(streamed.settings.count(snapshot::kStreamNoteSetting) == 0);
+  check_same_events(streamed, ring);
+  CHECK(comparable(streamed) == comparable(ring));
+  CHECK(streamed.stats == ring.stats);
+  CHECK(streamed.dropped_events == 0);
+  CHECK(whole == streamed);
+  // And its events replay from an empty allocator to its final layout
+  analyzer::Replay replay({}, streamed.devices.at(0).index, streamed.stacks.size());
+  for (const auto& event : streamed.events) replay.apply(event);
+  CHECK(replay.anomalies().total() == 0);
+  CHECK(replay.layout() == streamed.segments);
+}
+
+TEST_CASE("a streamed recording killed with SIGKILL reads up to its last complete chunk, with a note") {
+  // Given a child process that streams a recording and never stops
+  const auto path = temp_path("killed.snap");
+  std::filesystem::remove(path);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    auto device = test_support::simulated();
+    CachingAllocator allocator(device);
+    HistoryOptions options;
+    options.stream = path;
+    HistoryRecorder recorder(allocator, options);
+    for (unsigned seed = 0;; ++seed) workload(allocator, *device, seed, 10'000);
+  }
+  // When it is killed once several chunks are written
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline &&
+         (!std::filesystem::exists(path) || std::filesystem::file_size(path) < 2 * MiB))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE(WIFSIGNALED(status));
+  REQUIRE(std::filesystem::file_size(path) >= 2 * MiB);
+
+  // Then the file reads, up to its last complete chunk, and says so
+  const snapshot::Snapshot s = read_streamed(path);
+  REQUIRE(s.settings.count(snapshot::kStreamNoteSetting) == 1);
+  const std::string note = s.settings.at(snapshot::kStreamNoteSetting);
+  INFO(note);
+  CHECK(note.find("the recording ended without its trailer (killed?): events up to chunk") == 0);
+  CHECK(s.events.size() >= snapshot::kStreamBlockEvents);
+  // And its figures hold together: the events replay from empty without an
+  // anomaly, to the layout the reader rebuilt
+  analyzer::Replay replay({}, 0, s.stacks.size());
+  for (const auto& event : s.events) replay.apply(event);
+  CHECK(replay.anomalies().total() == 0);
+  CHECK(replay.layout() == s.segments);
+  CHECK(snapshot::read_snapshot(path) == s);
+}
+
+TEST_CASE("a stream that cannot keep up drops events and counts them when asked to") {
+  // Given a writer stalled as by a slow disk, with the smallest buffers
+  auto device = test_support::simulated();
+  CachingAllocator allocator(device);
+  HistoryOptions options;
+  options.stacks = StackCapture::none;
+  options.stream = temp_path("dropping.snap");
+  options.stream_buffer_bytes = 16 * MiB;
+  options.stream_when_full = StreamWhenFull::drop;
+  StalledWriter stalled;
+  HistoryRecorder recorder(allocator, options);
+
+  // When the program records far more than the buffers hold
+  long_workload(allocator, *device, 3, 400'000);
+  const StreamStatus full = recorder.stream_status();
+  stalled.release();
+  recorder.stop();
+
+  // Then events were dropped, counted, and every other one is in the file
+  CHECK(full.dropped_events > 0);
+  CHECK(full.peak_buffer_bytes <= options.stream_buffer_bytes);
+  CHECK(full.buffer_bytes >= options.stream_buffer_bytes / 4);  // the pool filled up to its limit
+  const snapshot::Snapshot s = read_streamed(options.stream);
+  CHECK(s.dropped_events == full.dropped_events);
+  CHECK(s.events.size() + s.dropped_events == recorder.recorded_events());
+}
+
+TEST_CASE("a stream that cannot keep up makes the recording thread wait, and loses nothing") {
+  // Given a writer stalled for a while, with the smallest buffers
+  auto device = test_support::simulated();
+  CachingAllocator allocator(device);
+  HistoryOptions options;
+  options.stacks = StackCapture::none;
+  options.stream = temp_path("waiting.snap");
+  options.stream_buffer_bytes = 16 * MiB;
+  StalledWriter stalled;
+  HistoryRecorder recorder(allocator, options);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    stalled.release();
+  });
+
+  // When the program records far more than the buffers hold
+  long_workload(allocator, *device, 3, 400'000);
+  release.join();
+  recorder.stop();
+  const StreamStatus status = recorder.stream_status();
+
+  // Then it waited, nothing was dropped, the buffers stayed within bounds
+  CHECK(status.waits > 0);
+  CHECK(status.dropped_events == 0);
+  CHECK(status.peak_buffer_bytes <= options.stream_buffer_bytes);
+  const snapshot::Snapshot s = read_streamed(options.stream);
+  CHECK(s.dropped_events == 0);
+  CHECK(s.events.size() == recorder.recorded_events());
+}
+
+TEST_CASE("a stream's buffers stay within their bound however long the run") {
+  // Given four threads recording for a long run, with 16 MiB of buffers
+  auto device = test_support::simulated();
+  CachingAllocator allocator(device);
+  HistoryOptions options;
+  options.stream = temp_path("bounded.snap");
+  options.stream_buffer_bytes = 16 * MiB;
+  HistoryRecorder recorder(allocator, options);
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] { long_workload(allocator, *device, 100 * t, 150'000); });
+  for (auto& thread : threads) thread.join();
+  recorder.stop();
+  const StreamStatus status = recorder.stream_status();
+  // Then every event is in the file, in time order, replaying cleanly, and
+  // the buffers never passed the bound
+  CHECK(status.peak_buffer_bytes <= options.stream_buffer_bytes);
+  const snapshot::Snapshot s = read_streamed(options.stream);
+  CHECK(s.events.size() == recorder.recorded_events());
+  CHECK(s.events.size() > 1'000'000);
+  analyzer::Replay replay({}, s.devices.at(0).index, s.stacks.size());
+  for (const auto& event : s.events) replay.apply(event);
+  CHECK(replay.anomalies().total() == 0);
+  CHECK(replay.layout() == s.segments);
+}
