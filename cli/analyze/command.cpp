@@ -15,6 +15,7 @@
 
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/load.hpp"
+#include "cachealloc/snapshot/stream.hpp"
 
 namespace cachealloc::cli {
 
@@ -273,6 +274,9 @@ void Runner::run_job(const ReportJob& job, Destination& to) const {
 // the window of --from and --to, and a progress line on a terminal.
 analyzer::ReportOptions Runner::one_file_options(analyzer::EventSource& source) const {
   check_device(source.head(), common.device);
+  // A streamed recording that lost its trailer (snapshot/stream.hpp) reads up to its last complete chunk.
+  if (const auto note = source.head().settings.find(snapshot::kStreamNoteSetting); note != source.head().settings.end())
+    std::fprintf(stderr, "cachealloc-analyze: note: %s: %s\n", common.file.c_str(), note->second.c_str());
   analyzer::ReportOptions options;
   options.device = common.device;
   options.sites = common.sites;

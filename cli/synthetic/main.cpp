@@ -33,6 +33,13 @@ int main(int argc, char** argv) {
       ->check(whole_number(1, 1024))
       ->capture_default_str();
   app.add_option("-o,--output", output, "Snapshot file to write")->required();
+  std::string when_full = "wait";
+  app.add_flag("--stream", options.stream,
+               "Write -o as a streamed recording while the loop runs (every event kept, in bounded memory)");
+  app.add_option("--stream-when-full", when_full,
+                 "With --stream, when the disk cannot keep up: wait (the loop slows down) or drop (events are counted)")
+      ->check(one_of({"wait", "drop"}))
+      ->capture_default_str();
   app.add_flag("-f,--force", force, "overwrite the -o file if it exists");
   add_version_flags(app, std::string(kProgram) + " " CACHEALLOC_VERSION);
   if (const auto stop = parse(app, kProgram, std::vector<std::string>(argv + 1, argv + argc))) return *stop;
@@ -40,11 +47,23 @@ int main(int argc, char** argv) {
     if (output == "-") throw UsageError("-o -: the snapshot is written to a file (the recorder renames it into place)");
     { const Output check(output, force); }  // refuses an existing file without --force, before the run
     options.stacks = cachealloc::parse_stack_capture(stacks);
+    options.stream_when_full = cachealloc::parse_stream_when_full(when_full);
     const auto result = cachealloc::synthetic::run_workload(options, output);
     std::printf("%s: %llu events recorded over %llu steps (%llu OOMs)\n", output.c_str(),
                 static_cast<unsigned long long>(result.recorded), static_cast<unsigned long long>(result.steps),
                 static_cast<unsigned long long>(result.ooms));
-    if (result.ring_overflowed) std::fprintf(stderr, "%s: note: the ring overflowed; figures are lower bounds\n", kProgram);
+    if (options.stream) {
+      std::printf("%s: streamed %llu events in %llu bytes; buffers peaked at %llu bytes; %llu waits for the disk\n",
+                  output.c_str(), static_cast<unsigned long long>(result.stream.events_written),
+                  static_cast<unsigned long long>(result.stream.bytes_written),
+                  static_cast<unsigned long long>(result.stream.peak_buffer_bytes),
+                  static_cast<unsigned long long>(result.stream.waits));
+      if (result.stream.dropped_events > 0)
+        std::fprintf(stderr, "%s: note: %llu events were dropped (--stream-when-full drop); figures are lower bounds\n",
+                     kProgram, static_cast<unsigned long long>(result.stream.dropped_events));
+    } else if (result.ring_overflowed) {
+      std::fprintf(stderr, "%s: note: the ring overflowed; figures are lower bounds\n", kProgram);
+    }
     return kExitOk;
   });
 }

@@ -193,6 +193,12 @@ WorkloadResult run_workload(const WorkloadOptions& options, const std::filesyste
   // overflows and the file holds the whole run (no lower bounds).
   history.max_entries = options.events + std::max<std::uint64_t>(options.events / 8, 65536);
   history.stacks = options.stacks;
+  if (options.stream) {
+    // The ring then only passes chunks to the stream's writer.
+    history.max_entries = 65536;
+    history.stream = output;
+    history.stream_when_full = options.stream_when_full;
+  }
   HistoryRecorder recorder(allocator, history);
 
   std::atomic<bool> done{false};
@@ -210,11 +216,16 @@ WorkloadResult run_workload(const WorkloadOptions& options, const std::filesyste
   }
   for (auto& thread : threads) thread.join();
   recorder.stop();
-  if (!recorder.dump_snapshot(output)) throw cachealloc::cli::UsageError("cannot write " + output.string());
-
   WorkloadResult total;
   total.recorded = recorder.recorded_events();
-  total.ring_overflowed = total.recorded > history.max_entries;
+  if (options.stream) {
+    total.stream = recorder.stream_status();
+    if (!total.stream.error.empty()) throw cachealloc::cli::UsageError("cannot write " + output.string());
+    total.ring_overflowed = total.stream.dropped_events > 0;
+  } else {
+    if (!recorder.dump_snapshot(output)) throw cachealloc::cli::UsageError("cannot write " + output.string());
+    total.ring_overflowed = total.recorded > history.max_entries;
+  }
   for (const auto& r : results) {
     total.steps += r.steps;
     total.ooms += r.ooms;

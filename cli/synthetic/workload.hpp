@@ -13,6 +13,11 @@ struct WorkloadOptions {
   std::uint64_t seed = 1;
   StackCapture stacks = StackCapture::native;
   unsigned threads = 1;
+  // Write `output` as a streamed recording (format version 7) while the
+  // loop runs, instead of dumping the ring at the end: every event is kept,
+  // in bounded memory, whatever `events`.
+  bool stream = false;
+  StreamWhenFull stream_when_full = StreamWhenFull::wait;
 };
 
 struct WorkloadResult {
@@ -20,6 +25,7 @@ struct WorkloadResult {
   std::uint64_t steps = 0;
   std::uint64_t ooms = 0;
   bool ring_overflowed = false;  // events were lost: the file's figures are lower bounds
+  StreamStatus stream;           // with WorkloadOptions::stream
 };
 
 // Drives a real CachingAllocator on a simulated H200 with history recording

@@ -56,6 +56,7 @@ void HistoryRecorder::start(const HistoryOptions& options) {
   // leaves the recorder as it was.
   if (s.stream_writer) {
     s.stream_writer->finish();
+    s.last_stream_status = s.stream_writer->status();
     s.stream_writer.reset();
   }
   std::unique_ptr<StreamRecorder> stream;
@@ -123,6 +124,7 @@ void HistoryRecorder::stop() noexcept {
     std::lock_guard control(s.control);
     if (s.stream_writer) {
       s.stream_writer->finish();
+      s.last_stream_status = s.stream_writer->status();
       s.stream_writer.reset();
     }
   }

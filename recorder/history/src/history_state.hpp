@@ -189,6 +189,7 @@ struct HistoryRecorder::State {
   std::uint64_t stream_waits = 0;
   std::atomic<bool> stream_cut{false};
   std::unique_ptr<StreamRecorder> stream_writer;  // guarded by control
+  StreamStatus last_stream_status;                // the last stream's, once finished; guarded by control
 
   mutable std::mutex strings_mutex;
   std::vector<std::string> strings{std::string()};

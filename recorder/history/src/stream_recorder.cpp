@@ -156,7 +156,7 @@ StreamStatus HistoryRecorder::stream_status() const {
   StreamStatus status;
   {
     std::lock_guard control(s.control);
-    if (s.stream_writer) status = s.stream_writer->status();
+    status = s.stream_writer ? s.stream_writer->status() : s.last_stream_status;
   }
   std::lock_guard lock(s.ring_lock);
   status.active = s.streaming;
@@ -230,6 +230,7 @@ void StreamRecorder::run() noexcept {
       if (last) {
         snapshot::Snapshot trailer = describe_run(s_, options_);
         trailer.stats = std::move(final_stats_);
+        add_final_usage(trailer.devices.at(0));
         for (snapshot::Segment& segment : final_layout_) {
           segment.stack = snapshot::StackId{stack_id(segment.stack.value)};
           for (snapshot::Block& block : segment.blocks) block.stack = snapshot::StackId{stack_id(block.stack.value)};
@@ -252,6 +253,32 @@ void StreamRecorder::run() noexcept {
       return;
     }
   }
+}
+
+// The driver's and NVML's readings at the last cut, as a dump stores them.
+void StreamRecorder::add_final_usage(snapshot::DeviceInfo& info) const {
+  if (final_memory_) {
+    info.total_bytes = final_memory_->total;
+    info.driver_free_at_dump = final_memory_->free;
+    info.driver_total_at_dump = final_memory_->total;
+  }
+  const DeviceUsage& u = final_usage_;
+  info.usage_note = valid(u.note);
+  switch (u.source) {
+    case DeviceUsage::Source::nvml: info.usage_source = snapshot::UsageSource::nvml; break;
+    case DeviceUsage::Source::simulated: info.usage_source = snapshot::UsageSource::simulated; break;
+    case DeviceUsage::Source::unavailable: info.usage_source = snapshot::UsageSource::unavailable; return;
+  }
+  snapshot::DeviceUsage reading;
+  reading.time_ns = last_ns_;
+  reading.process_found = u.process_found;
+  reading.process_used = u.process_used;
+  reading.device_used = u.device_used;
+  reading.device_reserved = u.device_reserved;
+  reading.device_total = u.device_total;
+  reading.other_processes = u.other_processes;
+  reading.other_processes_used = u.other_processes_used;
+  info.usage.push_back(reading);
 }
 
 void StreamRecorder::fail(const std::string& why) noexcept {
@@ -287,6 +314,11 @@ void StreamRecorder::cut(bool last) {
       if (last) {
         s_.recording.store(false, std::memory_order_release);
         final_stats_ = s_.allocator.stats().to_map();
+        final_usage_ = s_.allocator.device().usage();
+        try {
+          final_memory_ = s_.allocator.device().memory_info();
+        } catch (const std::exception&) {
+        }
       }
       std::lock_guard lock(s_.ring_lock);
       for (Chunk* chunk : s_.ring) {

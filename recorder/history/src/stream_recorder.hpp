@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -103,6 +104,9 @@ class StreamRecorder {
   // The final state, read in the last cut.
   std::vector<snapshot::Segment> final_layout_;
   std::map<std::string, std::int64_t> final_stats_;
+  DeviceUsage final_usage_;
+  std::optional<MemoryInfo> final_memory_;
+  void add_final_usage(snapshot::DeviceInfo& info) const;
 };
 
 }  // namespace cachealloc
