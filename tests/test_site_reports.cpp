@@ -52,7 +52,7 @@ TEST_CASE("peak lists the 20 largest allocations by default, the rest in one row
   const snapshot::Snapshot snap = analyzer::load(kPyTorch / "corpus" / "varlen_transformer.pickle");
   // when peak runs with its defaults
   const Document bounded = analyzer::peak_report(snap, {});
-  const std::uint64_t live = field(bounded, "allocations");
+  const std::uint64_t live = field(bounded, "allocation_count");
   const std::uint64_t bytes = field(bounded, "allocated_bytes");
   REQUIRE(live > 100);
   // then 20 allocations are listed, and the rest row holds the others' count and bytes
@@ -91,7 +91,7 @@ TEST_CASE("peak's sites past the limit are summed in a rest row: K more sites, t
   REQUIRE(sites.rows.size() == 2);
   REQUIRE(sites.rest);
   // then the rest row counts the 3 others, and the listed and the rest add up to the peak's bytes
-  CHECK(sites.rest->count == field(peak, "sites") - 2);
+  CHECK(sites.rest->count == field(peak, "site_count") - 2);
   CHECK(column_sum(sites, 1) + std::get<std::uint64_t>(sites.rest->cells[1]) == field(peak, "allocated_bytes"));
   CHECK(std::get<std::string>(sites.rest->cells.back()) == "... and 3 more sites");
   // and CSV ends with it, its rank empty

@@ -1,3 +1,4 @@
+#include <set>
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -187,7 +188,44 @@ class TableWriter {
 
 constexpr std::size_t kStreamAlignRows = 1000;
 
+// One key once per object: the document's own keys (its fields, groups,
+// tables and texts) are checked before anything is written, so a report
+// that would name two figures alike is a bug caught by every test that
+// renders it, never an object whose readers keep one value and drop the other.
+void check_unique_keys(const Document& document) {
+  std::set<std::string> top{"report", "lower_bounds", "notes"};
+  const auto claim = [&](const std::string& key) {
+    if (!top.insert(key).second) throw std::logic_error("report " + document.report + ": JSON key '" + key + "' twice");
+  };
+  for (const Section& section : document.sections) {
+    std::visit(Overloaded{
+                   [&](const FieldGroup& group) {
+                     if (!group.key.empty()) {
+                       claim(group.key);
+                       std::set<std::string> inner;
+                       for (const Field& field : group.fields)
+                         if (!inner.insert(field.key).second)
+                           throw std::logic_error("report " + document.report + ": JSON key '" + group.key + "." +
+                                                  field.key + "' twice");
+                     } else {
+                       for (const Field& field : group.fields) claim(field.key);
+                     }
+                   },
+                   [&](const Table& table) {
+                     claim(table.key);
+                     if (table.rest) claim(table.key + "_rest");
+                   },
+                   [&](const Text& text) {
+                     if (!text.table_only) claim(text.key);
+                   },
+               },
+               section);
+  }
+  if (document.streamed) claim(document.streamed->key);
+}
+
 void render_json(const Document& document, std::ostream& out) {
+  check_unique_keys(document);
   JsonWriter json(out);
   json.begin_object();
   json.key("report");
@@ -234,6 +272,7 @@ void render_json(const Document& document, std::ostream& out) {
                      }
                    },
                    [&](const Text& text) {
+                     if (text.table_only) return;
                      json.key(text.key);
                      json.begin_array();
                      for (const std::string& line : text.lines) json.value(std::string_view(line));

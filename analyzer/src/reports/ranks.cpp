@@ -256,7 +256,7 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
   bool bounds = false;
   for (const RankSummary& r : ranks) bounds = bounds || r.run.lower_bounds;
   FieldGroup& fleet = doc.group("", "over all ranks");
-  fleet.add("ranks", "ranks", static_cast<std::uint64_t>(ranks.size()), Unit::count)
+  fleet.add("rank_count", "ranks", static_cast<std::uint64_t>(ranks.size()), Unit::count)
       .add("median_peak_reserved", "median peak reserved", static_cast<std::uint64_t>(f.median_peak_reserved),
            Unit::bytes, bounds)
       .add("imbalance_reserved", "imbalance of peak reserved (max / median)", f.imbalance_reserved)

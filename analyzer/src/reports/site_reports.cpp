@@ -138,8 +138,8 @@ Document peak_report(EventSource& source, const ReportOptions& options) {
       .add("time_ns", "time", detail::since_origin(a, peak.time_ns), Unit::time)
       .add("phase", "phase", phase_text(snapshot, peak.phase))
       .add("allocated_bytes", "allocated then", live, Unit::bytes)
-      .add("allocations", "allocations live then", static_cast<std::uint64_t>(blocks.size()), Unit::count)
-      .add("sites", "sites", static_cast<std::uint64_t>(groups.size()), Unit::count);
+      .add("allocation_count", "allocations live then", static_cast<std::uint64_t>(blocks.size()), Unit::count)
+      .add("site_count", "sites", static_cast<std::uint64_t>(groups.size()), Unit::count);
   Table& sites = doc.table("sites", "live allocations by site, largest first", site_columns());
   add_site_rows(sites, names, groups, live, limit);
   const std::size_t listed = listed_rows(blocks.size(), limit);
@@ -261,7 +261,7 @@ Document leaks_report(EventSource& source, const ReportOptions& options) {
   doc.title = detail::title(snapshot, a.device, "allocations live " + detail::moment(a));
   doc.csv_table = "allocations";
   doc.group("", "still allocated " + detail::moment(a))
-      .add("allocations", "allocations", static_cast<std::uint64_t>(blocks.size()), Unit::count)
+      .add("allocation_count", "allocations", static_cast<std::uint64_t>(blocks.size()), Unit::count)
       .add("bytes", "bytes", live, Unit::bytes)
       .add("min_size", "smallest listed", options.min_size, Unit::bytes);
   Table& sites = doc.table("sites", "by site, largest first", site_columns());

@@ -224,6 +224,7 @@ Document recommend_report(EventSource& source, const RecommendOptions& options) 
   doc.title = "Recommended allocator setting (replayed on the simulated device)";
   Text& verdict = doc.text("verdict", "Verdict");
   verdict.lines.push_back(rec.verdict);
+  verdict.table_only = true;
   FieldGroup& top = doc.group("", "Recommendation");
   top.add("verdict", "verdict", rec.verdict).json_only_if(true);
   top.add("helps", "a setting helps", rec.helps);

@@ -95,6 +95,8 @@ struct Text {
   std::string key;
   std::string title;
   std::vector<std::string> lines;
+  // Shown in tables only: JSON and CSV carry the same words as a field.
+  bool table_only = false;
 };
 
 using Section = std::variant<FieldGroup, Table, Text>;
