@@ -155,8 +155,14 @@
       switch (e.kind) {
         case K.alloc: {
           let b = this.blocks.get(e.address);
+          let size = e.size;
           if (b && b.state === ST.inactive && b.size >= e.size) {
-            if (b.size > e.size) this.split(b, e.address + e.size);
+            // A large-pool tail of 1 MiB or less stays with the block where
+            // the file's sizes may be inferred (Replay::on_alloc's rule).
+            if (b.size > e.size) {
+              if (meta.inferred_sizes && (b.seg.flags & 1) && !(b.seg.flags & 2) && b.size - e.size <= 1048576) size = b.size;
+              else this.split(b, e.address + e.size);
+            }
           } else {
             if (b && b.state <= ST.pending) return;
             const seg = b ? b.seg : this.containing(e.address);
@@ -164,7 +170,7 @@
             if (!b) return;
           }
           b.state = ST.allocated; b.requested = e.aux; b.stack = e.stack;
-          this.allocated += e.size; this.active += e.size;
+          this.allocated += size; this.active += size;
           return;
         }
         case K.free_requested: {

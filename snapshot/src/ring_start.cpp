@@ -145,7 +145,28 @@ RingStart derive_ring_start(const std::vector<Segment>& final_layout, std::int32
         }
         case EventKind::segment_unmap: {
           auto it = containing(e->address);
-          if (it == segments.end()) break;
+          if (it == segments.end()) {
+            // The range was mapped before the unmap, in no segment of the
+            // layout after it (PyTorch lists an expandable segment once per
+            // mapped range): it is mapped again here, as a range of its own
+            // or the growth of the mapped range it touches.
+            const bool large = (e->aux & segment_flag_large_pool) != 0;
+            auto before = containing(e->address - 1);
+            if (e->address != 0 && before != segments.end() && before->second.expandable &&
+                before->first + before->second.total_size == e->address) {
+              before->second.total_size += e->size;
+            } else {
+              segments[e->address] = SegmentInfo{e->size, e->stream, large, true, e->stack, {}};
+            }
+            if (const auto after = segments.find(e->address + e->size);
+                after != segments.end() && after->second.expandable) {
+              auto grown = containing(e->address);
+              grown->second.total_size += after->second.total_size;
+              for (const auto& gap : after->second.unmapped) grown->second.unmapped.push_back(gap);
+              segments.erase(after);
+            }
+            break;
+          }
           const std::uint64_t begin = e->address;
           const std::uint64_t end = e->address + e->size;
           std::vector<std::pair<std::uint64_t, std::uint64_t>> kept;

@@ -208,7 +208,7 @@ async function checkReport(browser, input, name) {
     let same = check(w.sites.length === expected.length, name + ': ' + w.sites.length + ' sites in the window, top lists ' + expected.length);
     for (let i = 0; same && i < expected.length; ++i) {
       const g = w.sites[i], e = expected[i];
-      same = check(JSON.stringify(g.stack) === JSON.stringify(e.stack) && g.allocations === e.allocations && g.bytes === e.bytes,
+      same = check(JSON.stringify(g.stack) === JSON.stringify(e.stack) && g.allocations === e.allocations && g.bytes === e.allocated_over_run,
                    name + ': site #' + (i + 1) + ' ' + JSON.stringify(g) + ' vs ' + JSON.stringify(e));
     }
   }

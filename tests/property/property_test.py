@@ -40,38 +40,7 @@ LAYOUT_NOT_FROM_TRACE = ('format_versions/v2.bin', 'format_versions/v3.bin', 'fo
 # Known disagreements, each naming its bug: {file: (bug, {'report field', ...})}.
 # A marked figure that agrees at every event checked fails the test, so the
 # mark goes once the bug is fixed.
-_PRE_RING_SIZES = ('snapshot/src/pickle/pickle_block_sizes.cpp, Sizing::free_from_before: a block allocated before '
-                   'the ring is sized as its rounded request, without the remainder PyTorch did not split off (a '
-                   'free block of 1 MiB or less never exists in the large pool), so the start holds too little')
-_RING_START_UNMAP = ('snapshot/src/ring_start.cpp, derive_ring_start: a segment_unmap undone of a range in no '
-                     'segment of the final layout (every piece unmapped by the end) is dropped, not mapped back')
-_REPLAY_DEVICE_ALLOCS = ('analyzer/src/whatif: replay\'s recorded device_allocs counts the segments that existed '
-                         'before a mid-run trace\'s first event as cudaMallocs')
-_PRE_RING_FIELDS = {'segments blocks', 'summary allocated', 'summary active', 'summary cached_free',
-                    'summary inactive_split', 'summary peak_allocated', 'summary peak_active', 'summary pending_free',
-                    'peak peak_bytes', 'peak allocations'}
-EXPECTED_TO_FAIL = {
-    'pytorch/ring_overflow.pickle': (_PRE_RING_SIZES, _PRE_RING_FIELDS | {'replay cached_free_at_peak'}),
-    'pytorch/corpus/ring_overflow.pickle': (_PRE_RING_SIZES, _PRE_RING_FIELDS),
-    # The same bug is why replay's recorded peak_allocated here is 102.07 MiB: PyTorch's
-    # own per-step peak (long_ring_overflow.stats.json) and this replay say 104.07 MiB.
-    'pytorch/long/long_ring_overflow.pickle.zst': (_PRE_RING_SIZES, _PRE_RING_FIELDS - {'summary pending_free'} |
-                                                   {'replay peak_allocated'}),
-    'fuzz_seeds/pytorch_corpus_expandable.pickle': (_RING_START_UNMAP, {
-        'segments segments', 'segments blocks', 'summary allocated', 'summary active', 'summary requested',
-        'summary reserved', 'summary cached_free', 'summary peak_allocated', 'summary peak_active',
-        'summary peak_reserved', 'summary peak_requested', 'summary pending_free', 'peak peak_bytes',
-        'peak allocations', 'replay peak_reserved', 'replay peak_allocated'}),
-}
-for _name in ('synthetic_2k_native.bin', 'synthetic_2k_nostacks.bin', 'format_versions/v4.bin', 'format_versions/v5.bin',
-              'format_versions/v6.bin', 'fuzz_seeds/ours_v4.pickle', 'fuzz_seeds/ours_v5.pickle',
-              'fuzz_seeds/pytorch_corpus_cuda_graph.pickle', 'fuzz_seeds/pytorch_corpus_oom_retry.pickle',
-              'fuzz_seeds/pytorch_corpus_roundup_list.pickle', 'fuzz_seeds/pytorch_gru_python_stacks.pickle',
-              'fuzz_seeds/pytorch_no_context.pickle', 'fuzz_seeds/pytorch_corpus_no_context.pickle',
-              'pytorch/ring_overflow.pickle',
-              'pytorch/corpus/ring_overflow.pickle', 'pytorch/long/long_ring_overflow.pickle.zst'):
-    _bug, _fields = EXPECTED_TO_FAIL.get(_name, (_REPLAY_DEVICE_ALLOCS, set()))
-    EXPECTED_TO_FAIL[_name] = (_bug if _fields else _REPLAY_DEVICE_ALLOCS, _fields | {'replay device_allocs'})
+EXPECTED_TO_FAIL = {}
 
 # replay refuses these on purpose (its own message says why): no recorded column to hold.
 REPLAY_REFUSES = 'the trace begins mid-run with expandable segments, which the replay cannot rebuild'

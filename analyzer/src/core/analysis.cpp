@@ -244,12 +244,14 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   };
 
   const unsigned threads = options.threads == 0 ? automatic_threads() : options.threads;
-  if (threads > 1) {
+  // Ranges take each alloc's size as the file gives it: where sizes may be
+  // inferred, only the one-thread pass applies the allocator's rule.
+  if (threads > 1 && !Replay::sizes_may_be_inferred(head)) {
     Analysis parallel_a = a;
     if (parallel::run(source, options, initial, threads, parallel_a, finish)) return parallel_a;
   }
 
-  Replay replay(initial.segments, a.device, head.stacks.size());
+  Replay replay(initial.segments, a.device, head.stacks.size(), Replay::sizes_may_be_inferred(head));
   initial.segments.clear();
   initial.segments.shrink_to_fit();
   pass::WindowPass pass(options, a, replay);
@@ -343,7 +345,7 @@ void replay_to(EventSource& source, std::int32_t device, std::size_t index,
   if (guess) {
     // Replay on to the end, keeping a copy of the state after `index`
     // (O(live blocks)).
-    Replay replay(guess->segments, device, head.stacks.size());
+    Replay replay(guess->segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head));
     replay_range(source, replay, 0, end, progress);
     std::optional<Replay> at;
     if (end < n) {
@@ -360,7 +362,7 @@ void replay_to(EventSource& source, std::int32_t device, std::size_t index,
   } else {
     derived = derive_initial_layout(source, device);
   }
-  Replay replay(derived.segments, device, head.stacks.size());
+  Replay replay(derived.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head));
   replay_range(source, replay, 0, end, progress);
   if (progress) progress(n, n);
   inspect(replay);
@@ -370,7 +372,7 @@ InitialLayout confirmed_start(EventSource& source, std::int32_t device) {
   const Snapshot& head = source.head();
   const std::optional<InitialLayout> guess = start_guess(head, device);
   if (guess) {
-    Replay replay(guess->segments, device, head.stacks.size());
+    Replay replay(guess->segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head));
     replay_range(source, replay, 0, source.event_count(), {});
     if (explains_the_trace(replay, head, device)) return *guess;
   }

@@ -33,20 +33,63 @@ std::uint64_t minus(std::uint64_t a, std::uint64_t b) noexcept { return a > b ? 
 // ---------------------------------------------------------------------------
 // The layout before the ring.
 
+namespace {
+
+constexpr std::uint64_t kSmallRequest = std::uint64_t{1} << 20;  // the small pool's largest request
+
+// Only where block sizes may be inferred (Replay::sizes_may_be_inferred):
+// our own files' sizes are the allocator's, and a test's layout need not
+// follow PyTorch's policy.
+InitialLayout joined(InitialLayout layout) {
+  layout.joined_fragments = join_impossible_fragments(layout.segments);
+  return layout;
+}
+
+}  // namespace
+
+std::uint64_t join_impossible_fragments(std::vector<snapshot::Segment>& segments) {
+  std::uint64_t joined = 0;
+  for (auto& segment : segments) {
+    if (!segment.large_pool || segment.expandable) continue;
+    auto& blocks = segment.blocks;
+    for (std::size_t i = 1; i < blocks.size();) {
+      if (blocks[i].state == snapshot::BlockState::inactive && blocks[i].size <= kSmallRequest &&
+          blocks[i - 1].state != snapshot::BlockState::inactive) {
+        blocks[i - 1].size += blocks[i].size;
+        blocks.erase(blocks.begin() + static_cast<std::ptrdiff_t>(i));
+        ++joined;
+      } else {
+        ++i;
+      }
+    }
+  }
+  return joined;
+}
+
 InitialLayout derive_initial_layout(const snapshot::Snapshot& snapshot, std::int32_t device) {
-  return snapshot::derive_ring_start(snapshot.segments, device, snapshot.events);
+  InitialLayout layout = snapshot::derive_ring_start(snapshot.segments, device, snapshot.events);
+  return Replay::sizes_may_be_inferred(snapshot) ? joined(std::move(layout)) : layout;
 }
 
 InitialLayout derive_initial_layout(EventSource& source, std::int32_t device) {
-  return snapshot::derive_ring_start(source.head().segments, device, source.block_count(),
-                                     [&](std::size_t block) { return source.block(block); });
+  InitialLayout layout = snapshot::derive_ring_start(source.head().segments, device, source.block_count(),
+                                                     [&](std::size_t block) { return source.block(block); });
+  return Replay::sizes_may_be_inferred(source.head()) ? joined(std::move(layout)) : layout;
 }
 
 // ---------------------------------------------------------------------------
 // The forward engine.
 
-Replay::Replay(const std::vector<Segment>& initial, std::int32_t device, std::size_t stack_count)
+bool Replay::sizes_may_be_inferred(const snapshot::Snapshot& head) noexcept {
+  if (head.header.source != "pytorch-pickle") return false;
+  const auto inferred = head.settings.find("block_sizes.inferred");
+  return inferred != head.settings.end() && inferred->second != "0";
+}
+
+Replay::Replay(const std::vector<Segment>& initial, std::int32_t device, std::size_t stack_count,
+               bool inferred_sizes)
     : device_(device),
+      inferred_sizes_(inferred_sizes),
       live_bytes_by_stack_(std::max<std::size_t>(stack_count, 1), 0),
       live_blocks_by_stack_(std::max<std::size_t>(stack_count, 1), 0) {
   load(initial);

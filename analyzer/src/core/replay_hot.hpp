@@ -70,11 +70,20 @@ inline bool is_active(snapshot::BlockState state) noexcept {
 
 inline void Replay::on_alloc(const snapshot::Event& event) {
   const std::uint64_t address = event.address;
-  const std::uint64_t size = event.size;
+  std::uint64_t size = event.size;
   std::uint32_t id = block_at_.find(address);
   if (id != kNone && blocks_[id].state == snapshot::BlockState::inactive && blocks_[id].size >= size) {
     // The common case: the allocator hands out the front of a free block.
-    if (blocks_[id].size > size) split_block(id, address + size);
+    // In a large pool it keeps a tail of 1 MiB or less with the block (it
+    // never splits so little off): a size a PyTorch trace could only infer
+    // from the request (the segment predates the trace) is the whole block.
+    if (blocks_[id].size > size) {
+      const SegmentNode& segment = segments_[blocks_[id].segment];
+      if (inferred_sizes_ && segment.large_pool && !segment.expandable && blocks_[id].size - size <= kUnsplitTail)
+        size = blocks_[id].size;
+      else
+        split_block(id, address + size);
+    }
   } else {
     if (id != kNone && hot::is_active(blocks_[id].state)) {
       ++anomalies_.alloc_outside_free_block;

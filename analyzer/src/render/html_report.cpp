@@ -202,7 +202,7 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
 
   // The state before events[0], as segments --at and replay_to() take it.
   const InitialLayout initial = confirmed_start(source, device);
-  Replay replay(initial.segments, device, head.stacks.size());
+  Replay replay(initial.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head));
 
   const std::size_t n = source.event_count();
   HtmlReportStats stats;
@@ -356,6 +356,10 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   meta.value(static_cast<std::uint64_t>(n));
   meta.key("exact_events");
   meta.value(static_cast<std::uint64_t>(html.exact_events));
+  // The page's layout applies the allocator's rule where sizes may be
+  // inferred, as Replay does (replay.hpp).
+  meta.key("inferred_sizes");
+  meta.value(Replay::sizes_may_be_inferred(head));
   meta.key("bucket_events");
   meta.value(static_cast<std::uint64_t>(kHtmlBucketEvents));
   meta.key("buckets");

@@ -88,7 +88,7 @@ double asked_fraction(const AllocatorReplayOptions& options, const ReplayResult&
 // InvalidArgument for a start the replay cannot rebuild.
 InitialLayout start_layout(EventSource& source, ReplayResult& result) {
   InitialLayout initial = initial_layout(source, result.device);
-  result.joined_fragments = join_impossible_fragments(initial.segments);
+  result.joined_fragments = initial.joined_fragments;
   if (result.joined_fragments != 0)
     result.notes.push_back(std::to_string(result.joined_fragments) +
                            " free fragments of at most 1 MiB in large-pool segments at the ring's start (which the "

@@ -36,8 +36,8 @@ class RecordedRunReader {
         config_(config),
         infer_empty_cache_(infer_empty_cache),
         device_total_(device_total),
-        engine_(initial.segments, device, head.stacks.size()),
-        device_allocs_(initial.segments.size()),
+        engine_(initial.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head)),
+        device_allocs_(0),  // the window's own: the ring start's segments were reserved before it
         pools_(config) {
     peaks_.after(engine_.totals(), kNoEvent);
   }

@@ -212,12 +212,7 @@ class RecordedStreams {
 // The layout at the ring's start, as every report takes it (confirmed_start).
 InitialLayout initial_layout(EventSource& source, std::int32_t device);
 
-// In a large pool the allocator splits a block only when more than 1 MiB
-// would remain, and free neighbours merge: a free block of at most 1 MiB
-// there is the unsplit tail of the block before it, whose size a PyTorch
-// trace gives only as its request (the ring-start derivation then sees a
-// gap). Joins each such fragment to that block; returns how many.
-std::uint64_t join_impossible_fragments(std::vector<snapshot::Segment>& segments);
+
 
 // The blocks of the ring's start the replay goes on with.
 struct RebuiltStart {

@@ -109,6 +109,10 @@ class RequestReplay {
       result_.initial_blocks_not_rebuilt = segments_not_rebuilt(allocator_, plan_.initial.segments);
       allocator_.reset_peak_stats();
     }
+    // The window's own device calls, as the recorded column counts them.
+    const MemoryStats rebuilt = allocator_.stats();
+    start_device_allocs_ = static_cast<std::uint64_t>(rebuilt.num_device_alloc);
+    start_device_frees_ = static_cast<std::uint64_t>(rebuilt.num_device_free);
     if (plan_.fraction != 0) allocator_.set_memory_fraction(plan_.fraction);
     peaks_.after(engine_.totals(), kNoEvent);
   }
@@ -127,8 +131,8 @@ class RequestReplay {
     peaks_.fill(result_.replayed);
     const MemoryStats stats = allocator_.stats();
     result_.replayed.segments = static_cast<std::uint64_t>(stats.segment[stat_all].current);
-    result_.replayed.device_allocs = static_cast<std::uint64_t>(stats.num_device_alloc);
-    result_.replayed.device_frees = static_cast<std::uint64_t>(stats.num_device_free);
+    result_.replayed.device_allocs = static_cast<std::uint64_t>(stats.num_device_alloc) - start_device_allocs_;
+    result_.replayed.device_frees = static_cast<std::uint64_t>(stats.num_device_free) - start_device_frees_;
     result_.replayed.retries = static_cast<std::uint64_t>(stats.num_alloc_retries);
     result_.replayed.ooms = static_cast<std::uint64_t>(stats.num_ooms);
     result_.replayed.reserved_at_end = static_cast<std::uint64_t>(stats.reserved_bytes[stat_all].current);
@@ -255,6 +259,7 @@ class RequestReplay {
   std::vector<Stream> queue_streams_;                                // one per queue of waiting frees
   std::vector<std::uint64_t> open_;                            // annotations
   std::size_t next_deferred_ = 0, next_empty_ = 0, next_route_ = 0, next_release_ = 0;
+  std::uint64_t start_device_allocs_ = 0, start_device_frees_ = 0;  // the ring start's rebuild
   RecordedStreams streams_;  // before the allocator: the streams sort as recorded
   CachingAllocator allocator_;
   AllocatorControl control_;

@@ -31,25 +31,6 @@ std::vector<std::uint64_t> shape(const snapshot::Segment& segment) {
 // memory from before its first event just as a cut ring does.
 InitialLayout initial_layout(EventSource& source, std::int32_t device) { return confirmed_start(source, device); }
 
-std::uint64_t join_impossible_fragments(std::vector<snapshot::Segment>& segments) {
-  std::uint64_t joined = 0;
-  for (auto& segment : segments) {
-    if (!segment.large_pool || segment.expandable) continue;
-    auto& blocks = segment.blocks;
-    for (std::size_t i = 1; i < blocks.size();) {
-      if (blocks[i].state == snapshot::BlockState::inactive && blocks[i].size <= kSmallSize &&
-          blocks[i - 1].state != snapshot::BlockState::inactive) {
-        blocks[i - 1].size += blocks[i].size;
-        blocks.erase(blocks.begin() + static_cast<std::ptrdiff_t>(i));
-        ++joined;
-      } else {
-        ++i;
-      }
-    }
-  }
-  return joined;
-}
-
 RebuiltStart rebuild_ring_start(CachingAllocator& allocator, Device& device, RecordedStreams& streams,
                                 const std::vector<snapshot::Segment>& segments) {
   std::vector<std::pair<const snapshot::Block*, void*>> built;

@@ -502,6 +502,10 @@ std::vector<std::byte> encode_pytorch_pickle(const Snapshot& snapshot) {
   return SnapshotPickler(snapshot).run();
 }
 
+std::vector<std::byte> detail::encode_pytorch_pickle_unvalidated(const Snapshot& snapshot) {
+  return SnapshotPickler(snapshot).run();
+}
+
 std::vector<std::string> pickle_conversion_losses(const Snapshot& snapshot) {
   std::vector<std::string> losses;
   std::array<std::uint64_t, kEventKindCount> dropped{};

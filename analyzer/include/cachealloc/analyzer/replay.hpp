@@ -129,6 +129,14 @@ using InitialLayout = snapshot::RingStart;
 // how). Format version 4 files store the result (Snapshot::ring_start);
 // analyze() reads that instead when the events confirm it.
 // Cost: O(events + final blocks) time, O(live blocks) memory.
+// In a large pool the allocator splits a block only when more than 1 MiB
+// would remain, and free neighbours merge: a free block of at most 1 MiB
+// there is the unsplit tail of the block before it, whose size a PyTorch
+// trace gives only as its request (a derivation then sees a gap). Joins each
+// such fragment to that block; returns how many. derive_initial_layout does
+// this (InitialLayout::joined_fragments).
+std::uint64_t join_impossible_fragments(std::vector<snapshot::Segment>& segments);
+
 InitialLayout derive_initial_layout(const snapshot::Snapshot& snapshot, std::int32_t device);
 // The same over a source, reading its blocks from the last to the first.
 class EventSource;
@@ -136,11 +144,22 @@ InitialLayout derive_initial_layout(EventSource& source, std::int32_t device);
 
 class Replay {
   static constexpr std::uint32_t kNone = 0xffffffffu;
+  // The largest tail a large-pool block keeps unsplit (PyTorch's kSmallSize).
+  static constexpr std::uint64_t kUnsplitTail = std::uint64_t{1} << 20;
 
  public:
   // Starts from `initial` (see derive_initial_layout) for events of `device`.
   // `stack_count` sizes the per-stack live counters (snapshot.stacks.size()).
-  Replay(const std::vector<snapshot::Segment>& initial, std::int32_t device, std::size_t stack_count);
+  // `inferred_sizes`: the trace's block sizes may be only inferred from
+  // requests (a PyTorch pickle, whose trace records no block size, in a
+  // segment made before its first event): an alloc that would leave a
+  // large-pool tail of 1 MiB or less takes the whole free block, as the
+  // allocator does (sized_by_policy). Off for our own files, whose sizes are
+  // the allocator's.
+  Replay(const std::vector<snapshot::Segment>& initial, std::int32_t device, std::size_t stack_count,
+         bool inferred_sizes = false);
+  // Whether `head`'s block sizes may be inferred (see the constructor).
+  static bool sizes_may_be_inferred(const snapshot::Snapshot& head) noexcept;
   ~Replay();
   // A copy is explicit: it costs O(live blocks + segments + stacks), which
   // is what keeping the state at one moment while replaying on needs.
@@ -281,6 +300,7 @@ class Replay {
   void load(const std::vector<snapshot::Segment>& initial);
 
   std::int32_t device_;
+  bool inferred_sizes_ = false;
   Totals totals_;
   ReplayAnomalies anomalies_;
   std::uint64_t overlapping_segments_ = 0;

@@ -143,6 +143,9 @@ struct RingStart {
   std::uint64_t blocks_from_before_ring = 0;
   // Blocks of the derivation that fell in no segment (a damaged trace).
   std::uint64_t unplaced_blocks = 0;
+  // Free fragments of at most 1 MiB joined to the large-pool block before
+  // them (the analyzer's derivation; never stored in a file).
+  std::uint64_t joined_fragments = 0;
   friend bool operator==(const RingStart&, const RingStart&) = default;
 };
 

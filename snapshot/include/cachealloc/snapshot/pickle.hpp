@@ -83,6 +83,13 @@ Snapshot read_pytorch_pickle(const std::filesystem::path& path);
 // SnapshotError{inconsistent} when validate() fails.
 std::vector<std::byte> encode_pytorch_pickle(const Snapshot& snapshot);
 
+namespace detail {
+// encode_pytorch_pickle without validate(): for tests that need a pickle
+// PyTorch could write but our model refuses (times that step back, which
+// the reader raises), as decode_unvalidated does for our format.
+std::vector<std::byte> encode_pytorch_pickle_unvalidated(const Snapshot& snapshot);
+}  // namespace detail
+
 // What encode_pytorch_pickle() leaves out of `snapshot`, one phrase each
 // ("12 split events", "the program's name, arguments, pid and host"), empty
 // when nothing is lost. For converters to say so.
