@@ -59,6 +59,32 @@ const char* compression_name(Compression compression) {
   return "";
 }
 
+// A compressor we do not read, told by its magic (xz's, bzip2's and lz4's
+// format specifications): its name and the command that undoes it, so the
+// user's next step is one command rather than a search. Null when none.
+struct ForeignCompressor {
+  const char* name;
+  const char* undo;  // decompresses FILE beside itself
+};
+const ForeignCompressor* foreign_compressor(std::span<const std::byte> start) {
+  static constexpr struct {
+    std::string_view magic;
+    ForeignCompressor compressor;
+  } kKnown[] = {
+      {std::string_view("\xfd" "7zXZ\0", 6), {"xz", "xz -d FILE"}},
+      {std::string_view("BZh", 3), {"bzip2", "bzip2 -d FILE"}},
+      {std::string_view("\x04\x22\x4d\x18", 4), {"lz4", "lz4 -d FILE"}},
+      {std::string_view("\x02\x21\x4c\x18", 4), {"lz4 (legacy frame)", "lz4 -d FILE"}},
+      {std::string_view("PK\x03\x04", 4), {"zip", "unzip FILE"}},
+      {std::string_view("7z\xbc\xaf\x27\x1c", 6), {"7z", "7z x FILE"}},
+  };
+  for (const auto& known : kKnown) {
+    if (start.size() < known.magic.size()) continue;
+    if (std::memcmp(start.data(), known.magic.data(), known.magic.size()) == 0) return &known.compressor;
+  }
+  return nullptr;
+}
+
 // Refuses what cannot be a snapshot, on its first bytes alone.
 void check_start(std::span<const std::byte> start, Compression compression) {
   if (start.empty()) {
@@ -66,6 +92,11 @@ void check_start(std::span<const std::byte> start, Compression compression) {
                                                   "input is empty");
   }
   if (starts_like_snapshot(start)) return;
+  if (const ForeignCompressor* foreign = foreign_compressor(start)) {
+    throw SnapshotError(ErrorCode::unsupported,
+                        std::string(foreign->name) + "-compressed, which is not read here (gzip and zstd are): "
+                                                     "decompress it first (" + foreign->undo + "), then read the result");
+  }
   std::string what = compression == Compression::none ? "it starts with " : "its content starts with ";
   what += hex_start(start);
   if (compression != Compression::none) what += std::string("; ") + (compression == Compression::gzip ? "gzip" : "zstd") + "-compressed";
