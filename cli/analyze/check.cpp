@@ -50,13 +50,17 @@ void add_check_command(CLI::App& app, Runner& runner) {
       "Examples:\n"
       "  cachealloc-analyze check run.bin --max-peak-reserved 20GiB\n"
       "  cachealloc-analyze check run.pickle --max-peak-allocated 16GiB --max-fragmentation 30% --max-leaked 0\n"
+      "  cachealloc-analyze check run.bin --max-peak-reserved 20GiB --format json   # each budget, its figure, the exit code\n"
+      "--format json: {verdict, exit_code, budgets: [{budget, unit, limit, figure, lower_bound, exceeded, unconfirmed}],\n"
+      "notes}; --format csv: one row per budget, those columns. An unknown figure is null (JSON) or empty (CSV).\n"
       "Exit status: 0 every budget met; 1 a budget exceeded (one line each on stdout); 2 bad usage or input;\n"
       "3 no budget exceeded, but one is met only by a lower bound: the trace does not cover the whole run\n"
       "(ring overflow, history switched on mid-run) and the file has no recorded peaks. Our recorder's\n"
       "snapshots carry the allocator's peaks, so they always conclude; --accept-lower-bounds turns 3 into 0.");
   auto verdict = runner.verdict;
   command->callback([&runner, args, verdict] {
-    runner.select("check", WriterJob{[args, verdict](analyzer::EventSource& source,
+    const analyzer::Format format = analyzer::parse_format(runner.common.format).value_or(analyzer::Format::table);
+    runner.select("check", WriterJob{[args, verdict, format](analyzer::EventSource& source,
                                                      analyzer::ReportOptions& options, std::ostream& out) {
       analyzer::Budgets budgets;
       if (!args->peak_reserved.empty()) budgets.peak_reserved = byte_count(args->peak_reserved, "--max-peak-reserved");
@@ -68,6 +72,11 @@ void add_check_command(CLI::App& app, Runner& runner) {
                          "--max-fragmentation, --max-leaked)");
       budgets.device = options.device;
       const analyzer::BudgetResult result = analyzer::check_budgets(source, budgets);
+      *verdict = analyzer::budget_exit_code(result, args->accept_lower_bounds);
+      if (format != analyzer::Format::table) {
+        analyzer::render(analyzer::budget_document(result, args->accept_lower_bounds), format, out);
+        return;
+      }
       for (const std::string& line : result.exceeded) out << line << "\n";
       for (const std::string& line : result.unconfirmed) out << line << "\n";
       const bool met = result.confirmed() || (result.ok() && args->accept_lower_bounds);
@@ -81,7 +90,6 @@ void add_check_command(CLI::App& app, Runner& runner) {
       } else if (result.figures.lower_bounds) {
         out << "note: the trace does not cover the whole run; its peaks are lower bounds\n";
       }
-      *verdict = !result.ok() ? 1 : met ? 0 : 3;
     }});
   });
 }

@@ -56,6 +56,16 @@ BudgetResult check_budgets(EventSource& source, const Budgets& budgets) {
     f.peak_allocated = std::max(f.peak_allocated, *recorded_allocated);
   }
   const bool peaks_exact = !f.lower_bounds || f.peaks_from_stats;
+  const auto bytes_verdict = [&](const char* key, std::uint64_t value, const std::optional<std::uint64_t>& budget,
+                                 bool exact) {
+    BudgetVerdict& v = result.budgets.emplace_back();
+    v.budget = key;
+    v.limit = static_cast<double>(*budget);
+    v.figure = static_cast<double>(value);
+    v.lower_bound = !exact;
+    v.exceeded = value > *budget;
+    v.unconfirmed = !v.exceeded && !exact;
+  };
   const auto bound = [&](const char* name, std::uint64_t value, const std::optional<std::uint64_t>& budget) {
     if (!budget || value > *budget || peaks_exact) return;
     result.unconfirmed.push_back(std::string(name) + " >= " + format_bytes(value) +
@@ -64,8 +74,19 @@ BudgetResult check_budgets(EventSource& source, const Budgets& budgets) {
   };
   over_bytes(result.exceeded, "peak reserved", f.peak_reserved, budgets.peak_reserved);
   bound("peak reserved", f.peak_reserved, budgets.peak_reserved);
+  if (budgets.peak_reserved) bytes_verdict("peak_reserved", f.peak_reserved, budgets.peak_reserved, peaks_exact);
   over_bytes(result.exceeded, "peak allocated", f.peak_allocated, budgets.peak_allocated);
   bound("peak allocated", f.peak_allocated, budgets.peak_allocated);
+  if (budgets.peak_allocated) bytes_verdict("peak_allocated", f.peak_allocated, budgets.peak_allocated, peaks_exact);
+  if (budgets.fragmentation) {
+    BudgetVerdict& v = result.budgets.emplace_back();
+    v.budget = "fragmentation";
+    v.ratio = true;
+    v.limit = *budgets.fragmentation;
+    if (fragmentation_known) v.figure = f.fragmentation;
+    v.exceeded = fragmentation_known && f.fragmentation > *budgets.fragmentation;
+    v.unconfirmed = !fragmentation_known;
+  }
   if (budgets.fragmentation && !fragmentation_known) {
     // The figure is the trace's own peak's, which may not be the run's.
     result.unconfirmed.push_back("fragmentation at the reserved peak is unknown (the peak may lie before the trace; " +
@@ -76,7 +97,47 @@ BudgetResult check_budgets(EventSource& source, const Budgets& budgets) {
                               " exceeds the budget of " + percent(*budgets.fragmentation));
   }
   over_bytes(result.exceeded, "leaked (allocated at the end)", f.leaked, budgets.leaked);
+  if (budgets.leaked) bytes_verdict("leaked", f.leaked, budgets.leaked, true);  // the end is always exact
   return result;
+}
+
+int budget_exit_code(const BudgetResult& result, bool accept_lower_bounds) noexcept {
+  if (!result.ok()) return 1;
+  return result.confirmed() || accept_lower_bounds ? 0 : 3;
+}
+
+Document budget_document(const BudgetResult& result, bool accept_lower_bounds) {
+  Document doc;
+  doc.report = "check";
+  doc.title = "check: memory budgets";
+  const int code = budget_exit_code(result, accept_lower_bounds);
+  doc.group("", "verdict")
+      .add("verdict", "verdict", std::string(code == 1 ? "exceeded" : code == 3 ? "unconfirmed" : "met"))
+      .add("exit_code", "exit code", static_cast<std::uint64_t>(code), Unit::count);
+  // Bytes are whole numbers in JSON and CSV; the fragmentation a share (0..1).
+  const auto number = [](const BudgetVerdict& v, double x) -> Value {
+    return v.ratio ? Value{x} : Value{static_cast<std::uint64_t>(x)};
+  };
+  Table& table = doc.table("budgets", "budgets",
+                           {{"budget", "budget"},
+                            {"unit", "unit"},
+                            {"limit", "limit"},
+                            {"figure", "figure"},
+                            {"lower_bound", "lower bound"},
+                            {"exceeded", "exceeded"},
+                            {"unconfirmed", "unconfirmed"}});
+  for (const BudgetVerdict& v : result.budgets) {
+    table.rows.push_back({v.budget, std::string(v.ratio ? "ratio" : "bytes"), number(v, v.limit),
+                          v.figure ? number(v, *v.figure) : Value{}, v.lower_bound, v.exceeded, v.unconfirmed});
+  }
+  doc.csv_table = "budgets";
+  for (const std::string& line : result.exceeded) doc.notes.push_back(line);
+  for (const std::string& line : result.unconfirmed) doc.notes.push_back(line);
+  if (result.figures.peaks_from_stats)
+    doc.notes.push_back("the peaks are the allocator's recorded ones, from before the trace or beyond what it covers");
+  else if (result.figures.lower_bounds)
+    doc.notes.push_back("the trace does not cover the whole run; its peaks are lower bounds");
+  return doc;
 }
 
 }  // namespace cachealloc::analyzer

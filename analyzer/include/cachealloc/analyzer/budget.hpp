@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "cachealloc/analyzer/document.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 
 namespace cachealloc::analyzer {
@@ -53,8 +54,20 @@ struct BudgetFigures {
   bool peaks_from_stats = false;
 };
 
+// One budget given, as JSON and CSV report it (check --format json|csv).
+struct BudgetVerdict {
+  std::string budget;  // the JSON key: peak_reserved, peak_allocated, fragmentation, leaked
+  bool ratio = false;  // fragmentation (0..1); else bytes
+  double limit = 0;    // the budget
+  std::optional<double> figure;  // the recording's; nullopt: unknown (fragmentation before the trace)
+  bool lower_bound = false;      // the figure may be larger (the trace does not cover the whole run)
+  bool exceeded = false;
+  bool unconfirmed = false;      // met only by a lower bound, or the figure is unknown
+};
+
 struct BudgetResult {
   BudgetFigures figures;
+  std::vector<BudgetVerdict> budgets;  // one per budget given, in the order above
   std::vector<std::string> exceeded;  // one line per budget exceeded, in the order above
   // One line per budget met only by a lower bound, in the same order.
   std::vector<std::string> unconfirmed;
@@ -64,5 +77,15 @@ struct BudgetResult {
 
 // Throws SnapshotError for an unreadable file (as analyze()).
 BudgetResult check_budgets(EventSource& source, const Budgets& budgets);
+
+// check's exit status: 1 a budget exceeded; 3 none exceeded but one
+// unconfirmed (0 with `accept_lower_bounds`); 0 every budget met.
+int budget_exit_code(const BudgetResult& result, bool accept_lower_bounds) noexcept;
+
+// The result as a document for --format json and csv: a table "budgets",
+// one row per budget (budget, unit, limit, figure, lower_bound, exceeded,
+// unconfirmed; an unknown figure is null / empty), and the fields
+// exit_code and verdict (met, exceeded, unconfirmed).
+Document budget_document(const BudgetResult& result, bool accept_lower_bounds);
 
 }  // namespace cachealloc::analyzer
