@@ -80,7 +80,7 @@ void add_output_options(CLI::App& command, CommonOptions& options) {
   command.add_option("-o,--output", options.output,
                      "write to this file (- : stdout); with --format csv, DIR/ writes one file per table");
   command.add_flag("-f,--force", options.force, "overwrite the -o file if it exists");
-  command.add_option("--table", options.table, "--format csv: write only this table (see the error for the names)");
+  command.add_option("--table", options.table, "--format csv: write only this table (default: the report's main one; stderr names it and the others)");
 }
 
 // --frames, --all-frames and --filter: which frames name a site and are shown.
@@ -327,9 +327,16 @@ void Runner::write(const analyzer::Document& document, Destination& to) const {
     }
     return;
   }
-  if (tables.size() > 1)
-    throw UsageError("--format csv: the " + name_ + " report has " + std::to_string(tables.size()) + " tables (" +
-                     join(tables) + "); choose one with --table NAME, or write each to its own file with -o DIR/");
+  if (tables.size() > 1) {
+    // The report's main table (the one render() writes), named on stderr
+    // with the others, so a user gets CSV without knowing --table.
+    const std::string chosen = document.csv_fields ? "fields" : !document.csv_table.empty() ? document.csv_table : tables[0];
+    std::vector<std::string> others;
+    for (const std::string& table : tables)
+      if (table != chosen) others.push_back(table);
+    std::fprintf(stderr, "%s: %s: wrote the '%s' table; also: %s (--table NAME, or -o DIR/ for all)\n", kProgram,
+                 name_.c_str(), chosen.c_str(), join(others).c_str());
+  }
   analyzer::render(document, to.format, to.output->stream());
   to.output->commit();
 }

@@ -27,7 +27,8 @@ void add_export_command(CLI::App& app, Runner& runner) {
       "Examples:\n"
       "  cachealloc-analyze export run.bin --what timeline -o timeline.csv\n"
       "  cachealloc-analyze export run.bin --what sites -o sites.csv\n"
-      "  cachealloc-analyze export run.bin --what perfetto -o trace.json   (open in ui.perfetto.dev)");
+      "  cachealloc-analyze export run.bin --what perfetto -o trace.json   (open in ui.perfetto.dev)\n"
+      "--what segments writes one row per block; --table segments writes one row per segment instead.");
   command->callback([&runner, what, buckets, all_events, command] {
     if (*what == "perfetto") {
       if (command->get_option("--format")->count() != 0 || command->get_option("--table")->count() != 0)

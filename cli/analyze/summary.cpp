@@ -16,7 +16,8 @@ void add_summary_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze summary run.bin\n"
       "  cachealloc-analyze run.bin --format json        # the same: summary is the default\n"
       "  cachealloc-analyze summary run.bin --at 1200    # the gap after event #1200\n"
-      "  cachealloc-analyze summary run.bin --from 2s --to 5s");
+      "  cachealloc-analyze summary run.bin --from 2s --to 5s\n"
+      "--format csv writes the figures as key,value,lower_bound rows; --table peaks writes the peaks table.");
   command->callback([&runner, at] {
     if (!at->empty()) runner.common.to = *at, runner.common.to_option = "--at";
     runner.select("summary", ReportJob{[](analyzer::EventSource& source, analyzer::ReportOptions& options) {
