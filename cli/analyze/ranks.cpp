@@ -28,6 +28,7 @@ void add_ranks_command(CLI::App& app, Runner& runner) {
   runner.common.decode_threads = 0;
   add_files_options(*command, runner.common, "FILE... | DIR: the snapshots, or folders of them", true);
   runner.common.decode_threads = decode_default;
+  command->get_option("--device")->description("device index in every file (default: every device of each file)");
   auto args = std::make_shared<RanksArguments>();
   command->add_option("--threads", args->threads, "files analyzed at once (0: one per CPU this process may run on)")
       ->check(whole_number(0, 4096))
@@ -41,7 +42,10 @@ void add_ranks_command(CLI::App& app, Runner& runner) {
       "Examples:\n"
       "  cachealloc-analyze ranks snapshots/\n"
       "  cachealloc-analyze ranks rank_*.pickle --threads 8\n"
-      "  cachealloc-analyze ranks snapshots/ --format jsonl -o ranks.jsonl   # one JSON line per rank");
+      "  cachealloc-analyze ranks snapshots/ --format jsonl -o ranks.jsonl   # one JSON line per rank\n"
+      "A file holding several devices gives one row per device (--device N: only device N of each file).\n"
+      "A file that cannot be read is skipped with one line on stderr and a row marked unreadable, its figures\n"
+      "unknown; the exit status is 0 while at least one file was read, 2 when none could be.");
   command->callback([&runner, args, command] {
     if (command->get_option("--decode-threads")->count() == 0) runner.common.decode_threads = 0;
     runner.select("ranks", FilesJob{[args, &runner](const std::vector<std::string>& arguments,
@@ -67,6 +71,16 @@ void add_ranks_command(CLI::App& app, Runner& runner) {
       } catch (const std::invalid_argument& error) {
         throw UsageError(error.what());
       }
+      // An unreadable file: one line here, a marked row in the output; the
+      // run fails only when no file could be read.
+      std::size_t unreadable = 0;
+      for (const analyzer::RankSummary& summary : summaries) {
+        if (summary.readable()) continue;
+        ++unreadable;
+        std::fprintf(stderr, "%s: ranks: skipped: %s\n", kProgram, summary.error.c_str());
+      }
+      if (unreadable == summaries.size())
+        throw UsageError("ranks: none of the " + std::to_string(summaries.size()) + " file(s) could be read");
       if (jsonl) {
         analyzer::write_ranks_jsonl(summaries, ranks, out);
         return std::nullopt;

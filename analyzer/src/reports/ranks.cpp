@@ -7,6 +7,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -67,8 +68,14 @@ std::optional<std::uint64_t> headroom(const RunSummary& run) {
   return *run.device_total > run.peak_reserved ? *run.device_total - run.peak_reserved : 0;
 }
 
-std::string rank_label(const RankSummary& r, std::size_t index) {
-  return r.rank ? std::to_string(*r.rank) : "#" + std::to_string(index);
+// "2", "#3" (no rank in the name), or "2/device 1" where the file holds
+// several devices.
+std::string rank_label(const std::vector<RankSummary>& ranks, std::size_t index) {
+  const RankSummary& r = ranks[index];
+  std::string label = r.rank ? std::to_string(*r.rank) : "#" + std::to_string(index);
+  const auto same_file = [&](const RankSummary& other) { return other.run.file == r.run.file; };
+  if (std::count_if(ranks.begin(), ranks.end(), same_file) > 1) label += "/device " + std::to_string(r.run.device);
+  return label;
 }
 
 // Sites across ranks: bytes at each rank's allocated peak (0 where absent).
@@ -82,6 +89,7 @@ struct SiteSpread {
 std::vector<SiteSpread> site_spreads(const std::vector<RankSummary>& ranks) {
   std::map<std::vector<std::string>, SiteSpread> by_frames;
   for (std::size_t r = 0; r < ranks.size(); ++r) {
+    if (!ranks[r].readable()) continue;
     for (const SiteSummary& s : ranks[r].run.sites) {
       SiteSpread& spread = by_frames[s.frames];
       if (!spread.frames) {
@@ -93,11 +101,18 @@ std::vector<SiteSpread> site_spreads(const std::vector<RankSummary>& ranks) {
   }
   std::vector<SiteSpread> result;
   for (auto& [frames, spread] : by_frames) {
-    const auto [lo, hi] = std::minmax_element(spread.bytes.begin(), spread.bytes.end());
-    spread.min = *lo;
-    spread.max = *hi;
-    spread.min_rank = static_cast<std::size_t>(lo - spread.bytes.begin());
-    spread.max_rank = static_cast<std::size_t>(hi - spread.bytes.begin());
+    // Over the files that could be read: an unreadable one has no figure.
+    std::vector<std::uint64_t> readable;
+    bool first = true;
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      if (!ranks[r].readable()) continue;
+      const std::uint64_t bytes = spread.bytes[r];
+      readable.push_back(bytes);
+      if (first || bytes < spread.min) spread.min = bytes, spread.min_rank = r;
+      if (first || bytes > spread.max) spread.max = bytes, spread.max_rank = r;
+      first = false;
+    }
+    spread.bytes = std::move(readable);
     if (spread.max != spread.min) result.push_back(std::move(spread));
   }
   std::stable_sort(result.begin(), result.end(), [](const SiteSpread& x, const SiteSpread& y) {
@@ -166,31 +181,73 @@ std::vector<std::filesystem::path> rank_files(const std::vector<std::string>& ar
   return files;
 }
 
+namespace {
+
+// The devices a file's head names: its device table and its segments. Empty
+// for a trace that names none (pick_device() then finds the first).
+std::vector<std::int32_t> devices_in(const snapshot::Snapshot& head) {
+  std::set<std::int32_t> devices;
+  for (const snapshot::DeviceInfo& device : head.devices) devices.insert(device.index);
+  for (const snapshot::Segment& segment : head.segments) devices.insert(segment.device);
+  return {devices.begin(), devices.end()};
+}
+
+std::string device_list(const std::vector<std::int32_t>& devices) {
+  std::string text;
+  for (const std::int32_t d : devices) text += (text.empty() ? "" : ", ") + std::to_string(d);
+  return text;
+}
+
+// One file's rows: one per device it holds, or the one --device names.
+std::vector<RankSummary> summarize_file(const std::filesystem::path& file, const RanksOptions& options) {
+  FileEvents source(file, options.decode_threads);
+  const std::vector<std::int32_t> present = devices_in(source.head());
+  std::vector<std::int32_t> devices = present;
+  if (options.summary.device >= 0) {
+    if (!present.empty() && std::find(present.begin(), present.end(), options.summary.device) == present.end())
+      throw std::invalid_argument("--device " + std::to_string(options.summary.device) + " is not in it (devices: " +
+                                  device_list(present) + ")");
+    devices = {options.summary.device};
+  }
+  if (devices.empty()) devices = {-1};
+  std::vector<RankSummary> rows;
+  for (const std::int32_t device : devices) {
+    SummaryOptions one = options.summary;
+    one.device = device;
+    RankSummary& row = rows.emplace_back();
+    row.run = summarize(source, one);
+    row.run.file = file.string();
+    row.rank = rank_from_name(file.filename().string());
+  }
+  return rows;
+}
+
+}  // namespace
+
 std::vector<RankSummary> summarize_ranks(const std::vector<std::filesystem::path>& files, const RanksOptions& options) {
-  std::vector<RankSummary> ranks(files.size());
-  std::vector<std::exception_ptr> errors(files.size());
+  std::vector<std::vector<RankSummary>> per_file(files.size());
   unsigned threads = options.threads != 0 ? options.threads : snapshot::detail::usable_cores();
   threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(files.size(), 1)));
   std::atomic<std::size_t> next{0};
   std::atomic<std::size_t> done{0};
   std::mutex progress_lock;
-  std::atomic<bool> failed{false};
   auto work = [&] {
-    for (std::size_t i = next++; i < files.size() && !failed; i = next++) {
+    for (std::size_t i = next++; i < files.size(); i = next++) {
+      std::string error;
       try {
         // One file open per thread: its replay state lives only inside summarize().
-        FileEvents source(files[i], options.decode_threads);
-        if (options.summary.device >= 0 && !source.head().devices.empty() &&
-            std::none_of(source.head().devices.begin(), source.head().devices.end(),
-                         [&](const snapshot::DeviceInfo& d) { return d.index == options.summary.device; }))
-          throw std::invalid_argument("--device " + std::to_string(options.summary.device) + ": not in " +
-                                      files[i].string());
-        ranks[i].run = summarize(source, options.summary);
-        ranks[i].run.file = files[i].string();
-        ranks[i].rank = rank_from_name(files[i].filename().string());
-      } catch (...) {
-        errors[i] = std::current_exception();
-        failed = true;
+        per_file[i] = summarize_file(files[i], options);
+      } catch (const snapshot::SnapshotError& e) {
+        // An I/O error names the path already.
+        error = e.code() == snapshot::ErrorCode::io ? e.what() : "cannot read " + files[i].string() + ": " + e.what();
+      } catch (const std::exception& e) {
+        error = "cannot read " + files[i].string() + ": " + e.what();
+      }
+      if (!error.empty()) {
+        RankSummary& row = per_file[i].emplace_back();
+        row.run.file = files[i].string();
+        row.rank = rank_from_name(files[i].filename().string());
+        row.error = std::move(error);
       }
       const std::size_t finished = ++done;
       if (options.progress) {
@@ -203,15 +260,9 @@ std::vector<RankSummary> summarize_ranks(const std::vector<std::filesystem::path
   for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
   for (std::thread& thread : pool) thread.join();
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    if (!errors[i]) continue;
-    try {
-      std::rethrow_exception(errors[i]);
-    } catch (const snapshot::SnapshotError& error) {
-      if (error.code() == snapshot::ErrorCode::io) throw std::invalid_argument(error.what());  // it names the path
-      throw std::invalid_argument("cannot read " + files[i].string() + ": " + error.what());
-    }
-  }
+  std::vector<RankSummary> ranks;
+  for (std::vector<RankSummary>& rows : per_file)
+    for (RankSummary& row : rows) ranks.push_back(std::move(row));
   return ranks;
 }
 
@@ -219,22 +270,24 @@ RanksFigures ranks_figures(const std::vector<RankSummary>& ranks) {
   RanksFigures f;
   std::vector<std::uint64_t> reserved, allocated;
   for (const RankSummary& r : ranks) {
+    if (!r.readable()) continue;
     reserved.push_back(r.run.peak_reserved);
     allocated.push_back(r.run.peak_allocated);
   }
   f.median_peak_reserved = median(reserved);
   f.median_peak_allocated = median(allocated);
-  if (!ranks.empty()) {
+  if (!reserved.empty()) {
     const double max_reserved = static_cast<double>(*std::max_element(reserved.begin(), reserved.end()));
     const double max_allocated = static_cast<double>(*std::max_element(allocated.begin(), allocated.end()));
     f.imbalance_reserved = f.median_peak_reserved > 0 ? max_reserved / f.median_peak_reserved : 0;
     f.imbalance_allocated = f.median_peak_allocated > 0 ? max_allocated / f.median_peak_allocated : 0;
   }
   // By headroom where every rank's device total is known; else by peak reserved.
-  f.headroom_known = !ranks.empty() && std::all_of(ranks.begin(), ranks.end(), [](const RankSummary& r) {
-    return r.run.device_total.has_value();
+  f.headroom_known = !reserved.empty() && std::all_of(ranks.begin(), ranks.end(), [](const RankSummary& r) {
+    return !r.readable() || r.run.device_total.has_value();
   });
   for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (!ranks[i].readable()) continue;
     if (!f.closest_to_oom) {
       f.closest_to_oom = i;
       continue;
@@ -251,12 +304,18 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
   const RanksFigures f = ranks_figures(ranks);
   Document doc;
   doc.report = "ranks";
-  doc.title = "ranks: " + std::to_string(ranks.size()) + " snapshot(s)";
+  std::size_t unreadable = 0;
+  for (const RankSummary& r : ranks) unreadable += r.readable() ? 0 : 1;
+  const std::size_t readable = ranks.size() - unreadable;
+  doc.title = "ranks: " + std::to_string(readable) + " snapshot(s)" +
+              (unreadable != 0 ? ", " + std::to_string(unreadable) + " file(s) unreadable" : "");
   doc.csv_table = "ranks";
   bool bounds = false;
   for (const RankSummary& r : ranks) bounds = bounds || r.run.lower_bounds;
   FieldGroup& fleet = doc.group("", "over all ranks");
-  fleet.add("rank_count", "ranks", static_cast<std::uint64_t>(ranks.size()), Unit::count)
+  // Not "ranks": that key is the table's in JSON.
+  fleet.add("rank_count", "ranks", static_cast<std::uint64_t>(readable), Unit::count)
+      .add("unreadable_files", "unreadable files", static_cast<std::uint64_t>(unreadable), Unit::count)
       .add("median_peak_reserved", "median peak reserved", static_cast<std::uint64_t>(f.median_peak_reserved),
            Unit::bytes, bounds)
       .add("imbalance_reserved", "imbalance of peak reserved (max / median)", f.imbalance_reserved)
@@ -274,7 +333,7 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
   Table& table = doc.table("ranks", "per rank, in rank order",
                            {{"rank", "rank", Unit::count},
                             {"file", "file"},
-                            {"device", "device"},
+                            {"device", "device", Unit::count},
                             {"peak_reserved", "peak reserved", Unit::bytes},
                             {"peak_allocated", "peak allocated", Unit::bytes},
                             {"peak_reserved_vs_median", "vs median", Unit::ratio},
@@ -286,9 +345,20 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
                             {"lower_bounds", "lower bounds"}});
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const RunSummary& run = ranks[i].run;
+    const Value rank = ranks[i].rank ? Value{static_cast<std::uint64_t>(*ranks[i].rank)} : Value{};
+    const std::string file = std::filesystem::path(run.file).filename().string();
+    if (!ranks[i].readable()) {
+      // Marked, not left out: every figure unknown; the reason is in the notes.
+      std::vector<Value> row(table.columns.size());
+      row[0] = rank;
+      row[1] = file + " (unreadable)";
+      table.rows.push_back(std::move(row));
+      doc.notes.push_back("unreadable: " + ranks[i].error);
+      continue;
+    }
     const std::optional<std::uint64_t> room = headroom(run);
     table.rows.push_back({ranks[i].rank ? Value{static_cast<std::uint64_t>(*ranks[i].rank)} : Value{},
-                          std::filesystem::path(run.file).filename().string(), static_cast<std::int64_t>(run.device),
+                          file, static_cast<std::uint64_t>(run.device),
                           run.peak_reserved, run.peak_allocated,
                           f.median_peak_reserved > 0 ? Value{static_cast<double>(run.peak_reserved) / f.median_peak_reserved}
                                                      : Value{},
@@ -306,8 +376,8 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
                             {"stack", "site"}});
   for (std::size_t i = 0; i < detail::listed(spreads.size(), options.site_limit); ++i) {
     const SiteSpread& s = spreads[i];
-    sites.rows.push_back({s.max - s.min, s.min, rank_label(ranks[s.min_rank], s.min_rank), s.max,
-                          rank_label(ranks[s.max_rank], s.max_rank), static_cast<std::uint64_t>(median(s.bytes)),
+    sites.rows.push_back({s.max - s.min, s.min, rank_label(ranks, s.min_rank), s.max,
+                          rank_label(ranks, s.max_rank), static_cast<std::uint64_t>(median(s.bytes)),
                           *s.frames});
   }
   if (!f.headroom_known) {
@@ -342,6 +412,15 @@ void write_ranks_jsonl(const std::vector<RankSummary>& ranks, const RanksOptions
     json.value(static_cast<std::uint64_t>(i));
     json.key("file");
     json.value(run.file);
+    json.key("error");
+    if (ranks[i].readable()) {
+      json.null();
+    } else {
+      json.value(ranks[i].error);  // an unreadable file: no figures
+      json.end_object();
+      out << '\n';
+      continue;
+    }
     json.key("program");
     json.value(run.program);
     json.key("device");

@@ -15,9 +15,9 @@
 // A meets the 3rd "forward" of B.
 //
 // Errors: summarize() throws SnapshotError as analyze() does; rank_files()
-// and summarize_ranks() throw std::invalid_argument with one line naming the
-// path: a folder with no snapshot, a path that does not exist, a file that is
-// not a readable snapshot (its SnapshotError, with the file's name).
+// throws std::invalid_argument with one line naming the path: a folder with
+// no snapshot, a path that does not exist. summarize_ranks() does not throw
+// for a file it cannot read: that file's row carries the reason.
 // Thread safety: reentrant; summarize_ranks() runs its own pool.
 #pragma once
 
@@ -122,11 +122,16 @@ struct RanksOptions {
 };
 struct RankSummary {
   std::optional<std::uint32_t> rank;  // from the name
-  RunSummary run;
+  RunSummary run;       // run.file always; the figures only where readable()
+  std::string error;    // why the file could not be read ("cannot read FILE: ..."); empty when it was
+  bool readable() const noexcept { return error.empty(); }
 };
-// One summary per file, in the order given. At most `threads` files are
-// open at a time, so memory is about `threads` times the largest file's
-// replay state plus the summaries.
+// One summary per file and device, in the order given (a file's devices in
+// index order; only options.summary.device where it is set). A file that
+// cannot be read, or lacks the device asked for, gives one row whose
+// `error` says why, and the others go on. At most `threads` files are open
+// at a time, so memory is about `threads` times the largest file's replay
+// state plus the summaries.
 std::vector<RankSummary> summarize_ranks(const std::vector<std::filesystem::path>& files, const RanksOptions& options);
 
 // The fleet's figures, from the summaries.
@@ -139,7 +144,8 @@ struct RanksFigures {
 RanksFigures ranks_figures(const std::vector<RankSummary>& ranks);
 Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions& options);
 // One JSON object per line and rank, for DuckDB or Spark:
-// {"rank", "file", "device", "peak_reserved", "peak_allocated", "driver_total",
+// {"rank", "position", "file", "error" (null; for an unreadable file the
+// reason, and no other key), "device", "peak_reserved", "peak_allocated", "driver_total",
 //  "headroom", "peak_reserved_vs_median", "closest_to_oom", ..., "top_sites"}.
 void write_ranks_jsonl(const std::vector<RankSummary>& ranks, const RanksOptions& options, std::ostream& out);
 
