@@ -114,18 +114,28 @@ void json_value(JsonWriter& json, const Value& value, Unit unit) {
 // of a streamed table).
 class TableWriter {
  public:
-  TableWriter(const std::vector<Column>& columns, std::ostream& out, std::size_t align_rows)
-      : columns_(columns), out_(out), align_rows_(align_rows), width_(columns.size()), right_(columns.size(), false) {
-    for (std::size_t c = 0; c < columns.size(); ++c) width_[c] = columns[c].title.size();
+  // Columns marked json_only are left out.
+  TableWriter(const std::vector<Column>& all_columns, std::ostream& out, std::size_t align_rows)
+      : out_(out), align_rows_(align_rows) {
+    for (std::size_t c = 0; c < all_columns.size(); ++c) {
+      if (all_columns[c].json_only) continue;
+      columns_.push_back(all_columns[c]);
+      source_.push_back(c);
+    }
+    width_.resize(columns_.size());
+    right_.assign(columns_.size(), false);
+    for (std::size_t c = 0; c < columns_.size(); ++c) width_[c] = columns_[c].title.size();
   }
-  void add(std::vector<Value>&& row) {
+  void add(std::vector<Value>&& full_row) {
     ++rows_;
     Cells cells{std::vector<std::string>(columns_.size()), {}};
-    for (std::size_t c = 0; c < columns_.size() && c < row.size(); ++c) {
-      cells.text[c] = human(row[c], columns_[c].unit);
-      if (!aligned_ && is_numeric(row[c])) right_[c] = true;
+    for (std::size_t c = 0; c < columns_.size() && source_[c] < full_row.size(); ++c) {
+      const Value& cell = full_row[source_[c]];
+      const bool absent = std::holds_alternative<std::monostate>(cell) && columns_[c].unit != Unit::event;
+      cells.text[c] = absent ? std::string(columns_[c].absent) : human(cell, columns_[c].unit);
+      if (!aligned_ && is_numeric(cell)) right_[c] = true;
       // Lists (stacks) continue below their row, one item per line.
-      if (const auto* lines = std::get_if<std::vector<std::string>>(&row[c])) {
+      if (const auto* lines = std::get_if<std::vector<std::string>>(&cell)) {
         for (std::size_t i = 1; i < lines->size(); ++i) cells.more.push_back(snapshot::printable((*lines)[i]));
       }
     }
@@ -176,7 +186,8 @@ class TableWriter {
     for (const std::string& more : cells.more) out_ << "        " << more << '\n';
   }
 
-  const std::vector<Column>& columns_;
+  std::vector<Column> columns_;       // those shown
+  std::vector<std::size_t> source_;  // each one's index in a row
   std::ostream& out_;
   std::size_t align_rows_;
   std::vector<std::size_t> width_;

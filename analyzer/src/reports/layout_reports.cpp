@@ -89,8 +89,8 @@ Document segments_report(EventSource& source, const ReportOptions& options) {
                              {"offset", "offset", Unit::bytes},
                              {"state", "state"},
                              {"size", "size", Unit::bytes},
-                             {"requested", "requested", Unit::bytes},
-                             {"site", "site"}});
+                             {"requested", "requested", Unit::bytes, "-"},  // a free block has none
+                             {"site", "site", Unit::none, "-"}});
   for (std::size_t i = 0; i < layout.size(); ++i) {
     const Segment& s = layout[i];
     const SegmentFigures& f = figures[i];

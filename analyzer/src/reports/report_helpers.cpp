@@ -1,5 +1,7 @@
 #include "reports/report_helpers.hpp"
 
+#include <set>
+
 #include "cachealloc/snapshot/pickle.hpp"
 
 namespace cachealloc::analyzer {
@@ -34,7 +36,29 @@ std::string moment(const Analysis& analysis) {
          (analysis.window.end == analysis.event_count ? " (the dump)" : "");
 }
 
+bool records_kind(const Snapshot& snapshot, snapshot::EventKind kind) {
+  using snapshot::EventKind;
+  if (snapshot.header.source == snapshot::kPytorchPickleSource)
+    return kind != EventKind::split && kind != EventKind::merge && kind != EventKind::empty_cache;
+  return kind != EventKind::snapshot;
+}
+
+bool counts_dropped_events(const Snapshot& snapshot) { return snapshot.header.source != snapshot::kPytorchPickleSource; }
+
 void add_common_notes(Document& document, const Snapshot& snapshot, const Analysis& analysis) {
+  // A report shows one device; the others of the file are named, with the
+  // option that shows them, so none is left out unseen.
+  std::set<std::int32_t> others;
+  for (const snapshot::DeviceInfo& info : snapshot.devices) others.insert(info.index);
+  for (const snapshot::Segment& segment : snapshot.segments) others.insert(segment.device);
+  others.erase(analysis.device);
+  if (!others.empty()) {
+    std::string list;
+    for (const std::int32_t d : others) list += (list.empty() ? "" : ", ") + std::to_string(d);
+    document.notes.push_back("this shows device " + std::to_string(analysis.device) + "; the file also holds device" +
+                             (others.size() > 1 ? "s " : " ") + list + ": select one with --device " +
+                             std::to_string(*others.begin()) + " (ranks lists every device)");
+  }
   if (snapshot.settings.contains(snapshot::kSegmentsOnlySetting)) {
     // pickle.dump(torch.cuda.memory_snapshot()): what _memory_viz stats reads.
     document.notes.push_back("a segments-only PyTorch snapshot (torch.cuda.memory_snapshot(), not _snapshot()): "

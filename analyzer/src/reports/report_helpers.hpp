@@ -18,6 +18,15 @@ std::string title(const snapshot::Snapshot& snapshot, std::int32_t device, const
 // "after event #N" for a window that ends earlier, "before the first event".
 std::string moment(const Analysis& analysis);
 
+// Whether the file's recorder writes events of `kind`, so that a count of
+// none means none happened. PyTorch's trace (TraceEntry::Action) has no
+// split, merge or empty_cache entry; our recorder writes no snapshot entry.
+// A count of a kind not recorded is unknown, never 0.
+bool records_kind(const snapshot::Snapshot& snapshot, snapshot::EventKind kind);
+// Whether the file counts the events its ring dropped: ours does; PyTorch's
+// ring drops its oldest entries without a count.
+bool counts_dropped_events(const snapshot::Snapshot& snapshot);
+
 // Warnings every report shares: ring overflow and lower bounds, anomalies,
 // a replayed layout that disagrees with the stored one, a partial window.
 void add_common_notes(Document& document, const snapshot::Snapshot& snapshot, const Analysis& analysis);

@@ -1,5 +1,6 @@
 #include "cachealloc/analyzer/reports.hpp"
 #include "reports/report_helpers.hpp"
+#include "cachealloc/snapshot/pickle.hpp"
 
 #include <optional>
 
@@ -56,12 +57,13 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
       usage = &u;
   }
 
-  // PyTorch's ring does not count what it drops: a PyTorch trace that begins
-  // mid-run lost an unknown number of events (or its history began late).
-  const bool lost_uncounted = a.dropped_events == 0 && a.starts_mid_run && snapshot.header.source != "cachealloc";
-  const Value dropped = lost_uncounted ? Value{} : Value{a.dropped_events};
+  // PyTorch's ring does not count what it drops: how many a pickle lost is
+  // unknown, even where its trace explains the layout from an empty start.
+  const Value dropped = detail::counts_dropped_events(snapshot) ? Value{a.dropped_events} : Value{};
   FieldGroup& overview = doc.group("", "device " + std::to_string(a.device) + " " + moment);
-  overview.add("at_event", "state after event", at_event, Unit::event)
+  overview.add("device", "device", static_cast<std::uint64_t>(a.device), Unit::count)
+      .json_only_if(true)  // the group's title names it
+      .add("at_event", "state after event", at_event, Unit::event)
       .add("driver_total", "device total (torch.cuda.mem_get_info())", known(total), Unit::bytes)
       .add("reserved_at_end", "reserved", a.totals_at_end.reserved, Unit::bytes)
       .add("allocated_at_end", "allocated", a.totals_at_end.allocated, Unit::bytes)
@@ -192,9 +194,18 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
   FieldGroup& counts = doc.group("events", std::string("events in the ring") + (lower ? " (lower bounds)" : ""));
   for (int k = 0; k < snapshot::kEventKindCount; ++k) {
     const auto kind = static_cast<snapshot::EventKind>(k);
-    counts.add(snapshot::to_string(kind), snapshot::to_string(kind), a.counts[static_cast<std::size_t>(k)],
-               Unit::count, lower);
+    const Value count = detail::records_kind(snapshot, kind) ? Value{a.counts[static_cast<std::size_t>(k)]} : Value{};
+    counts.add(snapshot::to_string(kind), snapshot::to_string(kind), count, Unit::count, lower);
   }
+  std::string unrecorded;
+  for (int k = 0; k < snapshot::kEventKindCount; ++k) {
+    const auto kind = static_cast<snapshot::EventKind>(k);
+    if (!detail::records_kind(snapshot, kind)) unrecorded += (unrecorded.empty() ? "" : ", ") + std::string(snapshot::to_string(kind));
+  }
+  if (snapshot.header.source == snapshot::kPytorchPickleSource)
+    doc.notes.push_back("unknown counts (" + unrecorded +
+                        ", events lost to ring overflow): PyTorch's trace records no such events and does not count "
+                        "what its ring drops.");
 
   const CacheFigures& f = a.cache_at_end;
   FieldGroup& frag = doc.group("fragmentation", "fragmentation, " + moment);

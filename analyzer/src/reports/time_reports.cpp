@@ -141,7 +141,7 @@ void add_event_buckets(Document& doc, EventSource& source, const Analysis& a, co
   Table& table = doc.table("events", "events in each of " + std::to_string(slices) + " slices",
                            {{"first_event", "from", Unit::event},
                             {"event", "to", Unit::event},
-                            {"time_ns", "time", Unit::time},
+                            {"time_ns", "time", Unit::time, "-"},  // a slice with no event of this device
                             {"events", "events", Unit::count},
                             {"alloc", "alloc", Unit::count},
                             {"free", "free", Unit::count},
@@ -214,7 +214,7 @@ Document events_report(EventSource& source, const ReportOptions& options) {
                                  {"aux", "aux", Unit::count},
                                  {"stream", "stream", Unit::address},
                                  {"thread", "thread", Unit::count},
-                                 {"site", "site"}};
+                                 {"site", "site", Unit::none, "-"}};  // an event without a stack
   // Lists the events into `row`; the --limit note into `notes`.
   auto list = [&source, &snapshot, names, a, options](const RowSink& row, std::vector<std::string>& notes) {
     std::size_t shown = 0;

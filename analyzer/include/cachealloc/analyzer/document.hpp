@@ -72,6 +72,14 @@ struct Column {
   std::string key;
   std::string title;
   Unit unit = Unit::none;
+  // What an empty cell (monostate) reads in the table format: "unknown",
+  // as docs/GLOSSARY.md promises, unless the column says the row has no
+  // such figure at all ("-": an inactive block's request). An event column
+  // reads "start" (the start of the window). JSON writes null, CSV nothing.
+  const char* absent = "unknown";
+  // In JSON and CSV only: the table format leaves the column out (detail
+  // that would make a table too wide to read; its notes say where it is).
+  bool json_only = false;
 };
 
 // The rows a listing left out, summed ("... and 12 more sites"): the table
