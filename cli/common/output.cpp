@@ -126,9 +126,12 @@ void Output::copy_held() {
   }
 }
 
-void Output::commit() {
+void Output::commit() { commit({}); }
+
+void Output::commit(const std::function<void(const std::string& written)>& verify) {
+  if (committed_) return;
   if (target_fd_ >= 0) {
-    if (committed_) return;
+    if (verify) verify("");
     copy_held();
     committed_ = true;
     return;
@@ -138,6 +141,7 @@ void Output::commit() {
   if (!file_) cannot_write(path_, errno != 0 ? errno : EIO);
   file_.close();
   if (!file_) cannot_write(path_, errno != 0 ? errno : EIO);
+  if (verify) verify(temporary_);  // on a throw the destructor removes the temporary
   if (::rename(temporary_.c_str(), path_.c_str()) != 0) cannot_write(path_, errno);
   committed_ = true;
 }

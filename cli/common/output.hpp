@@ -11,6 +11,7 @@
 #pragma once
 
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <sstream>
@@ -32,8 +33,15 @@ class Output {
   bool to_stdout() const noexcept { return path_.empty(); }
   const std::string& path() const noexcept { return path_; }
   // Flushes, checks, renames into place (or copies the held text to stdout,
-  // a pipe or a device). Throws UsageError with the OS reason.
+  // a pipe or a device). Throws UsageError with the OS reason. A second
+  // call does nothing.
   void commit();
+  // commit(), with `verify` called on the complete output before it takes
+  // its place: `verify(path)` gets the path of the bytes written (the
+  // temporary file beside -o), or "" when they are held for stdout, a pipe
+  // or a device. When verify throws, nothing is renamed or copied out, the
+  // temporary file is removed and the exception goes on; an old file stays.
+  void commit(const std::function<void(const std::string& written)>& verify);
 
   // "-o DIR/" (a trailing slash, or an existing directory).
   static bool names_directory(const std::string& path);
