@@ -99,11 +99,44 @@ std::optional<std::size_t> parse_event_point(EventSource& source, std::string_vi
   return parse_point(source, text, error, TimeEdge::at_or_after, is_time);
 }
 
+namespace {
+
+const Event* event_at(EventSource& source, std::size_t index) {
+  if (index >= source.event_count()) return nullptr;
+  std::size_t lo = 0, hi = source.block_count();  // the last block that begins at or before index
+  while (hi - lo > 1) {
+    const std::size_t mid = (lo + hi) / 2;
+    (source.block_begin(mid) <= index ? lo : hi) = mid;
+  }
+  const std::span<const Event> events = source.block(lo);
+  const std::size_t at = index - source.block_begin(lo);
+  return at < events.size() ? &events[at] : nullptr;
+}
+
+// A free that waited for no stream is one call in PyTorch (free() runs
+// free_block() at once): its free_requested and free_completed are
+// consecutive, and no state lies between them. A state that would end
+// between the two ends after both, so no report shows that free as pending,
+// nor requested above allocated.
+std::size_t after_plain_free(EventSource& source, std::size_t end) {
+  if (end == 0) return end;
+  const Event* last = event_at(source, end - 1);
+  const Event* next = event_at(source, end);
+  if (last == nullptr || next == nullptr) return end;
+  const bool pair = last->kind == snapshot::EventKind::free_requested &&
+                    next->kind == snapshot::EventKind::free_completed && next->address == last->address &&
+                    next->device == last->device;
+  return pair ? end + 1 : end;
+}
+
+}  // namespace
+
 std::optional<std::size_t> parse_state_end(EventSource& source, std::string_view text, std::string& error) {
   bool is_time = false;
   const std::optional<std::size_t> point = parse_point(source, text, error, TimeEdge::after, is_time);
-  if (!point || is_time) return point;
-  return std::min(*point + 1, source.event_count());  // an index is the event itself: it is in
+  if (!point) return point;
+  // An index is the event itself: it is in.
+  return after_plain_free(source, is_time ? *point : std::min(*point + 1, source.event_count()));
 }
 
 std::optional<std::size_t> parse_event_point(const Snapshot& snapshot, std::string_view text, std::string& error) {

@@ -48,7 +48,9 @@ std::optional<std::size_t> parse_event_point(EventSource& source, std::string_vi
 // in it. "123" takes events 0 to 123 (124 of them); a time takes every event
 // at or before it, so "1.5s" between events 7 (at 0.02 s) and 8 (at 5.5 s)
 // takes events 0 to 7. events.size() when past the end; nullopt with
-// `error` set when `text` is neither.
+// `error` set when `text` is neither. An end between a free_requested and
+// the free_completed right after it (a free that waited for no stream: one
+// call in PyTorch, no state between) moves after the free_completed.
 std::optional<std::size_t> parse_state_end(EventSource& source, std::string_view text, std::string& error);
 
 // Picks the device to analyze: `requested` when >= 0, else the first device
