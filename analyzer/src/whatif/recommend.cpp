@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string_view>
+#include <utility>
 
 #include "cachealloc/analyzer/reports.hpp"
 #include "cachealloc/analyzer/sweep.hpp"
@@ -35,26 +37,48 @@ Value optional_event(const RunFigures& figures) {
   return figures.first_oom->event;
 }
 
+// The settings' short names in a table's "changes" column, so a row fits
+// about 120 columns; a note under the table spells them out.
+constexpr std::pair<std::string_view, std::string_view> kShortSetting[] = {
+    {"expandable_segments", "exp"},
+    {"max_split_size_mb", "split"},
+    {"roundup_power2_divisions", "round"},
+    {"garbage_collection_threshold", "gc"}};
+
+std::string short_changes(std::string changes) {
+  for (const auto& [name, short_name] : kShortSetting) {
+    for (std::size_t at = changes.find(name); at != std::string::npos; at = changes.find(name, at + short_name.size()))
+      changes.replace(at, name.size(), short_name);
+  }
+  std::replace(changes.begin(), changes.end(), ',', ' ');
+  return changes;
+}
+
 void add_ranking(Document& doc, const std::string& key, const std::string& title, const SweepResult& r,
                  std::size_t limit) {
-  std::vector<Column> columns{{"rank", "#", Unit::count}, {"changes", "changes from the recorded settings"}};
-  for (const SweepAxis& axis : r.axes) columns.push_back({axis.key, axis.key});
-  for (Column c : std::vector<Column>{{"peak_reserved", "peak reserved", Unit::bytes},
-                                      {"peak_allocated", "peak allocated", Unit::bytes},
-                                      {"fragmentation_at_peak", "fragmentation at peak", Unit::ratio},
-                                      {"device_allocs", "device allocs", Unit::count},
+  // A table shows the figures that rank; each setting's own column, the
+  // settings replayed in full and the OOM's annotation are in JSON and CSV.
+  std::vector<Column> columns{{"rank", "#", Unit::count}, {"changes", "changes"}};
+  for (const SweepAxis& axis : r.axes) columns.push_back({axis.key, axis.key, Unit::none, "unknown", true});
+  for (Column c : std::vector<Column>{{"peak_reserved", "reserved", Unit::bytes},
+                                      {"peak_allocated", "allocated", Unit::bytes},
+                                      {"fragmentation_at_peak", "frag.", Unit::ratio},
+                                      {"device_allocs", "dev allocs", Unit::count},
                                       {"alloc_retries", "retries", Unit::count},
                                       {"fits", "fits"},
                                       {"headroom", "headroom", Unit::bytes},
-                                      {"largest_scale", "largest request scale that fits", Unit::none},
-                                      {"oom_event", "OOM event", Unit::count},
-                                      {"oom_annotation", "OOM annotation"},
-                                      {"config", "settings replayed"}})
+                                      {"largest_scale", "scale", Unit::none},
+                                      {"oom_event", "OOM at", Unit::count, "none"},  // no OOM
+                                      {"oom_annotation", "OOM annotation", Unit::none, "-", true},
+                                      {"config", "settings replayed", Unit::none, "unknown", true}})
     columns.push_back(std::move(c));
+  // The scale is measured only with a cap to fit under; else the column is empty.
+  const bool scaled = !r.ranked.empty() && r.ranked.front().largest_scale;
+  if (!scaled) columns[columns.size() - 4].json_only = true;
   Table& table = doc.table(key, title, std::move(columns));
   for (std::size_t i = 0; i < r.ranked.size() && i < limit; ++i) {
     const SweepPoint& p = r.ranked[i];
-    std::vector<Value> row{static_cast<std::uint64_t>(i + 1), label(p)};
+    std::vector<Value> row{static_cast<std::uint64_t>(i + 1), short_changes(label(p))};
     for (const auto& setting : p.settings) row.emplace_back(setting.second);
     row.emplace_back(p.figures.peak_reserved);
     row.emplace_back(p.figures.peak_allocated);
@@ -71,6 +95,11 @@ void add_ranking(Document& doc, const std::string& key, const std::string& title
     row.emplace_back(p.config.empty() ? std::string("(defaults)") : p.config);
     table.rows.push_back(std::move(row));
   }
+  doc.notes.push_back(key + ": changes from the recorded settings, exp = expandable_segments, split = "
+                      "max_split_size_mb, round = roundup_power2_divisions, gc = garbage_collection_threshold; "
+                      "reserved, allocated and frag. (external fragmentation) at the replayed peak; dev allocs: "
+                      "segments reserved from the device. --format json or csv adds one column per setting and "
+                      "the settings replayed in full.");
 }
 
 void add_baseline(Document& doc, const SweepResult& r) {
@@ -127,7 +156,7 @@ Document sweep_report(const SweepResult& r) {
   add_baseline(doc, r);
   add_ranking(doc, "sweep", "Ranking", r, r.ranked.size());
   doc.csv_table = "sweep";
-  doc.notes = r.baseline.notes;
+  doc.notes.insert(doc.notes.begin(), r.baseline.notes.begin(), r.baseline.notes.end());
   note_over_cap(doc, r);
   return doc;
 }
@@ -247,7 +276,7 @@ Document recommend_report(EventSource& source, const RecommendOptions& options) 
   }
   add_ranking(doc, "ranking", "The top of the ranking (replay --sweep shows all)", r, 5);
   doc.csv_table = "ranking";
-  doc.notes = r.baseline.notes;
+  doc.notes.insert(doc.notes.begin(), r.baseline.notes.begin(), r.baseline.notes.end());
   note_over_cap(doc, r);
   if (r.baseline.recorded.first_oom && !r.baseline.replayed.first_oom)
     doc.notes.push_back(unreproduced_oom(r));
