@@ -251,13 +251,16 @@ TEST_CASE("given ranks over files of which one is unreadable, the others are sum
   CHECK(jsonl.code == 0);
   CHECK(lines(jsonl.out) == 3);
   CHECK(jsonl.out.find("\"error\":\"cannot read ") != std::string::npos);
-  // None readable: exit 2.
+  // None readable: exit 2, one line with the first file's reason.
   const fs::path bad = scratch() / "bad";
   fs::create_directories(bad);
   std::ofstream(bad / "rank_0.pickle") << "garbage";
+  std::ofstream(bad / "rank_1.pickle") << "garbage";
   const Result none = run("ranks " + bad.string());
   CHECK(none.code == 2);
-  CHECK(none.err.find("none of the 1 file(s) could be read") != std::string::npos);
+  CHECK(std::count(none.err.begin(), none.err.end(), '\n') == 1);
+  CHECK(none.err.find("error: cannot read ") != std::string::npos);
+  CHECK(none.err.find("(and the other 1 file(s) could not be read either)") != std::string::npos);
 }
 
 TEST_CASE("given convert from a pickle to our format, the losses are named and the output reads back") {

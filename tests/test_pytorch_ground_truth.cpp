@@ -230,13 +230,14 @@ TEST_CASE("where a figure is a bound, every format says so: >= in tables, lower_
     const bool bounded = std::string(name) == "ring_overflow";
     CHECK(peak_is_bound == bounded);
     CHECK((table.str().find("lower bounds") != std::string::npos) == bounded);
-    // and PyTorch does not count what its ring dropped: unknown (null), not 0
-    CHECK(std::holds_alternative<std::nullptr_t>(parsed["dropped_events"].value) == bounded);
+    // and PyTorch does not count what its ring dropped, nor store its ring's
+    // size: unknown (null), not 0, whether the trace begins mid-run or not
+    CHECK(std::holds_alternative<std::nullptr_t>(parsed["dropped_events"].value));
     const std::string text = table.str();
     const std::size_t row = text.find("events lost to ring overflow");
     REQUIRE(row != std::string::npos);
     const std::string line = text.substr(row, text.find('\n', row) - row);
-    CHECK(line.ends_with(" unknown") == bounded);
+    CHECK(line.ends_with(" unknown"));
   }
 }
 

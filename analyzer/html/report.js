@@ -249,10 +249,24 @@
     sorted() { return this.segs.slice().sort((a, b) => a.address - b.address); }
   }
   // The layout just after event `event` (-1: before the first).
+  // The layout after `event`. A free no stream waited on is one call in
+  // PyTorch: a free_requested followed by its own free_completed settles
+  // with it, as the CLI's --at and --to do (no pending free between them).
   function layoutAfter(event) {
-    const frame = keyframeFor(event + 1);
+    // A keyframe before `event` itself (not only before event + 1): the
+    // settling needs the event's own address.
+    const frame = keyframeFor(kinds[event] === K.free_requested ? event : event + 1);
     const layout = new Layout(frame), cursor = new Cursor(frame);
-    while (cursor.i <= event && cursor.i < N) layout.apply(cursor.next());
+    let lastKind = -1, lastAddress = 0;
+    while (cursor.i <= event && cursor.i < N) {
+      const e = cursor.next();  // the cursor's one event object, refilled by each next()
+      layout.apply(e);
+      lastKind = e.kind; lastAddress = e.address;
+    }
+    if (lastKind === K.free_requested && cursor.i < N) {
+      const next = cursor.next();
+      if (next.kind === K.free_completed && next.address === lastAddress) layout.apply(next);
+    }
     return layout;
   }
   // Per-event totals and times over [from, to] (inclusive), exact.

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "cachealloc/analyzer/compare.hpp"
+#include "cachealloc/snapshot/text.hpp"
 #include "command.hpp"
 
 namespace cachealloc::cli {
@@ -74,13 +75,17 @@ void add_ranks_command(CLI::App& app, Runner& runner) {
       // An unreadable file: one line here, a marked row in the output; the
       // run fails only when no file could be read.
       std::size_t unreadable = 0;
-      for (const analyzer::RankSummary& summary : summaries) {
-        if (summary.readable()) continue;
-        ++unreadable;
-        std::fprintf(stderr, "%s: ranks: skipped: %s\n", kProgram, summary.error.c_str());
+      for (const analyzer::RankSummary& summary : summaries) unreadable += summary.readable() ? 0 : 1;
+      // None readable: one line, the first file's reason (and how many more failed).
+      if (unreadable == summaries.size() && !summaries.empty()) {
+        std::string line = summaries.front().error;
+        if (summaries.size() > 1)
+          line += " (and the other " + std::to_string(summaries.size() - 1) + " file(s) could not be read either)";
+        throw UsageError(line);
       }
-      if (unreadable == summaries.size())
-        throw UsageError("ranks: none of the " + std::to_string(summaries.size()) + " file(s) could be read");
+      for (const analyzer::RankSummary& summary : summaries)
+        if (!summary.readable())
+          std::fprintf(stderr, "%s: ranks: skipped: %s\n", kProgram, snapshot::printable(summary.error).c_str());
       if (jsonl) {
         analyzer::write_ranks_jsonl(summaries, ranks, out);
         return std::nullopt;

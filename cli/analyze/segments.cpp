@@ -19,12 +19,12 @@ void add_segments_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze segments run.bin --at-time 2.5s --format csv -o blocks.csv");
   command->callback([&runner, at, at_time] {
     runner.select("segments", ReportJob{[at, at_time](analyzer::EventSource& source, analyzer::ReportOptions& options) {
-      if (!at->empty()) options.at = event_point(source, *at, "--at");
-      if (options.at && *options.at >= source.event_count())
-        throw UsageError("--at " + *at + " is past the last event (" +
-                         (source.event_count() == 0 ? std::string("it has no events")
-                                                    : "events #0 to #" + std::to_string(source.event_count() - 1)) +
-                         ")");
+      if (!at->empty()) {
+        // The state after that event (a free no stream waited on settles
+        // with its completion, as every report's --at and --to).
+        const std::size_t end = state_end(source, *at, "--at");
+        options.at = end == 0 ? analyzer::kNoEvent : end - 1;
+      }
       if (!at_time->empty()) {
         // The state after every event at or before that time.
         const std::size_t end = state_end(source, *at_time + (at_time->back() == 's' ? "" : "s"), "--at-time");

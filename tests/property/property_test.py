@@ -202,17 +202,34 @@ def cli_layout(report):
     return {'segments': sorted(segments), 'blocks': sorted(blocks)}
 
 
-def check_moment(check, analyze, path, name, device, at, moment):
+def settled_points(trace, device, points):
+    """{asked: state}: a free no stream waited on is one call in PyTorch, its
+    free_requested and free_completed adjacent; a state asked for between them
+    is the state after both (the CLI says so in at_event)."""
+    by_index = {e.index: i for i, e in enumerate(trace.events)}
+    out = {}
+    for p in points:
+        i = by_index.get(p)
+        e = trace.events[i] if i is not None else None
+        nxt = trace.events[i + 1] if i is not None and i + 1 < len(trace.events) else None
+        settled = (e is not None and nxt is not None and e.kind == 'free_requested' and e.device == device and
+                   nxt.kind == 'free_completed' and nxt.address == e.address and nxt.device == device)
+        out[p] = nxt.index if settled else p
+    return out
+
+
+def check_moment(check, analyze, path, name, device, asked, at, moment):
     dev = ['--device', str(device), '--analysis-threads', '1']
-    where = ' at #%d' % at
-    segments = run_json(analyze, ['segments', path, '--at', str(at)] + dev)
+    where = ' at #%d' % at if asked == at else ' at #%d (asked #%d, between a free and its completion)' % (at, asked)
+    segments = run_json(analyze, ['segments', path, '--at', str(asked)] + dev)
     ours = {'segments': sorted(moment.layout['segments']), 'blocks': sorted(moment.layout['blocks'])}
     theirs = cli_layout(segments)
     for key in ('segments', 'blocks'):
         if ours[key] != theirs[key]:
             a, b = set(ours[key]), set(theirs[key])
             check.compare(name, 'segments', key, sorted(a - b)[:4], sorted(b - a)[:4], where + ' (only in each)')
-    summary = run_json(analyze, ['summary', path, '--at', str(at)] + dev)
+    summary = run_json(analyze, ['summary', path, '--at', str(asked)] + dev)
+    check.compare(name, 'summary', 'at_event', at, summary.get('at_event'), where)
     gap = summary['gap']
     f = moment.figures
     theirs = {'allocated': summary['allocated_at_end'], 'reserved': summary['reserved_at_end'],
@@ -227,7 +244,7 @@ def check_moment(check, analyze, path, name, device, at, moment):
     for m in ('allocated', 'reserved'):
         event = summary['peak_%s_event' % m]
         check.compare(name, 'summary', 'peak_%s_event' % m, moment.peaks[m][1], 'start' if event is None else event, where)
-    peak = run_json(analyze, ['peak', path, '--to', str(at), '--limit', '0'] + dev)
+    peak = run_json(analyze, ['peak', path, '--to', str(asked), '--limit', '0'] + dev)
     check.compare(name, 'peak', 'peak_bytes', moment.peaks['allocated'][0], peak['peak_bytes'], where)
     event = peak['event']
     check.compare(name, 'peak', 'event', moment.peaks['allocated'][1], 'start' if event is None else event, where)
@@ -271,12 +288,14 @@ def check_trace(check, analyze, testdata, path, wanted_points):
         # The peaks pick a few of the points: one replay to find them, one to keep the moments.
         _, _, end = replay_device(trace, device, [])
         peaks = [v[1] for v in end['peaks'].values() if v[1] != 'start']
-        points = choose_points(last, peaks, wanted_points)
+        asked = settled_points(trace, device, choose_points(last, peaks, wanted_points))
+        points = sorted(set(asked.values()))
         state, moments, end = replay_device(trace, device, points)
         if not any(name.endswith(n) for n in LAYOUT_NOT_FROM_TRACE):
             check.compare(name, 'replay-vs-dump', 'layout', state.layout(), tr.dump_layout(trace, device), ' at the dump')
         with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-            list(pool.map(lambda at: check_moment(check, analyze, path, name, device, at, moments[at]), points))
+            list(pool.map(lambda p: check_moment(check, analyze, path, name, device, p, asked[p], moments[asked[p]]),
+                          sorted(asked)))
         check_replay_column(check, analyze, path, name, device, end)
         checked += len(points)
     check.events += checked
