@@ -16,33 +16,12 @@
 
 namespace {
 
-using cachealloc::analyzer::testing::TraceBuilder;
-
-// N blocks allocated, each freed while in use by another stream with an
-// allocation after every second free, then each completion followed by a
-// reuse of its block.
-cachealloc::snapshot::Snapshot waiting_frees(std::uint64_t n, bool reversed_half) {
-  constexpr std::uint64_t kBase = 0x7f0000000000, kBlock = 512;
-  TraceBuilder trace;
-  trace.segment(kBase, ((2 * n * kBlock) + (2 << 20) - 1) / (2 << 20) * (2 << 20), true);
-  for (std::uint64_t i = 0; i < n; ++i) trace.alloc(kBase + i * kBlock, kBlock, kBlock);
-  std::vector<std::uint64_t> order;
-  for (std::uint64_t i = 0; i < n; ++i) {
-    trace.free_requested(kBase + i * kBlock);
-    order.push_back(i);
-    if (i % 2 == 1) trace.alloc(kBase + (n + i / 2) * kBlock, kBlock, kBlock);
-  }
-  if (reversed_half) std::reverse(order.begin() + static_cast<std::ptrdiff_t>(n / 2), order.end());
-  for (const std::uint64_t i : order) trace.free_completed(kBase + i * kBlock).alloc(kBase + i * kBlock, kBlock, kBlock);
-  return trace.build();
-}
-
 int run(std::uint64_t largest) {
   std::printf("%-22s %10s %10s %8s %10s %14s\n", "completion order", "waiting", "events", "queues", "seconds",
               "ns per event");
   for (const bool reversed : {false, true}) {
     for (std::uint64_t n = 12'500; n <= largest; n *= 2) {
-      const auto snapshot = waiting_frees(n, reversed);
+      const auto snapshot = cachealloc::analyzer::testing::waiting_frees_trace(n, reversed);
       double best = 1e300;
       cachealloc::analyzer::ReplayResult result;
       for (int repeat = 0; repeat < (reversed ? 1 : 3); ++repeat) {

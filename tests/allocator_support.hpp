@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdlib>
+#include <random>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,40 @@ inline bool fragmenting_workload(cachealloc::CachingAllocator& allocator) {
   for (void* p : keepers) allocator.deallocate(p);
   if (previous) allocator.deallocate(previous);
   return oom;
+}
+
+// A mixed workload: sizes from 512 B to 40 MiB, two streams, frees out of
+// order, empty_cache and device synchronizations; with `record_streams`,
+// one block in five also used on a stream (record_stream); with
+// `free_at_end`, every block still live is freed last. Deterministic for a seed.
+struct MixedWorkload {
+  bool record_streams = true;
+  bool free_at_end = false;
+};
+inline void mixed_workload(cachealloc::CachingAllocator& allocator, cachealloc::Device& device, unsigned seed,
+                           int operations, MixedWorkload shape = {}) {
+  std::mt19937 random(seed);
+  const cachealloc::Stream streams[2] = {cachealloc::Stream{}, device.create_stream()};
+  std::vector<void*> live;
+  for (int i = 0; i < operations; ++i) {
+    const unsigned choice = random() % 10;
+    if (choice < 5 || live.empty()) {
+      static constexpr std::size_t sizes[] = {512, 3000, 64 * KiB, 900 * KiB, 3 * MiB, 6 * MiB, 12 * MiB, 40 * MiB};
+      void* p = allocator.allocate(sizes[random() % 8] + random() % 4096, streams[random() % 2]);
+      if (shape.record_streams && random() % 5 == 0) allocator.record_stream(p, streams[random() % 2]);
+      live.push_back(p);
+    } else if (choice < 9) {
+      const std::size_t index = random() % live.size();
+      allocator.deallocate(live[index]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(index));
+    } else if (random() % 8 == 0) {
+      allocator.empty_cache();
+    } else {
+      device.synchronize();
+    }
+  }
+  if (shape.free_at_end)
+    for (void* p : live) allocator.deallocate(p);
 }
 
 }  // namespace test_support

@@ -29,30 +29,7 @@ std::filesystem::path temp_path(const std::string& name) {
   return std::filesystem::path(CACHEALLOC_BINARY_DIR) / ("test_history_" + name);
 }
 
-// A mixed workload: sizes from 512 B to 40 MiB, two streams, record_stream,
-// frees out of order, one empty_cache. Deterministic for a seed.
-void mixed_workload(CachingAllocator& allocator, Device& device, unsigned seed, int operations) {
-  std::mt19937 random(seed);
-  const Stream streams[2] = {Stream{}, device.create_stream()};
-  std::vector<void*> live;
-  for (int i = 0; i < operations; ++i) {
-    const unsigned choice = random() % 10;
-    if (choice < 5 || live.empty()) {
-      static constexpr std::size_t sizes[] = {512, 3000, 64 * KiB, 900 * KiB, 3 * MiB, 6 * MiB, 12 * MiB, 40 * MiB};
-      void* p = allocator.allocate(sizes[random() % 8] + random() % 4096, streams[random() % 2]);
-      if (random() % 5 == 0) allocator.record_stream(p, streams[random() % 2]);
-      live.push_back(p);
-    } else if (choice < 9) {
-      const std::size_t index = random() % live.size();
-      allocator.deallocate(live[index]);
-      live.erase(live.begin() + static_cast<std::ptrdiff_t>(index));
-    } else if (random() % 8 == 0) {
-      allocator.empty_cache();
-    } else {
-      device.synchronize();
-    }
-  }
-}
+using test_support::mixed_workload;
 
 // Blocks tile their segments in order; with `with_stats`, the stats agree
 // with the layout (guaranteed for an exact cut).

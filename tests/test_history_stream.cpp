@@ -33,28 +33,9 @@ std::filesystem::path temp_path(const std::string& name) {
   return std::filesystem::path(CACHEALLOC_BINARY_DIR) / ("test_history_stream_" + name);
 }
 
-// Sizes from 512 B to 40 MiB, two streams, frees out of order, empty_cache.
-// Deterministic for a seed.
+// The stream's workload: mixed_workload without record_stream, every block freed at the end.
 void workload(CachingAllocator& allocator, Device& device, unsigned seed, int operations) {
-  std::mt19937 random(seed);
-  const Stream streams[2] = {Stream{}, device.create_stream()};
-  std::vector<void*> live;
-  for (int i = 0; i < operations; ++i) {
-    const unsigned choice = random() % 10;
-    if (choice < 5 || live.empty()) {
-      static constexpr std::size_t sizes[] = {512, 3000, 64 * KiB, 900 * KiB, 3 * MiB, 6 * MiB, 12 * MiB, 40 * MiB};
-      live.push_back(allocator.allocate(sizes[random() % 8] + random() % 4096, streams[random() % 2]));
-    } else if (choice < 9) {
-      const std::size_t index = random() % live.size();
-      allocator.deallocate(live[index]);
-      live.erase(live.begin() + static_cast<std::ptrdiff_t>(index));
-    } else if (random() % 8 == 0) {
-      allocator.empty_cache();
-    } else {
-      device.synchronize();
-    }
-  }
-  for (void* p : live) allocator.deallocate(p);
+  test_support::mixed_workload(allocator, device, seed, operations, {false, true});
 }
 
 // A stack as its return addresses, so that snapshots with their own ids compare.

@@ -579,22 +579,8 @@ TEST_CASE("given many frees waiting for other streams, when replayed, then each 
   // order requested or shuffled
   for (const bool shuffled : {false, true}) {
     CAPTURE(shuffled);
-    constexpr std::uint64_t kBase = 0x7f0000000000, kBlock = 512, kCount = 2000;
-    analyzer::testing::TraceBuilder trace;
-    trace.segment(kBase, 2 << 20, false);
-    for (std::uint64_t i = 0; i < kCount; ++i) trace.alloc(kBase + i * kBlock, kBlock, kBlock);
-    std::vector<std::uint64_t> order;
-    for (std::uint64_t i = 0; i < kCount; ++i) {
-      trace.free_requested(kBase + i * kBlock);
-      order.push_back(i);
-      if (i % 2 == 1) trace.alloc(kBase + (kCount + i / 2) * kBlock, kBlock, kBlock);
-    }
-    if (shuffled) std::reverse(order.begin() + kCount / 2, order.end());
-    for (const std::uint64_t i : order) {
-      trace.free_completed(kBase + i * kBlock);
-      trace.alloc(kBase + i * kBlock, kBlock, kBlock);  // a completed block is reusable at once
-    }
-    const snapshot::Snapshot snap = trace.build();
+    constexpr std::uint64_t kCount = 2000;
+    const snapshot::Snapshot snap = analyzer::testing::waiting_frees_trace(kCount, shuffled);
     analyzer::SnapshotEvents source(snap);
     // When replayed
     const analyzer::ReplayResult r = analyzer::replay_allocator(source);

@@ -237,6 +237,28 @@ class TraceBuilder {
   snapshot::Snapshot snapshot_;
 };
 
+// `count` blocks of 512 B allocated, each freed while in use by another
+// stream (its free_completed waits) with an allocation after every second
+// free, then each completion followed by a reuse of its block; completed in
+// the order requested, or with the second half reversed (count / 2 queues of
+// waiting frees). One 2 MiB small-pool segment when it fits, else a large one.
+inline snapshot::Snapshot waiting_frees_trace(std::uint64_t count, bool reversed_half) {
+  constexpr std::uint64_t kBase = 0x7f0000000000, kBlock = 512, kSegment = 2 << 20;
+  TraceBuilder trace;
+  const std::uint64_t bytes = 2 * count * kBlock;
+  trace.segment(kBase, (bytes + kSegment - 1) / kSegment * kSegment, bytes > kSegment);
+  for (std::uint64_t i = 0; i < count; ++i) trace.alloc(kBase + i * kBlock, kBlock, kBlock);
+  std::vector<std::uint64_t> order;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    trace.free_requested(kBase + i * kBlock);
+    order.push_back(i);
+    if (i % 2 == 1) trace.alloc(kBase + (count + i / 2) * kBlock, kBlock, kBlock);
+  }
+  if (reversed_half) std::reverse(order.begin() + static_cast<std::ptrdiff_t>(count / 2), order.end());
+  for (const std::uint64_t i : order) trace.free_completed(kBase + i * kBlock).alloc(kBase + i * kBlock, kBlock, kBlock);
+  return trace.build();
+}
+
 // A random but consistent trace of about `target_events` events: allocations
 // of 512 B .. 4 MiB from `max_segments` segments of 20 MiB, frees in random
 // order (some of them deferred, as with stream uses), an idle segment

@@ -177,12 +177,15 @@ std::size_t state_end(analyzer::EventSource& source, const std::string& text, co
   return *end;
 }
 
+// 128 bits: a count times its unit never wraps before the bound check.
+__extension__ typedef unsigned __int128 Wide;
+
 std::uint64_t byte_count(const std::string& text, const char* option) {
   const std::string what =
       std::string(option) + ": '" + text + "' is not a byte count (a number such as 2.5G or 2900M, with K, M, G or T)";
   // Digits, an optional fraction, then an optional K/M/G/T (binary), 'i' and 'B'.
   std::size_t at = 0;
-  unsigned __int128 whole = 0, fraction = 0, scale = 1;
+  Wide whole = 0, fraction = 0, scale = 1;
   while (at < text.size() && std::isdigit(static_cast<unsigned char>(text[at]))) {
     whole = whole * 10 + static_cast<unsigned>(text[at++] - '0');
     if (whole > (std::uint64_t{1} << 62)) throw UsageError(what + ": too large");
@@ -200,13 +203,13 @@ std::uint64_t byte_count(const std::string& text, const char* option) {
   if (!suffix.empty() && (suffix.back() == 'B' || suffix.back() == 'b')) suffix.pop_back();
   if (suffix.size() > 1 && suffix.back() == 'i') suffix.pop_back();
   static const std::string kSuffixes = "KMGT";
-  unsigned __int128 unit = 1;
+  Wide unit = 1;
   if (!suffix.empty()) {
     const auto power = kSuffixes.find(static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0]))));
     if (suffix.size() != 1 || power == std::string::npos) throw UsageError(what);
-    unit = static_cast<unsigned __int128>(1) << (10 * (power + 1));
+    unit = Wide{1} << (10 * (power + 1));
   }
-  const unsigned __int128 bytes = whole * unit + fraction * unit / scale;
+  const Wide bytes = whole * unit + fraction * unit / scale;
   if (bytes > (std::uint64_t{1} << 62)) throw UsageError(what + ": too large");
   return static_cast<std::uint64_t>(bytes);
 }
