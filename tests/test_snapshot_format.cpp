@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/invariants.hpp"
 #include "cachealloc/snapshot/ring_start.hpp"
 
 namespace fs = std::filesystem;
@@ -1400,4 +1401,22 @@ TEST_CASE("a failed write leaves the existing file intact") {
   CHECK(read_bytes(path) == before);
   CHECK(read_snapshot(path) == old);
   CHECK(dir.entries() == std::vector<std::string>{"keep.bin"});
+}
+
+TEST_CASE("a device whose segments together hold more than its bound is refused, naming the device and the figure") {
+  // Given 199 segments of 2^47 bytes each (each plausible alone), no device total
+  Snapshot s;
+  for (std::uint64_t k = 0; k < 199; ++k) {
+    const std::uint64_t address = (std::uint64_t{1} << 40) + k * (std::uint64_t{1} << 47);
+    Segment segment{0, 0, address, std::uint64_t{1} << 47, true, false, {}, {}};
+    segment.blocks.push_back(Block{address, std::uint64_t{1} << 47, 0, BlockState::inactive, {}});
+    s.segments.push_back(segment);
+  }
+  // Then the layout is refused once their sum passes 2^50
+  const std::optional<std::string> problem = layout_problem(s);
+  REQUIRE(problem);
+  CHECK(problem->starts_with("the segments of device 0 hold 1266637395197952 bytes from segment 8 on, more than 2^50"));
+  // And 8 of them (2^50 in all) are not
+  s.segments.resize(8);
+  CHECK_FALSE(layout_problem(s));
 }

@@ -50,6 +50,18 @@ std::optional<std::string> segments_problem(const Snapshot& snapshot, const std:
     return segments[a].device != segments[b].device ? segments[a].device < segments[b].device
                                                     : segments[a].address < segments[b].address;
   });
+  // A device's segments together within the bound of one: each is within
+  // it (at most 2^51), so the running sum is refused before it can wrap.
+  std::uint64_t device_reserved = 0;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const Segment& segment = segments[order[k]];
+    if (k == 0 || segments[order[k - 1]].device != segment.device) device_reserved = 0;
+    device_reserved += segment.total_size;
+    if (const SizeLimits limits = size_limits(snapshot, segment.device); device_reserved > limits.segment)
+      return "the segments of device " + std::to_string(segment.device) + suffix + " hold " +
+             std::to_string(device_reserved) + " bytes from segment " + std::to_string(order[k]) + " on, " +
+             bound_text(limits, segment.device, true);
+  }
   for (std::size_t k = 1; k < order.size(); ++k) {
     const Segment& before = segments[order[k - 1]];
     const Segment& after = segments[order[k]];
