@@ -165,6 +165,67 @@ TEST_CASE("the parallel analysis of a random trace equals the serial one whereve
   }
 }
 
+TEST_CASE("timeline rows never end between a free and its completion, in one pass or in ranges") {
+  // Given a random trace in which most frees are a free_requested and its
+  // free_completed side by side (a free no stream waited on)
+  const snapshot::Snapshot snap = analyzer::testing::random_trace(4, 3000, 8, 7);
+  const std::size_t n = snap.events.size();
+  auto pair_at = [&](std::size_t i) {
+    return i + 1 < n && snap.events[i].kind == snapshot::EventKind::free_requested &&
+           snap.events[i + 1].kind == snapshot::EventKind::free_completed &&
+           snap.events[i + 1].address == snap.events[i].address && snap.events[i + 1].device == snap.events[i].device;
+  };
+  std::size_t pairs = 0;
+  for (std::size_t i = 0; i < n; ++i) pairs += pair_at(i);
+  REQUIRE(pairs > 500);
+  // and the state after every event, one row per event
+  analyzer::AnalysisOptions every;
+  every.timeline = analyzer::AnalysisOptions::Timeline::per_event;
+  const analyzer::Analysis per_event = analyzer::analyze(snap, every);
+  REQUIRE(per_event.timeline.size() == n + 1);
+  // When it is cut into rows of many sizes, down to one event a row
+  for (const std::size_t buckets : {std::size_t{13}, n / 7, n / 3, n / 2 + 1, n - 1, n}) {
+    CAPTURE(buckets);
+    const analyzer::Analysis serial = analyzer::analyze(snap, with_rows(buckets, 1));
+    // Then the rows cover every event once, in order, and none ends on a
+    // free whose completion comes next
+    REQUIRE(serial.timeline.size() >= 2);
+    std::size_t next = 0;
+    for (std::size_t r = 1; r < serial.timeline.size(); ++r) {
+      const analyzer::TimelineRow& row = serial.timeline[r];
+      CAPTURE(r);
+      REQUIRE(row.first_event == next);
+      REQUIRE(row.last_event >= row.first_event);
+      CHECK_FALSE(pair_at(row.last_event));
+      // and each row's figures are the states of its own events
+      analyzer::Totals max;
+      for (std::size_t i = row.first_event; i <= row.last_event; ++i) {
+        const analyzer::Totals& t = per_event.timeline[i + 1].at_end;
+        max.allocated = std::max(max.allocated, t.allocated);
+        max.reserved = std::max(max.reserved, t.reserved);
+        max.active = std::max(max.active, t.active);
+        max.requested = std::max(max.requested, t.requested);
+      }
+      same_totals(row.at_end, per_event.timeline[row.last_event + 1].at_end, "row end");
+      CHECK(row.max.allocated == max.allocated);
+      CHECK(row.max.reserved == max.reserved);
+      CHECK(row.max.active == max.active);
+      CHECK(row.max.requested == max.requested);
+      next = row.last_event + 1;
+    }
+    CHECK(next == n);
+    // and ranges of the events, cut anywhere, give the same rows
+    for (const std::size_t block : {1u, 2u, 7u, 500u}) {
+      for (const unsigned threads : {2u, 3u, 8u}) {
+        CAPTURE(block);
+        CAPTURE(threads);
+        analyzer::SnapshotEvents source(snap, block);
+        same_analysis(analyzer::analyze(source, with_rows(buckets, threads)), serial);
+      }
+    }
+  }
+}
+
 TEST_CASE("a trace that begins mid-run (a derived start) analysed in parallel gives the serial answer") {
   // Given a random trace whose first 1,500 events were lost
   snapshot::Snapshot snap = analyzer::testing::random_trace(5, 6000, 8, 7);

@@ -9,7 +9,9 @@ around them, and an even spread) compares
   summary --at N    allocated, pending frees, active, requested, reserved, cached free,
                     inactive split, segments, and the peaks up to N with their events
   peak --to N       the peak up to N, its event, and every allocation live then
-and at the end `replay`'s recorded column. It prints how many traces, events
+and at the end `replay`'s recorded column; and `timeline` and `fragmentation` in
+slices: every row's largest figures and figures at its end, rows that cover every
+event once and never end between a free and its completion. It prints how many traces, events
 and reports it checked.
 
 usage: python3 property_test.py ANALYZE TESTDATA [--only SUBSTRING] [--points N]
@@ -254,6 +256,79 @@ def check_moment(check, analyze, path, name, device, asked, at, moment):
         check.reports += 3
 
 
+ROW_FIGURES = ('allocated', 'reserved', 'active', 'requested')
+END_FIGURES = ('allocated', 'reserved', 'requested', 'pending_free', 'cached_free', 'inactive_split', 'largest_free')
+
+
+def replay_rows(trace, device, rows):
+    """The replay's figures for rows [(first, last)] that cover the events in order:
+    the largest of ROW_FIGURES after each of a row's events, and END_FIGURES after its last."""
+    state = tr.initial_state(trace, device)
+    out = []
+    events = trace.events
+    k = 0
+
+    def current():
+        f = state.figures()
+        f['largest_free'] = state.largest_free()
+        return f
+
+    for first, last in rows:
+        # The state after the row's first event is one of its states; the state
+        # before it is one only when no listed event is the first.
+        figures = state.figures()
+        largest = None if (k < len(events) and events[k].index == first) else {m: figures[m] for m in ROW_FIGURES}
+        while k < len(events) and events[k].index <= last:
+            e = events[k]
+            k += 1
+            if e.device == device:
+                tr.apply(state, e, trace.block_sizes_known)
+            figures = state.figures()
+            largest = {m: max(figures[m], largest[m]) if largest else figures[m] for m in ROW_FIGURES}
+        out.append((largest, current()))
+    return out
+
+
+def check_rows(check, analyze, path, name, device, trace):
+    """timeline and fragmentation in slices: the rows cover every event once, none ends
+    between a free no stream waited on and its completion, and each row's figures are the
+    replay's."""
+    dev = ['--device', str(device), '--analysis-threads', '1']
+    by_index = {e.index: i for i, e in enumerate(trace.events)}
+    count = trace.events[-1].index + 1
+
+    def plain_pair_at(index):
+        i = by_index.get(index)
+        if i is None or i + 1 >= len(trace.events):
+            return False
+        e, nxt = trace.events[i], trace.events[i + 1]
+        return (e.kind == 'free_requested' and e.device == device and nxt.kind == 'free_completed' and
+                nxt.address == e.address and nxt.device == device and nxt.index == e.index + 1)
+
+    for buckets in sorted({17, max(2, count // 2 + 1)}):
+        args = ['--buckets', str(buckets)] + dev
+        timeline = run_json(analyze, ['timeline', path] + args)['timeline'][1:]
+        over_time = run_json(analyze, ['fragmentation', path] + args)['over_time'][1:]
+        where = ' (%d slices)' % buckets
+        rows = [(r['first_event'], r['event']) for r in timeline]
+        starts = [0] + [last + 1 for _, last in rows[:-1]]
+        check.compare(name, 'timeline', 'row starts', starts, [first for first, _ in rows], where)
+        check.compare(name, 'timeline', 'last row end', count - 1, rows[-1][1] if rows else None, where)
+        ends_in_pair = [last for _, last in rows if plain_pair_at(last)]
+        check.compare(name, 'timeline', 'rows ending between a free and its completion', [], ends_in_pair[:4], where)
+        check.compare(name, 'fragmentation', 'row ends', [last for _, last in rows], [r['event'] for r in over_time],
+                      where)
+        for (first, last), (largest, end), row, frag in zip(rows, replay_rows(trace, device, rows), timeline,
+                                                           over_time):
+            at = where + ' row #%d..#%d' % (first, last)
+            for m in ROW_FIGURES:
+                check.compare(name, 'timeline', m, largest[m], row[m], at)
+            for m in END_FIGURES:
+                check.compare(name, 'fragmentation', m, end[m], frag[m], at)
+        with check.lock:
+            check.reports += 2
+
+
 def check_replay_column(check, analyze, path, name, device, end):
     try:
         report = run_json(analyze, ['replay', path, '--device', str(device)])
@@ -297,6 +372,7 @@ def check_trace(check, analyze, testdata, path, wanted_points):
             list(pool.map(lambda p: check_moment(check, analyze, path, name, device, p, asked[p], moments[asked[p]]),
                           sorted(asked)))
         check_replay_column(check, analyze, path, name, device, end)
+        check_rows(check, analyze, path, name, device, trace)
         checked += len(points)
     check.events += checked
     return '%d events on %d device(s), %d trace events' % (checked, len(trace.devices()), len(trace.events))

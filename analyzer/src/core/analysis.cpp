@@ -101,8 +101,9 @@ std::optional<std::size_t> parse_event_point(EventSource& source, std::string_vi
 
 namespace {
 
-const Event* event_at(EventSource& source, std::size_t index) {
-  if (index >= source.event_count()) return nullptr;
+// A copy: a block's span lasts only until the source reads another block.
+std::optional<Event> event_at(EventSource& source, std::size_t index) {
+  if (index >= source.event_count()) return std::nullopt;
   std::size_t lo = 0, hi = source.block_count();  // the last block that begins at or before index
   while (hi - lo > 1) {
     const std::size_t mid = (lo + hi) / 2;
@@ -110,7 +111,8 @@ const Event* event_at(EventSource& source, std::size_t index) {
   }
   const std::span<const Event> events = source.block(lo);
   const std::size_t at = index - source.block_begin(lo);
-  return at < events.size() ? &events[at] : nullptr;
+  if (at >= events.size()) return std::nullopt;
+  return events[at];
 }
 
 // A free that waited for no stream is one call in PyTorch (free() runs
@@ -120,9 +122,9 @@ const Event* event_at(EventSource& source, std::size_t index) {
 // nor requested above allocated.
 std::size_t after_plain_free(EventSource& source, std::size_t end) {
   if (end == 0) return end;
-  const Event* last = event_at(source, end - 1);
-  const Event* next = event_at(source, end);
-  if (last == nullptr || next == nullptr) return end;
+  const std::optional<Event> last = event_at(source, end - 1);
+  const std::optional<Event> next = event_at(source, end);
+  if (!last || !next) return end;
   const bool pair = last->kind == snapshot::EventKind::free_requested &&
                     next->kind == snapshot::EventKind::free_completed && next->address == last->address &&
                     next->device == last->device;
@@ -310,6 +312,7 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
     if (options.progress) options.progress(base + length, n);
   }
   if (!started) pass.start_window(a.time_origin_ns);
+  pass.end_window();
   pass.finish();
   if (options.progress) options.progress(n, n);
 

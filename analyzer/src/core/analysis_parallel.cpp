@@ -338,6 +338,23 @@ void merge_peak(Peak& into, std::size_t& winner, const Peak& candidate, std::siz
 
 }  // namespace
 
+// The first event at or after block `block` (forward), or the last before
+// it (backward).
+std::optional<Event> event_near(EventSource& source, std::size_t block, bool forward) {
+  if (forward) {
+    for (std::size_t b = block; b < source.block_count(); ++b) {
+      const std::span<const Event> events = source.block(b);
+      if (!events.empty()) return events.front();
+    }
+  } else {
+    for (std::size_t b = block; b-- > 0;) {
+      const std::span<const Event> events = source.block(b);
+      if (!events.empty()) return events.back();
+    }
+  }
+  return std::nullopt;
+}
+
 bool run(EventSource& source, const AnalysisOptions& options, const InitialLayout& initial, unsigned threads,
          Analysis& a, const Finish& finish) {
   const std::size_t n = source.event_count();
@@ -381,6 +398,10 @@ bool run(EventSource& source, const AnalysisOptions& options, const InitialLayou
       r.part.window = a.window;
       r.part.sites.resize(stacks);
       r.pass.emplace(options, r.part, *r.replay);
+      // The events either side of the range, copied before the range's own
+      // blocks are read (a block's span lasts until the next read).
+      std::optional<Event> previous;
+      if (k > 0) previous = event_near(*r.source, r.first_block, false);
       for (std::size_t b = r.first_block; b < r.end_block; ++b) {
         if (give_up.load(std::memory_order_relaxed)) return;
         const std::span<const Event> events = r.source->block(b);
@@ -390,7 +411,8 @@ bool run(EventSource& source, const AnalysisOptions& options, const InitialLayou
             r.part.time_origin_ns = events.empty() ? 0 : events.front().time_ns;
             r.pass->start_window(r.part.time_origin_ns);
           } else {
-            r.pass->start_range(r.first_event);
+            r.pass->start_range(r.first_event, !events.empty() && previous &&
+                                                   pass::WindowPass::plain_free_pair(*previous, events.front(), a.device));
           }
         }
         for (std::size_t j = 0; j < events.size(); ++j) r.pass->step(base + j, events[j]);
@@ -401,7 +423,16 @@ bool run(EventSource& source, const AnalysisOptions& options, const InitialLayou
         give_up = true;
         return;
       }
-      if (k + 1 < passes.size()) r.pass->end_range(r.end_event);
+      if (k + 1 < passes.size()) {
+        const std::optional<Event> next = event_near(*r.source, r.end_block, true);
+        if (next) {
+          r.pass->end_range(r.end_event, *next);
+        } else {
+          r.pass->end_window();
+        }
+      } else {
+        r.pass->end_window();
+      }
     } catch (...) {
       r.error = std::current_exception();
       give_up = true;

@@ -141,16 +141,33 @@ class WindowPass {
 
   // A pass over a range that starts at event `first`, inside the window and
   // after its start: peaks count only above the state now.
-  void start_range(std::size_t first) {
+  // `completes_previous`: the event before `first` is a free that waited for
+  // no stream and `first` its completion (plain_free_pair), so `first` ends
+  // the row the previous range left open.
+  void start_range(std::size_t first, bool completes_previous) {
     start_peaks(replay_.totals(), kNoEvent, 0);
     if (buckets_) {
       bucket_ = (first - a_.window.begin) * buckets_ / window_size_;
       while (bucket_ > 0 && row_end(bucket_ - 1) > first) --bucket_;
       while (row_end(bucket_) <= first) ++bucket_;
       bucket_end_ = row_end(bucket_);
+      if (completes_previous && bucket_ > 0 && row_end(bucket_ - 1) == first) {
+        --bucket_;
+        bucket_end_ = first;
+      }
       row_ = TimelineRow{};
       row_.first_event = first;
     }
+  }
+
+  // A free that waited for no stream is one call in PyTorch: its
+  // free_requested and free_completed are consecutive, and no state lies
+  // between them. A timeline row that would end between the two ends after
+  // both, as --to and --at do (parse_state_end).
+  static bool plain_free_pair(const Event& requested, const Event& completed, std::int32_t device) {
+    return requested.kind == EventKind::free_requested && requested.device == device &&
+           completed.kind == EventKind::free_completed && completed.device == device &&
+           completed.address == requested.address;
   }
 
   // One event inside the window: the per-event cost of the whole tool.
@@ -205,6 +222,13 @@ class WindowPass {
       r.at_end = r.max = t;
       a_.timeline.push_back(r);
     } else if (buckets_) {
+      // The row held open by a free_requested ends here, after the
+      // completion, or as it was, before another event.
+      if (held_) [[unlikely]] {
+        const bool completes = completes_held(e);
+        held_ = false;
+        if (!completes) close_row(i);
+      }
       if (changed || row_.first_event == i) grow_max(row_.max, t);  // a row starts from zero
       if (i + 1 >= bucket_end_) {
         row_.last_event = i;
@@ -212,24 +236,36 @@ class WindowPass {
         row_.kind = e.kind;
         row_.at_end = t;
         if (options_.sample_fragmentation) row_.cache = replay_.cache_figures();
-        a_.timeline.push_back(row_);
-        row_complete_.push_back(1);
-        ++bucket_;
-        bucket_end_ = row_end(bucket_);
-        row_ = TimelineRow{};
-        row_.first_event = i + 1;
-        row_.max = Totals{};
+        if (e.kind == EventKind::free_requested && e.device == a_.device) {
+          held_ = true;
+          held_address_ = e.address;
+        } else {
+          close_row(i + 1);
+        }
       }
     }
   }
 
   // A range that ends at `end`, before the window's end: the row it was
   // filling goes to the timeline unfinished, for the next pass to continue.
-  void end_range(std::size_t end) {
-    if (buckets_ && row_.first_event < end) {
+  // `next` is the event at `end`: the completion of a free that ends this
+  // range leaves its row open for the next range (start_range).
+  void end_range(std::size_t end, const Event& next) {
+    if (buckets_ && held_) {
+      a_.timeline.push_back(row_);
+      row_complete_.push_back(completes_held(next) ? 0 : 1);
+      held_ = false;
+    } else if (buckets_ && row_.first_event < end) {
       a_.timeline.push_back(row_);
       row_complete_.push_back(0);
     }
+  }
+
+  // After the window's last event: a row held open for a completion past
+  // the window ends as it is.
+  void end_window() {
+    if (held_) close_row(row_.last_event + 1);
+    held_ = false;
   }
 
   // The largest free block at the reserved peak is taken after the call that
@@ -262,6 +298,22 @@ class WindowPass {
            kind == EventKind::empty_cache;
   }
   std::size_t row_end(std::size_t bucket) const { return a_.window.begin + (window_size_ * (bucket + 1)) / buckets_; }
+
+  bool completes_held(const Event& e) const noexcept {
+    return held_ && e.kind == EventKind::free_completed && e.device == a_.device && e.address == held_address_;
+  }
+
+  // The row ends; the next starts at event `next_first`. A bucket left empty
+  // because its first event ended the row before (a completion) has no row.
+  void close_row(std::size_t next_first) {
+    a_.timeline.push_back(row_);
+    row_complete_.push_back(1);
+    ++bucket_;
+    bucket_end_ = row_end(bucket_);
+    while (bucket_ + 1 < buckets_ && bucket_end_ <= next_first) bucket_end_ = row_end(++bucket_);
+    row_ = TimelineRow{};
+    row_.first_event = next_first;
+  }
 
   void start_peaks(const Totals& t, std::size_t event, std::uint64_t time) {
     record_peak(a_.peak_allocated, t.allocated, event, time, replay_);
@@ -310,6 +362,8 @@ class WindowPass {
   std::size_t bucket_end_ = 0;
   TimelineRow row_;
   std::vector<std::uint8_t> row_complete_;
+  bool held_ = false;  // the row is done but for a free's completion (step)
+  std::uint64_t held_address_ = 0;
   bool peak_cache_pending_ = false;
   bool peak_call_done_ = false;
 };
