@@ -299,7 +299,8 @@ TEST_CASE("given convert, the format comes from --to-format or -o's extension in
   const std::string E = "cachealloc-analyze: error: ";
   const std::string kLosses = "cachealloc-analyze: note: PyTorch's pickle has no place for: 6 split events; 4 merge "
                               "events; the program's name, arguments, pid, host and dump time; the device names, "
-                              "capacities and driver totals; 2 final allocator statistics";
+                              "capacities and driver totals; 2 final allocator statistics; the instruction address and "
+                              "module of 10 native frame(s)";
   for (const char* name : {"x.pickle", "x.PICKLE", "x.pkl", "x.Pkl"}) {
     const fs::path out = scratch() / name;
     fs::remove(out);

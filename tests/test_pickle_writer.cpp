@@ -196,6 +196,37 @@ TEST_CASE("a snapshot written as a pickle reads back to the same layout and the 
   CHECK(settings == original.settings);
 }
 
+TEST_CASE("a native frame comes back with its own name and file; its address and module are named as lost") {
+  // Given a recording whose block and event share a native stack: one frame
+  // with a module and no file, one unresolved (an address and a module only)
+  Snapshot original = sample();
+  const auto text = [&](const std::string& value) {
+    original.strings.push_back(value);
+    return StringId{static_cast<std::uint32_t>(original.strings.size() - 1)};
+  };
+  const StringId module = text("libtrain.so");
+  original.frames.push_back(Frame{0x400040, text("train_step"), StringId{}, 14, module});
+  original.frames.push_back(Frame{0x400050, StringId{}, StringId{}, 0, module});
+  original.frames.push_back(Frame{0x400060, text("main"), text("model.py"), 15, text("python")});
+  const auto last = static_cast<std::uint32_t>(original.frames.size());
+  original.stacks.push_back(Stack{{FrameId{last - 3}, FrameId{last - 2}, FrameId{last - 1}}});
+  const StackId native{static_cast<std::uint32_t>(original.stacks.size() - 1)};
+  original.segments[0].blocks[0].stack = native;
+  original.events[2].stack = native;  // its alloc
+  // When it is written as a pickle and read back
+  const Snapshot back = decode_pytorch_pickle(encode_pytorch_pickle(original));
+  // Then the frames are the recording's: no module in place of the file, no
+  // address in place of the name
+  const std::vector<std::tuple<std::string, std::uint32_t, std::string>> expected = {
+      {"", 14, "train_step"}, {"", 0, ""}, {"model.py", 15, "main"}};
+  CHECK(frames_of(back, back.segments[0].blocks[0].stack) == expected);
+  CHECK(frames_of(back, back.events[2].stack) == expected);
+  // and convert names what PyTorch's frames have no place for
+  const std::vector<std::string> losses = pickle_conversion_losses(original);
+  CHECK(std::count(losses.begin(), losses.end(), "the instruction address and module of 3 native frame(s)") == 1);
+  for (const std::string& loss : pickle_conversion_losses(sample())) CHECK(!loss.starts_with("the instruction address"));
+}
+
 TEST_CASE("a trace entry with no stack is written as Python writes it, and is read whole") {
   // Given a snapshot whose events carry no stack (the frees of a recording)
   Snapshot original = sample();

@@ -186,20 +186,14 @@ class SnapshotPickler {
     w_.op(0x7d);
     frame_memo_.emplace(id.value, w_.memoize());
     w_.op(0x28);
-    // PyTorch's frames are symbolized; an unresolved native frame of ours
-    // shows its address, and the module stands in for a missing file.
+    // The frame's own name and file, empty where it has none: a reader takes
+    // them for a symbol and a source file, so an address or a module in
+    // their place came back as another frame (and frames that differ only
+    // there merged). The ip and the module are losses convert names.
     w_.text("name");
-    if (frame.function || frame.ip == 0) {
-      w_.text(string(frame.function));
-    } else {
-      std::array<char, 24> hex{};
-      const auto end = std::to_chars(hex.data() + 2, hex.data() + hex.size(), frame.ip, 16).ptr;
-      hex[0] = '0';
-      hex[1] = 'x';
-      w_.text(std::string_view(hex.data(), static_cast<std::size_t>(end - hex.data())));
-    }
+    w_.text(string(frame.function));
     w_.text("filename");
-    w_.text(frame.file ? string(frame.file) : string(frame.module));
+    w_.text(string(frame.file));
     w_.text("line");
     w_.integer(frame.line);
     w_.op(0x75);
@@ -533,6 +527,10 @@ std::vector<std::string> pickle_conversion_losses(const Snapshot& snapshot) {
   if (!snapshot.stats.empty()) losses.push_back(std::to_string(snapshot.stats.size()) + " final allocator statistics");
   if (snapshot.threads.size() > 1 || (snapshot.threads.size() == 1 && snapshot.threads[0] != 0))
     losses.emplace_back("the thread of each event");
+  const auto native = static_cast<std::size_t>(std::count_if(
+      snapshot.frames.begin(), snapshot.frames.end(), [](const Frame& frame) { return frame.ip != 0 || frame.module; }));
+  if (native != 0)
+    losses.push_back("the instruction address and module of " + std::to_string(native) + " native frame(s)");
   if (snapshot.dropped_events != 0)
     losses.push_back("the count of events lost before the ring began (" + std::to_string(snapshot.dropped_events) + ")");
   return losses;
