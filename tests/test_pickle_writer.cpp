@@ -227,6 +227,21 @@ TEST_CASE("a native frame comes back with its own name and file; its address and
   for (const std::string& loss : pickle_conversion_losses(sample())) CHECK(!loss.starts_with("the instruction address"));
 }
 
+TEST_CASE("the count of records the pickle reader skipped stays in our format and is a named loss in a pickle") {
+  // Given a snapshot as the reader leaves it after skipping 2 records of
+  // actions it does not know
+  Snapshot original = sample();
+  original.settings[kSkippedRecordsSetting] = "2";
+  // When it is written in our format, then the count comes back
+  CHECK(decode(encode(original)).settings.at(kSkippedRecordsSetting) == "2");
+  // When it is written as a pickle, then the count is not passed off as an
+  // allocator setting, and convert names it among its losses
+  const Snapshot back = decode_pytorch_pickle(encode_pytorch_pickle(original));
+  CHECK(back.settings.count(kSkippedRecordsSetting) == 0);
+  const std::vector<std::string> losses = pickle_conversion_losses(original);
+  CHECK(std::count(losses.begin(), losses.end(), "the count of trace records skipped when the pickle was read (2)") == 1);
+}
+
 TEST_CASE("a trace entry with no stack is written as Python writes it, and is read whole") {
   // Given a snapshot whose events carry no stack (the frees of a recording)
   Snapshot original = sample();

@@ -118,7 +118,7 @@ class Mapper {
     }
     merge_by_time(per_device, annotations);
     fill_devices(used_devices);
-    if (skipped_records_ != 0) out_.settings["pytorch_skipped_records"] = std::to_string(skipped_records_);
+    if (skipped_records_ != 0) out_.settings[kSkippedRecordsSetting] = std::to_string(skipped_records_);
     validate_in_parallel();
     return std::move(out_);
   }

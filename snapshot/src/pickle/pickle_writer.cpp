@@ -466,7 +466,8 @@ class SnapshotPickler {
 
   void write_settings() {
     SettingNode root;
-    const std::map<std::string, std::string> all = with_pytorch_settings(s_.settings);
+    std::map<std::string, std::string> all = with_pytorch_settings(s_.settings);
+    all.erase(kSkippedRecordsSetting);  // the read's count, not a setting: a named loss
     for (const auto& [key, value] : all) {
       // Nest only where no plain value sits at the prefix already.
       SettingNode* node = &root;
@@ -531,6 +532,8 @@ std::vector<std::string> pickle_conversion_losses(const Snapshot& snapshot) {
       snapshot.frames.begin(), snapshot.frames.end(), [](const Frame& frame) { return frame.ip != 0 || frame.module; }));
   if (native != 0)
     losses.push_back("the instruction address and module of " + std::to_string(native) + " native frame(s)");
+  if (const auto skipped = snapshot.settings.find(kSkippedRecordsSetting); skipped != snapshot.settings.end())
+    losses.push_back("the count of trace records skipped when the pickle was read (" + skipped->second + ")");
   if (snapshot.dropped_events != 0)
     losses.push_back("the count of events lost before the ring began (" + std::to_string(snapshot.dropped_events) + ")");
   return losses;

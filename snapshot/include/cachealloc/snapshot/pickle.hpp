@@ -54,6 +54,13 @@ inline constexpr const char* kPytorchPickleSource = "pytorch-pickle";
 // freed memory. Reports say what that leaves out.
 inline constexpr const char* kSegmentsOnlySetting = "pytorch_segments_only";
 
+// Snapshot::settings key holding how many trace records the reader skipped
+// (actions and annotation stages it does not know), when there were any.
+// It describes the pickle read: our format keeps it, and a pickle written
+// from the snapshot has no place for it (it is not an allocator setting),
+// so pickle_conversion_losses() names it.
+inline constexpr const char* kSkippedRecordsSetting = "pytorch_skipped_records";
+
 // True when `bytes` start like a pickle this reader may read: the PROTO
 // opcode (0x80) followed by a protocol from 2 to 5.
 bool has_pickle_header(std::span<const std::byte> bytes) noexcept;
