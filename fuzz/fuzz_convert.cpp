@@ -12,6 +12,7 @@
 // one line. Each loss convert reports is one printable line, and the count
 // of records the pickle reader skipped is one exactly when the input has
 // it. A refusal of the input must be a SnapshotError of one line.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -98,7 +99,9 @@ void same_trace_entries(const Snapshot& original, const Snapshot& back) {
     if (b.time_ns % 1000 != 0 || b.time_ns < a.time_ns / 1000 * 1000 || b.time_ns < last_time[b.device]) std::abort();
     last_time[b.device] = b.time_ns;
     // PyTorch's trace names no pool for a map; the reader supplies the flags.
-    if (a.kind != EventKind::segment_map && a.aux != b.aux) std::abort();
+    // An OOM's allocator cap has no place either (a loss convert names).
+    if (a.kind != EventKind::segment_map && a.kind != EventKind::oom && a.aux != b.aux) std::abort();
+    if (a.kind == EventKind::oom && b.aux != 0) std::abort();
     if (frames_of(original, a.stack) != frames_of(back, b.stack)) std::abort();
   }
 }
@@ -119,12 +122,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (ours != expected) std::abort();
   if (decode(encode(ours)) != ours) std::abort();
   // convert -o FILE.pickle
-  bool skipped_named = false;
+  bool skipped_named = false, cap_named = false;
   for (const std::string& loss : pickle_conversion_losses(*snapshot)) {
     cachealloc::fuzz::check_line(loss);
     skipped_named = skipped_named || loss.starts_with("the count of trace records skipped");
+    cap_named = cap_named || loss.starts_with("the allocator cap of");
   }
   if (skipped_named != (snapshot->settings.count(kSkippedRecordsSetting) != 0)) std::abort();
+  const bool capped = std::any_of(snapshot->events.begin(), snapshot->events.end(),
+                                  [](const Event& e) { return e.kind == EventKind::oom && e.aux != 0; });
+  if (cap_named != capped) std::abort();
   std::vector<std::byte> pickle;
   try {
     pickle = encode_pytorch_pickle(*snapshot);

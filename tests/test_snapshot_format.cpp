@@ -611,6 +611,33 @@ TEST_CASE("references past their tables are rejected by the writer and the reade
   CHECK(decode_error(detail::encode_unvalidated(bad)) == ErrorCode::inconsistent);
 }
 
+TEST_CASE("an aux figure on a kind that has none is refused by the writer and the reader, naming the event") {
+  // Given a snapshot with an aux figure on a segment_release, segment_unmap,
+  // empty_cache or snapshot event, which no report reads and PyTorch's
+  // trace cannot hold (convert lost it)
+  for (const EventKind kind :
+       {EventKind::segment_release, EventKind::segment_unmap, EventKind::empty_cache, EventKind::snapshot}) {
+    CAPTURE(to_string(kind));
+    Snapshot bad = make_rich_snapshot();
+    const auto event = std::find_if(bad.events.begin(), bad.events.end(), [&](const Event& e) { return e.kind == kind; });
+    REQUIRE(event != bad.events.end());
+    event->aux = 1923072;
+    const std::string expected = "event " + std::to_string(event - bad.events.begin()) + " (" + to_string(kind) +
+                                 ") has an aux figure of 1923072, which its kind does not have";
+    // When the writer sees it, then it refuses
+    try {
+      (void)encode(bad);
+      FAIL("encode accepted an aux figure on " << to_string(kind));
+    } catch (const SnapshotError& error) {
+      CHECK(std::string(error.what()).find(expected) != std::string::npos);
+    }
+    // And when a file holds it anyway, then the reader refuses, naming the event
+    std::string message;
+    CHECK(decode_error(detail::encode_unvalidated(bad), &message) == ErrorCode::inconsistent);
+    CHECK(message.find(expected) != std::string::npos);
+  }
+}
+
 TEST_CASE("random corruption is rejected with a SnapshotError or decodes, never crashes") {
   // Given a valid file, flip bytes at random
   const std::vector<std::byte> original = encode(make_rich_snapshot());

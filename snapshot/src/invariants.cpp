@@ -105,6 +105,11 @@ std::optional<std::string> implausible_event(const Event& event, std::uint64_t i
     return which + " (" + std::string(to_string(event.kind)) + ") " + what + " " + std::to_string(bytes) +
            " bytes, " + bound_text(limits, event.device, segment);
   };
+  // Kinds with no aux (events.hpp): a figure there is read by no report and
+  // has no place in PyTorch's trace, so convert could not keep it.
+  if (event.aux != 0 && !kind_has_aux(event.kind))
+    return which + " (" + std::string(to_string(event.kind)) + ") has an aux figure of " + std::to_string(event.aux) +
+           ", which its kind does not have";
   switch (event.kind) {
     case EventKind::alloc:
     case EventKind::free_requested:

@@ -270,6 +270,12 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
   if (size_limit != UINT64_MAX) {
     for (unsigned k = 0; k <= static_cast<unsigned>(EventKind::merge); ++k) aux_screen[k] = {UINT64_MAX, size_limit + 1};
   }
+  // Kinds with no aux (kind_has_aux): any figure there.
+  if (screen != nullptr) {
+    for (unsigned k = 0; k < static_cast<unsigned>(kEventKindCount); ++k) {
+      if (!kind_has_aux(static_cast<EventKind>(k))) aux_screen[k] = {UINT64_MAX, 1};
+    }
+  }
   bool flagged = false;
   // The previous event, kept by value: thread, device, stream and time carry
   // over from it. A reference to it is one to out[index - 1] (or, for the

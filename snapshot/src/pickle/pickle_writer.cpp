@@ -513,6 +513,11 @@ std::vector<std::string> pickle_conversion_losses(const Snapshot& snapshot) {
     if (dropped[kind] != 0)
       losses.push_back(std::to_string(dropped[kind]) + " " + to_string(static_cast<EventKind>(kind)) + " events");
   }
+  // PyTorch's oom entry holds the request and the device's free bytes, not a cap.
+  const auto capped = static_cast<std::size_t>(std::count_if(snapshot.events.begin(), snapshot.events.end(), [](const Event& e) {
+    return e.kind == EventKind::oom && e.aux != 0;
+  }));
+  if (capped != 0) losses.push_back("the allocator cap of " + std::to_string(capped) + " oom event(s)");
   const Header& h = snapshot.header;
   if (!h.program.empty() || !h.arguments.empty() || h.pid != 0 || !h.host.empty() || h.dump_time_unix_ns != 0)
     losses.emplace_back("the program's name, arguments, pid, host and dump time");

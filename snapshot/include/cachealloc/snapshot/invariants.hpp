@@ -19,8 +19,9 @@
 //     (implausible_event(), called by validate_events()): no allocation,
 //     free, split, merge or empty_cache above the device's total (2^50
 //     without one), no segment event above the segment bound, no OOM request
-//     above 2^50, no time past 2^62 ns, and no thread's time before its
-//     previous event's. Sums of such figures cannot wrap 64 bits.
+//     above 2^50, no time past 2^62 ns, no thread's time before its
+//     previous event's, and no aux figure on a kind that has none
+//     (kind_has_aux()). Sums of such figures cannot wrap 64 bits.
 //
 // Cost: O(segments log segments + blocks + bytes of text), no allocation
 // beyond one index per layout. Thread safety: pure.
@@ -51,6 +52,13 @@ struct SizeLimits {
   std::uint64_t device_total = 0;  // 0: not recorded
 };
 SizeLimits size_limits(const Snapshot& snapshot, std::int32_t device);
+
+// Whether events of `kind` carry an aux figure (events.hpp): segment_release,
+// segment_unmap, empty_cache and snapshot have none, and hold 0 there.
+constexpr bool kind_has_aux(EventKind kind) noexcept {
+  return kind != EventKind::segment_release && kind != EventKind::segment_unmap && kind != EventKind::empty_cache &&
+         kind != EventKind::snapshot;
+}
 
 // The first figure of event `index` past its bound, on one line naming the
 // index and the figure ("event 2 holds 18446744073709551615 bytes, more
