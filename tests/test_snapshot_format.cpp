@@ -22,6 +22,7 @@
 #include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/invariants.hpp"
 #include "cachealloc/snapshot/ring_start.hpp"
+#include "cachealloc/snapshot/stream.hpp"
 
 namespace fs = std::filesystem;
 using namespace cachealloc::snapshot;
@@ -1199,6 +1200,125 @@ TEST_CASE("every golden file in testdata/format_versions reads as the version it
     CHECK(from_disk == decode(embedded[version - 1]));
     CHECK(from_disk.header.format_version == version);
   }
+}
+
+namespace {
+
+// The snapshot behind testdata/format_versions/v7.bin, a streamed recording:
+// the version 6 snapshot's head (NVML's reading included) with the version
+// 3 snapshot's events, which start at the start of the run (a stream never
+// drops the run's start), and the final layout those events leave.
+Snapshot make_version7_golden_snapshot() {
+  Snapshot s = make_version6_golden_snapshot();
+  s.header.format_version = kStreamFormatVersion;
+  s.header.writer_version = "0.7.0";
+  s.events = make_version3_golden_snapshot().events;
+  s.dropped_events = 0;
+  s.ring_start.clear();
+  const std::uint64_t base = 0x7f0000000000ULL;
+  const std::uint64_t segment = 2 << 20;
+  s.segments = {Segment{0, 0, base, segment, false, false, StackId{1},
+                        {Block{base, segment, segment - 100, BlockState::active_allocated, StackId{1}}}}};
+  return s;
+}
+
+// Streams `s` as the recorder does: tables before the events that use them,
+// in two tables chunks and three events chunks, then the trailer. So that a
+// cut inside any events chunk leaves earlier ones to read.
+void write_version7_file(const fs::path& path, const Snapshot& s) {
+  StreamFileWriter writer(path, s);
+  TableAppend first;
+  first.first_string = 1;
+  first.strings.assign(s.strings.begin() + 1, s.strings.end());
+  first.first_frame = 1;
+  first.frames.assign(s.frames.begin() + 1, s.frames.end());
+  first.first_stack = 1;  // the tables start with entry 0, the empty one
+  writer.append_tables(first);
+  TableAppend second;
+  second.first_string = s.strings.size();
+  second.first_frame = s.frames.size();
+  second.first_stack = 1;
+  second.stacks.assign(s.stacks.begin() + 1, s.stacks.end());
+  second.threads = s.threads;
+  writer.append_tables(second);
+  const std::span<const Event> events(s.events);
+  writer.append_events(events.subspan(0, 5));
+  writer.append_events(events.subspan(5, 4));
+  writer.append_events(events.subspan(9));
+  writer.finish(s);
+}
+
+const fs::path kVersion7Golden = fs::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "format_versions" / "v7.bin";
+
+}  // namespace
+
+TEST_CASE("the version 7 golden stream is what the stream writer writes for its snapshot") {
+  // Given the snapshot behind v7.bin, streamed again (CACHEALLOC_UPDATE_GOLDEN=1 rewrites the golden file)
+  const char* update = std::getenv("CACHEALLOC_UPDATE_GOLDEN");
+  if (update != nullptr && std::string(update) == "1") write_version7_file(kVersion7Golden, make_version7_golden_snapshot());
+  const fs::path again = fs::temp_directory_path() / ("cachealloc_v7_" + std::to_string(getpid()) + ".bin");
+  write_version7_file(again, make_version7_golden_snapshot());
+  // When both are read, then they are the same snapshot (zstd's bytes may
+  // differ between its versions; the content may not)
+  const Snapshot written = read_snapshot(again);
+  fs::remove(again);
+  CHECK(read_snapshot(kVersion7Golden) == written);
+}
+
+TEST_CASE("a version 7 golden stream reads as the whole snapshot it was streamed from") {
+  // Given the golden stream, and its snapshot written whole (version 6)
+  const Snapshot expected = make_version7_golden_snapshot();
+  const Snapshot whole = decode(encode(expected));
+  REQUIRE(whole.header.format_version == kWholeFormatVersion);
+  // When the stream is read from disk
+  const Snapshot streamed = read_snapshot(kVersion7Golden);
+  // Then it holds the same head, tables, events and final layout, complete, as version 7
+  CHECK(streamed.header.format_version == kStreamFormatVersion);
+  CHECK(streamed.settings.count(kStreamNoteSetting) == 0);
+  CHECK(streamed.events == whole.events);
+  CHECK(streamed.strings == whole.strings);
+  CHECK(streamed.frames == whole.frames);
+  CHECK(streamed.stacks == whole.stacks);
+  CHECK(streamed.threads == whole.threads);
+  CHECK(streamed.segments == whole.segments);
+  CHECK(streamed.stats == whole.stats);
+  CHECK(streamed.devices == whole.devices);
+  CHECK(streamed.settings == whole.settings);
+  CHECK(streamed.dropped_events == 0);
+  CHECK(streamed == expected);
+}
+
+TEST_CASE("a version 7 golden stream cut inside its last events chunk reads the chunks before it, with the note") {
+  // Given the golden stream without its trailer and half of its last events chunk
+  std::ifstream in(kVersion7Golden, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(bytes.size() > 100);
+  std::size_t offset = 24, last_events = 0, trailer = 0;
+  while (offset + 32 <= bytes.size()) {
+    std::uint32_t kind = 0;
+    std::uint64_t stored = 0;
+    std::memcpy(&kind, bytes.data() + offset, 4);
+    std::memcpy(&stored, bytes.data() + offset + 8, 8);
+    if (kind == 3) last_events = offset;
+    if (kind == 4) trailer = offset;
+    offset += 32 + stored;
+  }
+  REQUIRE(offset == bytes.size());
+  REQUIRE(last_events > 0);
+  REQUIRE(trailer > last_events);
+  bytes.resize(last_events + (trailer - last_events) / 2);
+  const std::span<const std::byte> cut(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
+  // When it is decoded
+  const Snapshot s = decode(cut);
+  // Then it holds the first two events chunks (9 events), a layout rebuilt
+  // from them, unknown stats, and the note
+  const Snapshot expected = make_version7_golden_snapshot();
+  CHECK(s.events == std::vector<Event>(expected.events.begin(), expected.events.begin() + 9));
+  CHECK(s.stats.empty());
+  REQUIRE(s.settings.count(kStreamNoteSetting) == 1);
+  CHECK(s.settings.at(kStreamNoteSetting).find("without its trailer") != std::string::npos);
+  REQUIRE(s.segments.size() == 1);
+  CHECK(s.segments[0].blocks.size() == 1);  // after the merges, one free block of the whole segment
 }
 
 TEST_CASE("the ring start the writer stores is the one derived from the events") {

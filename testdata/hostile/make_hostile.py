@@ -164,3 +164,71 @@ if len(sys.argv) > 1:
     for name in ('wrapped_totals_huge_segment', 'wrapped_totals_initial_layout'):
         subprocess.run([sys.argv[1], 'convert', os.path.join(HERE, name + '.pickle'), '-f', '-o',
                         os.path.join(HERE, name + '.bin')], check=True)
+
+# --- format version 7 (a streamed recording, docs/FORMAT.md "Version 7"):
+# the golden v7 stream (two tables chunks, three events chunks, a trailer)
+# with a chunk cut, damaged or made to lie about its sizes. A damaged or cut
+# last chunk is what a killed recorder leaves: read up to the chunk before,
+# with a note; damage anywhere else is refused.
+import zlib
+
+V7 = open(os.path.join(HERE, '..', 'format_versions', 'v7.bin'), 'rb').read()
+CHUNK_HEADER = struct.Struct('<IIQQII')  # kind, events, stored, raw, sequence, crc32
+
+
+def v7_chunks(data):
+    """(offset, kind, events, stored, raw, sequence) of each chunk."""
+    out, at = [], 24
+    while at < len(data):
+        kind, events, stored, raw, sequence, _ = CHUNK_HEADER.unpack_from(data, at)
+        out.append((at, kind, events, stored, raw, sequence))
+        at += 32 + stored
+    assert at == len(data)
+    return out
+
+
+def v7_header(kind, events, stored_bytes, raw, sequence, stored=None):
+    """A chunk header whose crc covers it and `stored_bytes` (stored: the size it declares)."""
+    stored = len(stored_bytes) if stored is None else stored
+    head = CHUNK_HEADER.pack(kind, events, stored, raw, sequence, 0)[:28]
+    return head + struct.pack('<I', zlib.crc32(stored_bytes, zlib.crc32(head)))
+
+
+def v7_rewrite(data, index, **fields):
+    """The file with chunk `index`'s header fields changed and its crc recomputed."""
+    at, kind, events, stored, raw, sequence = v7_chunks(data)[index]
+    values = dict(kind=kind, events=events, raw=raw, sequence=sequence)
+    values.update(fields)
+    payload = data[at + 32:at + 32 + stored]
+    return data[:at] + v7_header(values['kind'], values['events'], payload, values['raw'],
+                                 values['sequence']) + data[at + 32:]
+
+
+CHUNKS = v7_chunks(V7)
+KINDS = [c[1] for c in CHUNKS]
+assert KINDS == [1, 2, 2, 3, 3, 3, 4], KINDS
+FIRST_EVENTS, LAST_EVENTS, TRAILER = 3, 5, 6
+at, _, _, stored, _, _ = CHUNKS[LAST_EVENTS]
+write('truncated_mid_chunk_v7.bin', V7[:at + 32 + stored // 2])
+at, _, _, stored, _, _ = CHUNKS[FIRST_EVENTS]
+flip = at + 32 + stored // 2
+write('bad_crc_v7.bin', V7[:flip] + bytes([V7[flip] ^ 0x40]) + V7[flip + 1:])
+at, _, _, stored, _, _ = CHUNKS[TRAILER]
+flip = at + 32 + stored // 2
+write('bad_crc_last_chunk_v7.bin', V7[:flip] + bytes([V7[flip] ^ 0x40]) + V7[flip + 1:])
+# The second events chunk declares more bytes than the file holds: the walk
+# stops there, as at a chunk a kill cut short.
+at = CHUNKS[FIRST_EVENTS + 1][0]
+write('chunk_past_end_v7.bin', V7[:at + 8] + q(len(V7)) + V7[at + 16:])
+# A declared size that wraps the offset back onto the same chunk: endless
+# unless sizes are checked without overflow.
+write('chunk_size_wraps_v7.bin', V7[:at + 8] + q(2**64 - 32) + V7[at + 16:])
+write('zero_events_chunk_v7.bin', v7_rewrite(V7, FIRST_EVENTS, events=0))
+write('huge_events_count_v7.bin', v7_rewrite(V7, FIRST_EVENTS, events=2**32 - 1))
+write('huge_raw_size_v7.bin', v7_rewrite(V7, 1, raw=2**40))
+write('raw_size_lie_v7.bin', v7_rewrite(V7, 1, raw=2**30))
+write('sequence_out_of_order_v7.bin', v7_rewrite(V7, FIRST_EVENTS, sequence=9))
+# A tables chunk of no bytes at all (no zstd frame) in place of the second.
+at, kind, events, stored, raw, sequence = CHUNKS[2]
+write('zero_length_chunk_v7.bin', V7[:at] + v7_header(2, 0, b'', 0, sequence) + V7[at + 32 + stored:])
+write('bytes_after_trailer_v7.bin', V7 + b'\0' * 40)

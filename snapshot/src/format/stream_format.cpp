@@ -58,6 +58,16 @@ bool read_stored(ByteSource& source, std::uint64_t offset, const ChunkHeader& he
 
 void decompress(void* context, const std::vector<std::byte>& stored, const ChunkHeader& header,
                 std::vector<std::byte>& raw, const std::string& where) {
+  // The frame's own content size (the writer always stores it) is checked
+  // before anything is allocated: a header that lies about raw_size would
+  // otherwise cost up to kMaxChunkRawSize of memory for a few bytes of file.
+  const unsigned long long declared = ZSTD_getFrameContentSize(stored.data(), stored.size());
+  if (declared == ZSTD_CONTENTSIZE_ERROR) inconsistent(where + " does not decompress: not a zstd frame");
+  if (declared == ZSTD_CONTENTSIZE_UNKNOWN) inconsistent(where + "'s zstd frame does not state its content size");
+  if (declared != header.raw_size) {
+    inconsistent(where + " holds " + std::to_string(declared) + " bytes, " + std::to_string(header.raw_size) +
+                 " announced");
+  }
   raw.resize(header.raw_size);
   const std::size_t got = ZSTD_decompressDCtx(static_cast<ZSTD_DCtx*>(context), raw.data(), raw.size(),
                                               stored.data(), stored.size());
