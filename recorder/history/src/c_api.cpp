@@ -2,11 +2,14 @@
 // Every entry point catches everything: no exception crosses into C.
 #include "cachealloc/cachealloc.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 
 #include "cachealloc/errors.hpp"
 #include "cachealloc/history.hpp"
+#include "cachealloc/snapshot/format.hpp"
 
 namespace {
 
@@ -29,6 +32,9 @@ int guarded(Body&& body) noexcept {
   } catch (const cachealloc::ConfigError& e) {
     remember(e.what());
     return CACHEALLOC_INVALID_ARGUMENT;
+  } catch (const cachealloc::snapshot::SnapshotError& e) {
+    remember(e.what());
+    return e.code() == cachealloc::snapshot::ErrorCode::io ? CACHEALLOC_IO_ERROR : CACHEALLOC_DEVICE_ERROR;
   } catch (const std::exception& e) {
     remember(e.what());
     return CACHEALLOC_DEVICE_ERROR;
@@ -48,6 +54,22 @@ uint64_t read_stat(Read&& read) {
   return value;
 }
 
+cachealloc::HistoryOptions history_options(const cachealloc_history_options* options, const char* function) {
+  if (!options) throw cachealloc::InvalidArgument(std::string(function) + ": options is NULL");
+  if (options->stacks != CACHEALLOC_STACKS_NONE && options->stacks != CACHEALLOC_STACKS_NATIVE)
+    throw cachealloc::InvalidArgument(std::string(function) + ": unknown stacks value " +
+                                      std::to_string(options->stacks));
+  cachealloc::HistoryOptions o;
+  o.enabled = options->enabled != 0;
+  o.max_entries = static_cast<std::size_t>(options->max_entries);
+  o.stacks = options->stacks == CACHEALLOC_STACKS_NATIVE ? cachealloc::StackCapture::native
+                                                         : cachealloc::StackCapture::none;
+  o.max_frames = options->max_frames;
+  o.stacks_on_free = options->stacks_on_free != 0;
+  if (options->dump_on_oom) o.dump_on_oom = options->dump_on_oom;
+  return o;
+}
+
 }  // namespace
 
 extern "C" {
@@ -64,23 +86,57 @@ void cachealloc_history_options_init(cachealloc_history_options* options) {
   options->dump_on_oom = nullptr;
 }
 
-int cachealloc_record_history(const cachealloc_history_options* options) {
+void cachealloc_stream_options_init(cachealloc_stream_options* stream) {
+  if (!stream) return;
+  const cachealloc::HistoryOptions defaults;
+  stream->size = sizeof(cachealloc_stream_options);
+  stream->path = nullptr;
+  stream->buffer_bytes = defaults.stream_buffer_bytes;
+  stream->when_full = CACHEALLOC_STREAM_WAIT;
+}
+
+int cachealloc_record_history_stream(const cachealloc_history_options* options,
+                                     const cachealloc_stream_options* stream) {
   return guarded([&] {
-    if (!options) throw cachealloc::InvalidArgument("cachealloc_record_history: options is NULL");
-    if (options->stacks != CACHEALLOC_STACKS_NONE && options->stacks != CACHEALLOC_STACKS_NATIVE)
-      throw cachealloc::InvalidArgument("cachealloc_record_history: unknown stacks value " +
-                                        std::to_string(options->stacks));
-    cachealloc::HistoryOptions o;
-    o.enabled = options->enabled != 0;
-    o.max_entries = static_cast<std::size_t>(options->max_entries);
-    o.stacks = options->stacks == CACHEALLOC_STACKS_NATIVE ? cachealloc::StackCapture::native
-                                                           : cachealloc::StackCapture::none;
-    o.max_frames = options->max_frames;
-    o.stacks_on_free = options->stacks_on_free != 0;
-    if (options->dump_on_oom) o.dump_on_oom = options->dump_on_oom;
+    cachealloc::HistoryOptions o = history_options(options, "cachealloc_record_history_stream");
+    if (stream) {
+      // Every field so far is in the first version of the struct; a later
+      // one is read only when `size` says the caller has it.
+      if (stream->size < sizeof(cachealloc_stream_options))
+        throw cachealloc::InvalidArgument(
+            "cachealloc_record_history_stream: stream->size is " + std::to_string(stream->size) +
+            ", smaller than the first version of cachealloc_stream_options (call cachealloc_stream_options_init)");
+      if (stream->when_full != CACHEALLOC_STREAM_WAIT && stream->when_full != CACHEALLOC_STREAM_DROP)
+        throw cachealloc::InvalidArgument("cachealloc_record_history_stream: unknown when_full value " +
+                                          std::to_string(stream->when_full));
+      if (stream->path && *stream->path) {
+        o.stream = cachealloc::expand_stream_path(stream->path, static_cast<long>(getpid()),
+                                                 cachealloc::global_allocator().device().index());
+        o.stream_buffer_bytes = static_cast<std::size_t>(stream->buffer_bytes);
+        o.stream_when_full = stream->when_full == CACHEALLOC_STREAM_DROP ? cachealloc::StreamWhenFull::drop
+                                                                         : cachealloc::StreamWhenFull::wait;
+      }
+    }
     cachealloc::record_history(o);
     return CACHEALLOC_OK;
   });
+}
+
+int cachealloc_record_history(const cachealloc_history_options* options) {
+  return guarded([&] {
+    cachealloc::record_history(history_options(options, "cachealloc_record_history"));
+    return CACHEALLOC_OK;
+  });
+}
+
+void cachealloc_stream_progress(uint64_t* events_written, uint64_t* dropped_events) {
+  cachealloc::StreamStatus status;
+  guarded([&] {
+    status = cachealloc::global_history().stream_status();
+    return CACHEALLOC_OK;
+  });
+  if (events_written) *events_written = status.events_written;
+  if (dropped_events) *dropped_events = status.dropped_events;
 }
 
 void cachealloc_stop_history(void) { cachealloc::stop_history(); }

@@ -1,5 +1,8 @@
 // The process-wide allocator and recorder behind the C ABI.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include "cachealloc/config.hpp"
@@ -13,23 +16,52 @@ std::mutex g_global_mutex;
 // static destructors, after ours would have run.
 CachingAllocator* g_allocator = nullptr;
 HistoryRecorder* g_history = nullptr;
-}  // namespace
 
-CachingAllocator& global_allocator() {
-  std::lock_guard lock(g_global_mutex);
-  if (!g_allocator) g_allocator = new CachingAllocator(make_device_from_environment(), config_from_environment());
-  return *g_allocator;
-}
-
-HistoryRecorder& global_history() {
-  CachingAllocator& allocator = global_allocator();
-  std::lock_guard lock(g_global_mutex);
+HistoryRecorder& make_history_locked(CachingAllocator& allocator) {
   if (!g_history) {
     HistoryOptions off;
     off.enabled = false;
     g_history = new HistoryRecorder(allocator, off);
   }
   return *g_history;
+}
+
+// The process never destroys the recorder, so without this a stream that
+// CACHEALLOC_HISTORY started would end without its trailer (read as if
+// killed, its final stats unknown).
+void finish_environment_stream() noexcept { stop_history(); }
+
+// CACHEALLOC_HISTORY's recording, on the allocator just created. A file
+// that cannot be created is a failure of the recording, not of the program.
+void start_environment_history(CachingAllocator& allocator, HistoryOptions options) {
+  options.stream = expand_stream_path(options.stream.native(), static_cast<long>(getpid()), allocator.device().index());
+  try {
+    make_history_locked(allocator).start(options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cachealloc: %s: %s; not recording\n", kHistoryEnvironment, e.what());
+    return;
+  }
+  std::atexit(finish_environment_stream);
+}
+}  // namespace
+
+CachingAllocator& global_allocator() {
+  std::lock_guard lock(g_global_mutex);
+  if (!g_allocator) {
+    // Parsed first: a bad setting leaves no allocator, as a bad CACHEALLOC_CONF does.
+    const char* setting = std::getenv(kHistoryEnvironment);
+    const bool wanted = setting != nullptr && *setting != '\0';
+    const HistoryOptions options = wanted ? parse_history_setting(setting) : HistoryOptions{};
+    g_allocator = new CachingAllocator(make_device_from_environment(), config_from_environment());
+    if (wanted) start_environment_history(*g_allocator, options);
+  }
+  return *g_allocator;
+}
+
+HistoryRecorder& global_history() {
+  CachingAllocator& allocator = global_allocator();
+  std::lock_guard lock(g_global_mutex);
+  return make_history_locked(allocator);
 }
 
 void record_history(const HistoryOptions& options) { global_history().start(options); }

@@ -3,7 +3,9 @@
  *
  * The allocator is created on first use on the device that CACHEALLOC_DEVICE
  * selects (auto: the GPU when there is one) with the settings of
- * CACHEALLOC_CONF. No function throws or aborts; failures are reported by the
+ * CACHEALLOC_CONF; with CACHEALLOC_HISTORY=stream:/path/run.{pid}.bin it
+ * also streams its whole history there until exit (README, "Recording a
+ * whole run"). No function throws or aborts; failures are reported by the
  * return value, and cachealloc_last_error() describes the last one on the
  * calling thread.
  *
@@ -47,6 +49,38 @@ void cachealloc_history_options_init(cachealloc_history_options* options);
 /* Starts (or, with enabled == 0, stops) recording. Restarting clears the
  * recorded events. Returns a status code. */
 int cachealloc_record_history(const cachealloc_history_options* options);
+
+/* A streamed recording (format version 7): every event is written to `path`
+ * while the program runs, from a background thread, in buffers of at most
+ * buffer_bytes. cachealloc_stop_history() (or the next start) writes its
+ * trailer; after a crash the file reads up to its last complete chunk.
+ * New fields are only ever appended: `size` tells the library how many of
+ * them the caller's header knew. */
+enum {
+  CACHEALLOC_STREAM_WAIT = 0, /* when the disk cannot keep up, the program waits */
+  CACHEALLOC_STREAM_DROP = 1, /* ... or events are dropped and counted */
+};
+
+typedef struct cachealloc_stream_options {
+  size_t size;           /* sizeof(cachealloc_stream_options), set by _init */
+  const char* path;      /* the file; "{pid}" and "{device}" in it become the
+                            process id and the device index */
+  uint64_t buffer_bytes; /* the stream's buffers, all told: >= 16 MiB */
+  int when_full;         /* CACHEALLOC_STREAM_WAIT or CACHEALLOC_STREAM_DROP */
+} cachealloc_stream_options;
+
+/* Fills `stream` with the defaults: no path, 64 MiB, wait. */
+void cachealloc_stream_options_init(cachealloc_stream_options* stream);
+
+/* cachealloc_record_history with the events also streamed to stream->path.
+ * A NULL `stream` or an empty path is cachealloc_record_history. Returns
+ * CACHEALLOC_IO_ERROR when the file cannot be created (nothing changes). */
+int cachealloc_record_history_stream(const cachealloc_history_options* options,
+                                     const cachealloc_stream_options* stream);
+
+/* The streamed recording's events written and dropped so far (the last
+ * stream's, once stopped). Either pointer may be NULL. */
+void cachealloc_stream_progress(uint64_t* events_written, uint64_t* dropped_events);
 void cachealloc_stop_history(void);
 
 /* Phases such as "step 3" or "forward". An end closes the calling thread's

@@ -220,10 +220,32 @@ class AnnotationScope {
 // make_device_from_environment() with config_from_environment(). Never
 // destroyed, so it stays usable from static destructors and foreign runtimes.
 // Throws DeviceError or ConfigError when it cannot be created (and again on
-// the next call).
+// the next call). When CACHEALLOC_HISTORY is set, its creation also starts
+// that recording, which exit() ends with the stream's trailer; a stream file
+// that cannot be created is one line on stderr, and the allocator serves on
+// unrecorded.
 CachingAllocator& global_allocator();
 // The recorder of global_allocator(), created (not recording) on first use.
 HistoryRecorder& global_history();
+
+// CACHEALLOC_HISTORY: a streamed recording of the process-wide allocator,
+// started when global_allocator() is created, with no change to the program.
+// Its syntax is CACHEALLOC_CONF's, comma-separated key:value pairs:
+//   stream:/tmp/run.{pid}.bin,stacks:none,when_full:drop
+// stream (required) is the file; "{pid}" in it becomes the process id, so
+// that processes sharing the environment write files of their own. The
+// others are optional: stacks (none, native, unwind), max_frames (1..256),
+// stacks_on_free (true, false), clock (precise, coarse), when_full (wait,
+// drop), buffer_mb (at least 16). A path cannot hold a comma.
+inline constexpr const char* kHistoryEnvironment = "CACHEALLOC_HISTORY";
+// Parses that syntax into options whose stream is set (the pid not yet
+// expanded). Throws ConfigError, one line naming CACHEALLOC_HISTORY, the key
+// and the value, for an unknown key, a malformed pair, a bad value or a
+// missing stream.
+HistoryOptions parse_history_setting(std::string_view text);
+// `pattern` with every "{pid}" replaced by `pid` and every "{device}" by
+// `device`.
+std::filesystem::path expand_stream_path(std::string_view pattern, long pid, int device);
 
 // Shorthands for global_history(). record_history throws InvalidArgument and
 // whatever global_allocator() throws; the others never throw.
