@@ -38,6 +38,7 @@ void add_check_command(CLI::App& app, Runner& runner) {
   CLI::App* command = app.add_subcommand(
       "check", "Exit 1 with one line per memory budget the recording exceeds, 0 when it meets them all (for CI)");
   add_common_options(*command, runner.common);
+  add_follow_options(*command, runner.common);
   auto args = std::make_shared<CheckArguments>();
   command->add_option("--max-peak-reserved", args->peak_reserved, "budget for the peak of reserved bytes (e.g. 20GiB)");
   command->add_option("--max-peak-allocated", args->peak_allocated, "budget for the peak of allocated bytes");

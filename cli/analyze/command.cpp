@@ -1,10 +1,13 @@
 #include "command.hpp"
 
 #include <cctype>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +17,7 @@
 #include <stdexcept>
 
 #include "cachealloc/analyzer/analysis.hpp"
+#include "cachealloc/analyzer/follow.hpp"
 #include "cachealloc/analyzer/load.hpp"
 #include "cachealloc/snapshot/stream.hpp"
 
@@ -260,7 +264,48 @@ void Runner::run_job(const SnapshotJob& job, Destination& to) const {
   to.output->commit();
 }
 
+namespace {
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_interrupt(int) { g_interrupted.store(true, std::memory_order_relaxed); }
+}  // namespace
+
+void add_follow_options(CLI::App& command, CommonOptions& options) {
+  command.add_flag("--follow", options.follow,
+                   "a streamed recording still being written: read it again as it grows and print the result "
+                   "anew each time, until the recording ends (its trailer) or Ctrl-C");
+  command.add_option("--follow-interval", options.follow_interval, "with --follow, seconds between looks at the file")
+      ->check(CLI::Range(0.01, 3600.0))
+      ->capture_default_str();
+}
+
+void Runner::follow(Destination& to, const std::function<void(analyzer::FileEvents& source)>& once) const {
+  if (common.file == "-") throw UsageError("--follow: needs a file that grows, not standard input");
+  if (to.to_folder) throw UsageError("--follow: -o takes a file (rewritten with each result), not a folder");
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  ::sigaction(SIGINT, &action, nullptr);
+  analyzer::FollowOptions options;
+  options.interval = std::chrono::milliseconds(static_cast<long>(common.follow_interval * 1000));
+  options.decode_threads = common.decode_threads;
+  options.stop = &g_interrupted;
+  bool first = true;
+  analyzer::follow_file(common.file, options, [&](analyzer::FileEvents& source, bool finished) {
+    if (!first) to.output.emplace(common.output, true);  // each result whole: -o FILE holds the latest
+    first = false;
+    std::fprintf(stderr, "%s: %s: %zu events, %s\n", kProgram, common.file.c_str(), source.event_count(),
+                 finished ? "the recording has ended" : "still being written");
+    once(source);
+  });
+}
+
 void Runner::run_job(const WriterJob& job, Destination& to) const {
+  if (common.follow) {
+    return follow(to, [&](analyzer::FileEvents& source) {
+      analyzer::ReportOptions options = one_file_options(source);
+      job.write(source, options, to.output->stream());
+      to.output->commit();
+    });
+  }
   analyzer::FileEvents source(common.file, common.decode_threads);
   analyzer::ReportOptions options = one_file_options(source);
   job.write(source, options, to.output->stream());
@@ -268,6 +313,12 @@ void Runner::run_job(const WriterJob& job, Destination& to) const {
 }
 
 void Runner::run_job(const ReportJob& job, Destination& to) const {
+  if (common.follow) {
+    return follow(to, [&](analyzer::FileEvents& source) {
+      analyzer::ReportOptions options = one_file_options(source);
+      write(job.build(source, options), to);
+    });
+  }
   analyzer::FileEvents source(common.file, common.decode_threads);
   analyzer::ReportOptions options = one_file_options(source);
   write(job.build(source, options), to);
@@ -278,7 +329,9 @@ void Runner::run_job(const ReportJob& job, Destination& to) const {
 analyzer::ReportOptions Runner::one_file_options(analyzer::EventSource& source) const {
   check_device(source.head(), common.device);
   // A streamed recording that lost its trailer (snapshot/stream.hpp) reads up to its last complete chunk.
-  if (const auto note = source.head().settings.find(snapshot::kStreamNoteSetting); note != source.head().settings.end())
+  // With --follow that is the normal state of a recording in progress: no note.
+  if (const auto note = source.head().settings.find(snapshot::kStreamNoteSetting);
+      note != source.head().settings.end() && !common.follow)
     std::fprintf(stderr, "cachealloc-analyze: note: %s: %s\n", common.file.c_str(), note->second.c_str());
   analyzer::ReportOptions options;
   options.device = common.device;

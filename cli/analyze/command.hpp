@@ -41,6 +41,8 @@ struct CommonOptions {
   analyzer::SiteFilter sites;
   std::vector<std::string> files;  // diff A B, ranks FILE... | DIR
   std::uint64_t max_inflate = snapshot::kDefaultMaxInflateRatio;  // --max-inflate
+  bool follow = false;           // --follow: summary, timeline, check
+  double follow_interval = 1.0;  // --follow-interval, seconds
 };
 
 // The four kinds of job a subcommand registers (Runner::select). Each reads
@@ -93,6 +95,9 @@ class Runner {
   void run_job(const SnapshotJob& job, Destination& to) const;
   void run_job(const FilesJob& job, Destination& to) const;
   analyzer::ReportOptions one_file_options(analyzer::EventSource& source) const;
+  // --follow: `once` on each read of the file (analyzer::follow_file), each
+  // result to a fresh output, until the recording's trailer or Ctrl-C.
+  void follow(Destination& to, const std::function<void(analyzer::FileEvents& source)>& once) const;
   void write(const analyzer::Document& document, Destination& to) const;
 
   std::string name_;
@@ -103,6 +108,9 @@ class Runner {
 // positionals, `files_help`), --format (with jsonl when `jsonl`), -o, -f,
 // --table, --device, --decode-threads, --max-inflate and the site options.
 void add_files_options(CLI::App& command, CommonOptions& options, const std::string& files_help, bool jsonl);
+
+// Adds --follow and --follow-interval (a streamed recording still being written).
+void add_follow_options(CLI::App& command, CommonOptions& options);
 
 // Adds --max-inflate, which every subcommand that reads a file takes.
 void add_input_options(CLI::App& command, CommonOptions& options);

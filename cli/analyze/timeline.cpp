@@ -8,6 +8,7 @@ void add_timeline_command(CLI::App& app, Runner& runner) {
   CLI::App* command =
       app.add_subcommand("timeline", "Allocated, reserved, active and requested over time, with the peaks marked");
   add_common_options(*command, runner.common);
+  add_follow_options(*command, runner.common);
   auto buckets = std::make_shared<std::size_t>(100);
   auto all_events = std::make_shared<bool>(false);
   CLI::Option* buckets_option =
