@@ -469,6 +469,9 @@ TEST_CASE("given a benchmark with a bad argument or a file that is not a snapsho
            {"bench_sweep_scaling", {text.string()}, 2, "bench_sweep_scaling: " + foreign},
            {"bench_replay_throughput", {"missing.bin"}, 2,
             "bench_replay_throughput: error: cannot open snapshot missing.bin: No such file or directory"},
+           {"bench_stream_scale", {"/tmp/x.bin", "0"}, 2,
+            "bench_stream_scale: error: EVENTS must be a whole number from 1 to 1099511627776, not '0' (see --help)"},
+           {"bench_stream_scale", {"--analyze", text.string()}, 2, "bench_stream_scale: " + foreign},
            {"bench_replay_throughput", {kSample, "many"}, 2,
             "bench_replay_throughput: error: REPEATS must be a whole number from 1 to 1000, not 'many' (see --help)"},
        })
@@ -476,7 +479,7 @@ TEST_CASE("given a benchmark with a bad argument or a file that is not a snapsho
   for (const std::string program :
        {"bench_analyze_throughput", "bench_clock_read", "bench_dump_time", "bench_history_overhead", "bench_mixed",
         "bench_page_faults", "bench_pickle_phases", "bench_ranks_scaling", "bench_replay_throughput",
-        "bench_snapshot_size", "bench_sweep_scaling", "bench_threads"}) {
+        "bench_snapshot_size", "bench_stream_scale", "bench_sweep_scaling", "bench_threads"}) {
     CAPTURE(program);
     const Run help = run(program, {"--help"});
     CHECK(help.code == 0);
