@@ -56,6 +56,23 @@ class TraceBuilder {
     return snapshot::StackId{static_cast<std::uint32_t>(snapshot_.stacks.size() - 1)};
   }
 
+  // Interns a stack of (function, file) frames, innermost first: a file
+  // ending in .py is a Python frame, any other a native one.
+  snapshot::StackId stack_of(const std::vector<std::pair<std::string, std::string>>& frames) {
+    snapshot::Stack stack;
+    for (const auto& [function, file] : frames) {
+      snapshot::Frame frame;
+      frame.ip = file.ends_with(".py") ? 0 : 0x400000 + snapshot_.frames.size() * 16;
+      frame.function = string(function);
+      frame.file = string(file);
+      frame.line = static_cast<std::uint32_t>(10 + snapshot_.frames.size());
+      snapshot_.frames.push_back(frame);
+      stack.frames.push_back(snapshot::FrameId{static_cast<std::uint32_t>(snapshot_.frames.size() - 1)});
+    }
+    snapshot_.stacks.push_back(stack);
+    return snapshot::StackId{static_cast<std::uint32_t>(snapshot_.stacks.size() - 1)};
+  }
+
   snapshot::StringId string(const std::string& text) {
     for (std::size_t i = 0; i < snapshot_.strings.size(); ++i) {
       if (snapshot_.strings[i] == text) return snapshot::StringId{static_cast<std::uint32_t>(i)};
@@ -107,11 +124,12 @@ class TraceBuilder {
     return *this;
   }
 
-  TraceBuilder& free_requested(std::uint64_t address) {
+  // `stack`: where the free ran (PyTorch records it); none: the block's own.
+  TraceBuilder& free_requested(std::uint64_t address, snapshot::StackId stack = {}) {
     Block& block = block_at(address);
     if (block.state != BlockState::active_allocated) throw std::logic_error("free of a block not allocated");
     block.state = BlockState::active_pending_free;
-    emit(EventKind::free_requested, address, block.size, block.requested, block.stack);
+    emit(EventKind::free_requested, address, block.size, block.requested, stack ? stack : block.stack);
     return *this;
   }
 
@@ -135,7 +153,9 @@ class TraceBuilder {
     return *this;
   }
 
-  TraceBuilder& free(std::uint64_t address) { return free_requested(address).free_completed(address); }
+  TraceBuilder& free(std::uint64_t address, snapshot::StackId stack = {}) {
+    return free_requested(address, stack).free_completed(address);
+  }
 
   TraceBuilder& oom(std::uint64_t requested, std::uint64_t device_free, std::uint64_t cap = 0) {
     return emit(EventKind::oom, device_free, requested, cap);

@@ -1,5 +1,8 @@
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cachealloc/analyzer/budget.hpp"
 #include "command.hpp"
@@ -10,8 +13,23 @@ namespace {
 
 struct CheckArguments {
   std::string peak_reserved, peak_allocated, fragmentation, leaked;
+  std::vector<std::string> categories;  // NAME=BYTES, repeatable
   bool accept_lower_bounds = false;
 };
+
+// "activation=8GiB".
+std::pair<analyzer::Category, std::uint64_t> category_budget(const std::string& text) {
+  const auto equals = text.find('=');
+  std::string names;
+  for (std::size_t c = 0; c < analyzer::kCategoryCount; ++c)
+    names += (c == 0 ? "" : ", ") + std::string(analyzer::category_key(static_cast<analyzer::Category>(c)));
+  if (equals == std::string::npos)
+    throw UsageError("--max-category: '" + text + "' is not CATEGORY=BYTES (e.g. activation=8GiB)");
+  const auto category = analyzer::parse_category(text.substr(0, equals));
+  if (!category)
+    throw UsageError("--max-category: '" + text.substr(0, equals) + "' is no category (" + names + ")");
+  return {*category, byte_count(text.substr(equals + 1), "--max-category")};
+}
 
 // "30%" or "0.3".
 double ratio(const std::string& text) {
@@ -45,6 +63,10 @@ void add_check_command(CLI::App& app, Runner& runner) {
   command->add_option("--max-fragmentation", args->fragmentation,
                       "budget for the external fragmentation at the reserved peak (e.g. 30% or 0.3)");
   command->add_option("--max-leaked", args->leaked, "budget for the bytes still allocated at the end");
+  command->add_option("--max-category", args->categories,
+                      "budget for a category's peak, CATEGORY=BYTES (e.g. activation=8GiB; repeatable); categories "
+                      "are inferred from frames, annotations and lifetimes")
+      ->allow_extra_args(false);
   command->add_flag("--accept-lower-bounds", args->accept_lower_bounds,
                     "treat a budget met by a lower bound as met (a trace that does not cover the whole run)");
   command->footer(
@@ -52,6 +74,7 @@ void add_check_command(CLI::App& app, Runner& runner) {
       "  cachealloc-analyze check run.bin --max-peak-reserved 20GiB\n"
       "  cachealloc-analyze check run.pickle --max-peak-allocated 16GiB --max-fragmentation 30% --max-leaked 0\n"
       "  cachealloc-analyze check run.bin --max-peak-reserved 20GiB --format json   # each budget, its figure, the exit code\n"
+      "  cachealloc-analyze check run.pickle --max-category activation=8GiB --max-category optimizer_state=4GiB\n"
       "--format json: {verdict, exit_code, budgets: [{budget, unit, limit, figure, lower_bound, exceeded, unconfirmed}],\n"
       "notes}; --format csv: one row per budget, those columns. An unknown figure is null (JSON) or empty (CSV).\n"
       "Exit status: 0 every budget met; 1 a budget exceeded (one line each on stdout); 2 bad usage or input;\n"
@@ -68,9 +91,11 @@ void add_check_command(CLI::App& app, Runner& runner) {
       if (!args->peak_allocated.empty()) budgets.peak_allocated = byte_count(args->peak_allocated, "--max-peak-allocated");
       if (!args->fragmentation.empty()) budgets.fragmentation = ratio(args->fragmentation);
       if (!args->leaked.empty()) budgets.leaked = byte_count(args->leaked, "--max-leaked");
-      if (!budgets.peak_reserved && !budgets.peak_allocated && !budgets.fragmentation && !budgets.leaked)
+      for (const std::string& text : args->categories) budgets.categories.push_back(category_budget(text));
+      if (!budgets.peak_reserved && !budgets.peak_allocated && !budgets.fragmentation && !budgets.leaked &&
+          budgets.categories.empty())
         throw UsageError("check: give at least one budget (--max-peak-reserved, --max-peak-allocated, "
-                         "--max-fragmentation, --max-leaked)");
+                         "--max-fragmentation, --max-leaked, --max-category)");
       budgets.device = options.device;
       const analyzer::BudgetResult result = analyzer::check_budgets(source, budgets);
       *verdict = analyzer::budget_exit_code(result, args->accept_lower_bounds);
@@ -86,6 +111,9 @@ void add_check_command(CLI::App& app, Runner& runner) {
         out << "all budgets met: peak reserved " << at_least << analyzer::format_bytes(result.figures.peak_reserved)
             << ", peak allocated " << at_least << analyzer::format_bytes(result.figures.peak_allocated) << "\n";
       }
+      if (!result.figures.category_source.empty())
+        out << "note: the categories' peaks are " << result.figures.category_source
+            << ": from frames, annotations and lifetimes, a guess (docs/GLOSSARY.md)\n";
       if (result.figures.peaks_from_stats) {
         out << "note: the peaks are the allocator's recorded ones, from before the trace or beyond what it covers\n";
       } else if (result.figures.lower_bounds) {

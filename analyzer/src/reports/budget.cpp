@@ -5,6 +5,7 @@
 
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/document.hpp"
+#include "reports/category_sections.hpp"
 
 namespace cachealloc::analyzer {
 namespace {
@@ -98,6 +99,24 @@ BudgetResult check_budgets(EventSource& source, const Budgets& budgets) {
   }
   over_bytes(result.exceeded, "leaked (allocated at the end)", f.leaked, budgets.leaked);
   if (budgets.leaked) bytes_verdict("leaked", f.leaked, budgets.leaked, true);  // the end is always exact
+  if (!budgets.categories.empty()) {
+    const Categorization categories = categorize(source, a.device);
+    f.category_peaks = categories.peaks();
+    f.category_source = detail::category_source(categories);
+  }
+  // A category's peak inside a trace that does not cover the run is a lower
+  // bound, as the trace's own peaks are; the recorded peaks say nothing of it.
+  for (const auto& [category, limit] : budgets.categories) {
+    const std::uint64_t value = f.category_peaks[category];
+    const std::string key = std::string("peak_") + category_key(category);
+    const std::string name = "peak " + std::string(category_label(category)) + " (" + f.category_source + ")";
+    over_bytes(result.exceeded, name.c_str(), value, limit);
+    if (value <= limit && f.lower_bounds)
+      result.unconfirmed.push_back(name + " >= " + format_bytes(value) +
+                                   " is a lower bound (the trace does not cover the whole run): the budget of " +
+                                   format_bytes(limit) + " cannot be confirmed");
+    bytes_verdict(key.c_str(), value, limit, !f.lower_bounds);
+  }
   return result;
 }
 
@@ -133,6 +152,9 @@ Document budget_document(const BudgetResult& result, bool accept_lower_bounds) {
   doc.csv_table = "budgets";
   for (const std::string& line : result.exceeded) doc.notes.push_back(line);
   for (const std::string& line : result.unconfirmed) doc.notes.push_back(line);
+  if (!result.figures.category_source.empty())
+    doc.notes.push_back("the categories' peaks (peak_<category>) are " + result.figures.category_source +
+                        ": from frames, annotations and lifetimes, a guess (docs/GLOSSARY.md)");
   if (result.figures.peaks_from_stats)
     doc.notes.push_back("the peaks are the allocator's recorded ones, from before the trace or beyond what it covers");
   else if (result.figures.lower_bounds)

@@ -6,6 +6,7 @@
 
 #include "cachealloc/analyzer/compare.hpp"
 #include "core/replay_hot.hpp"
+#include "reports/category_sections.hpp"
 #include "reports/report_helpers.hpp"
 
 namespace cachealloc::analyzer {
@@ -175,6 +176,12 @@ RunSummary summarize(EventSource& source, const SummaryOptions& options) {
   run.device_frees = a.device_frees();
   run.ooms = a.ooms.size();
   run.fragmentation_at_end = a.cache_at_end.external_fragmentation();
+  const Categorization categories = categorize(source, a.device);
+  const std::vector<CategoryBytes> by_category =
+      categories.at({detail::state_after(a, a.peak_allocated.event), detail::state_after(a, a.window.end - 1)});
+  run.categories_at_peak = by_category[0];
+  run.categories_at_end = by_category[1];
+  run.category_source = detail::category_source(categories);
 
   std::map<std::vector<std::string>, SiteSummary> by_frames;
   for (const SiteFigures& s : a.sites) {
@@ -225,6 +232,26 @@ Document diff_report(const RunSummary& a, const RunSummary& b, const DiffOptions
   peak_row("peak_requested", a.peak_requested, b.peak_requested);
   peak_row("reserved_at_end", a.reserved_at_end, b.reserved_at_end);
   peak_row("allocated_at_end", a.allocated_at_end, b.allocated_at_end);
+
+  const std::string category_source =
+      a.category_source == b.category_source ? a.category_source : a.category_source + " and " + b.category_source;
+  Table& categories = doc.table("categories", "categories (" + category_source + ") at the allocated peak and at the end (B - A)",
+                                {{"category", "category"},
+                                 {"a_at_peak_allocated", "A at peak", Unit::bytes},
+                                 {"b_at_peak_allocated", "B at peak", Unit::bytes},
+                                 {"change_at_peak_allocated", "change", Unit::bytes},
+                                 {"a_at_end", "A at end", Unit::bytes},
+                                 {"b_at_end", "B at end", Unit::bytes},
+                                 {"change_at_end", "change", Unit::bytes},
+                                 {"source", "source"}});
+  for (std::size_t c = 0; c < kCategoryCount; ++c) {
+    const auto category = static_cast<Category>(c);
+    const std::uint64_t pa = a.categories_at_peak[category], pb = b.categories_at_peak[category];
+    const std::uint64_t ea = a.categories_at_end[category], eb = b.categories_at_end[category];
+    categories.rows.push_back({std::string(category_key(category)), pa, pb, change(pa, pb), ea, eb, change(ea, eb),
+                               category_source});
+  }
+  doc.notes.push_back(detail::category_note(category_source));
 
   Table& counts = doc.table("counts", "segments and device calls (B - A)",
                             {{"metric", "metric"},

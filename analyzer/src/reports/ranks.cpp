@@ -14,6 +14,7 @@
 #include "cachealloc/analyzer/compare.hpp"
 #include "cachealloc/snapshot/detail/cores.hpp"
 #include "cachealloc/snapshot/format.hpp"
+#include "reports/category_sections.hpp"
 #include "reports/report_helpers.hpp"
 
 namespace cachealloc::analyzer {
@@ -365,6 +366,29 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
                           run.device_total ? Value{*run.device_total} : Value{}, room ? Value{*room} : Value{},
                           run.peak_segments, run.ooms, f.closest_to_oom == i, run.lower_bounds});
   }
+  // What each rank's allocated peak is made of.
+  std::vector<Column> category_columns = {{"rank", "rank", Unit::count}, {"file", "file"}};
+  for (std::size_t c = 0; c < kCategoryCount; ++c) {
+    const char* key = category_key(static_cast<Category>(c));
+    category_columns.push_back({key, key, Unit::bytes});
+  }
+  category_columns.push_back({"source", "source"});
+  Table& categories = doc.table("categories", "per rank, the categories at its allocated peak", std::move(category_columns));
+  std::string category_source;
+  for (const RankSummary& r : ranks) {
+    std::vector<Value> row(1);
+    if (r.rank) row[0] = static_cast<std::uint64_t>(*r.rank);
+    row.emplace_back(std::filesystem::path(r.run.file).filename().string());
+    if (r.readable()) {
+      for (const std::uint64_t bytes : r.run.categories_at_peak.bytes) row.emplace_back(bytes);
+      row.emplace_back(r.run.category_source);
+    } else {
+      row.resize(categories.columns.size());  // unreadable: every figure unknown
+    }
+    categories.rows.push_back(std::move(row));
+    if (r.readable() && category_source.empty()) category_source = r.run.category_source;
+  }
+  if (!category_source.empty()) doc.notes.push_back(detail::category_note(category_source));
   const std::vector<SiteSpread> spreads = site_spreads(ranks);
   Table& sites = doc.table("sites", "sites whose bytes at the allocated peak differ most between ranks",
                            {{"spread", "max - min", Unit::bytes},
@@ -429,6 +453,15 @@ void write_ranks_jsonl(const std::vector<RankSummary>& ranks, const RanksOptions
     json.value(run.peak_reserved);
     json.key("peak_allocated");
     json.value(run.peak_allocated);
+    json.key("categories_at_peak_allocated");
+    json.begin_object();
+    for (std::size_t c = 0; c < kCategoryCount; ++c) {
+      json.key(category_key(static_cast<Category>(c)));
+      json.value(run.categories_at_peak.bytes[c]);
+    }
+    json.end_object();
+    json.key("category_source");
+    json.value(run.category_source);
     json.key("peak_reserved_vs_median");
     if (f.median_peak_reserved > 0) json.value(static_cast<double>(run.peak_reserved) / f.median_peak_reserved);
     else json.null();

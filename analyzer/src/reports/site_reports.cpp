@@ -4,6 +4,7 @@
 
 #include "cachealloc/analyzer/reports.hpp"
 #include "cachealloc/policy.hpp"
+#include "reports/category_sections.hpp"
 #include "reports/report_helpers.hpp"
 
 namespace cachealloc::analyzer {
@@ -140,6 +141,10 @@ Document peak_report(EventSource& source, const ReportOptions& options) {
       .add("allocated_bytes", "allocated then", live, Unit::bytes)
       .add("allocation_count", "allocations live then", static_cast<std::uint64_t>(blocks.size()), Unit::count)
       .add("site_count", "sites", static_cast<std::uint64_t>(groups.size()), Unit::count);
+  const Categorization categories = categorize(source, a.device);
+  detail::add_category_table(doc, "categories", "live allocations by category (" + detail::category_source(categories) + ")",
+                             {{"bytes", "bytes", Unit::bytes}}, {categories.at(until)}, categories);
+  doc.notes.push_back(detail::category_note(detail::category_source(categories)));
   Table& sites = doc.table("sites", "live allocations by site, largest first", site_columns());
   add_site_rows(sites, names, groups, live, limit);
   const std::size_t listed = listed_rows(blocks.size(), limit);

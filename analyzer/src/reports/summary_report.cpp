@@ -1,4 +1,5 @@
 #include "cachealloc/analyzer/reports.hpp"
+#include "reports/category_sections.hpp"
 #include "reports/report_helpers.hpp"
 #include "cachealloc/snapshot/pickle.hpp"
 
@@ -190,6 +191,17 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
       .add("peak_reserved_event", "", detail::event_value(a.peak_reserved.event), Unit::event)
       .add("peak_active", "", a.peak_active.bytes, Unit::bytes, lower)
       .add("peak_requested", "", a.peak_requested.bytes, Unit::bytes, lower);
+
+  // What allocated is made of, at its peak and at the end.
+  const Categorization categories = categorize(source, a.device);
+  const std::vector<CategoryBytes> by_category =
+      categories.at({detail::state_after(a, a.peak_allocated.event), detail::state_after(a, a.window.end - 1)});
+  detail::add_category_table(doc, "categories",
+                             "categories (" + detail::category_source(categories) + "): allocated at its peak and " + moment,
+                             {{"at_peak_allocated", "at the allocated peak", Unit::bytes},
+                              {"at_end", "at the end", Unit::bytes}},
+                             by_category, categories);
+  doc.notes.push_back(detail::category_note(detail::category_source(categories)));
 
   FieldGroup& counts = doc.group("events", std::string("events in the ring") + (lower ? " (lower bounds)" : ""));
   for (int k = 0; k < snapshot::kEventKindCount; ++k) {

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "cachealloc/analyzer/reports.hpp"
+#include "reports/category_sections.hpp"
 #include "reports/report_helpers.hpp"
 
 namespace cachealloc::analyzer {
@@ -25,6 +26,22 @@ const std::vector<Column>& timeline_columns() {
   return columns;
 }
 
+// A column per category, then where the categories came from.
+std::vector<Column> timeline_columns_with_categories() {
+  std::vector<Column> columns = timeline_columns();
+  for (std::size_t c = 0; c < kCategoryCount; ++c) {
+    const auto category = static_cast<Category>(c);
+    columns.push_back({category_key(category), category_key(category), Unit::bytes});
+  }
+  columns.push_back({"category_source", "categories"});
+  return columns;
+}
+
+void append_categories(std::vector<Value>& row, const CategoryBytes& bytes, const std::string& source) {
+  for (const std::uint64_t b : bytes.bytes) row.emplace_back(b);
+  row.emplace_back(source);
+}
+
 // One row per event, produced while rendering: the analysis (a first pass)
 // finds the peaks; the rows come from a second replay from the same start,
 // one event at a time, so memory is the replayed state, not the rows.
@@ -34,7 +51,10 @@ Document streamed_timeline(EventSource& source, const ReportOptions& options) {
   Document doc;
   doc.report = "timeline";
   doc.title = detail::title(snapshot, a.device, "timeline");
-  auto produce = [&source, a](const RowSink& row, std::vector<std::string>& /*notes*/) {
+  auto categories = std::make_shared<const Categorization>(categorize(source, a.device));
+  auto produce = [&source, a, categories](const RowSink& row, std::vector<std::string>& /*notes*/) {
+    Categorization::Cursor cursor(*categories);
+    const std::string category_source = detail::category_source(*categories);
     std::optional<Replay> replay;
     replay_to(source, a.device, a.window.begin == 0 ? kNoEvent : a.window.begin - 1,
               [&replay](const Replay& state) { replay.emplace(state); });
@@ -53,8 +73,11 @@ Document streamed_timeline(EventSource& source, const ReportOptions& options) {
     };
     auto emit = [&](Value first, std::size_t event, std::uint64_t time, std::string kind) {
       const Totals& t = replay->totals();
-      row({std::move(first), detail::event_value(event), detail::since_origin(a, time), std::move(kind), t.allocated,
-           t.reserved, t.active, t.requested, marks(event)});
+      std::vector<Value> cells = {std::move(first), detail::event_value(event), detail::since_origin(a, time),
+                                  std::move(kind), t.allocated, t.reserved, t.active, t.requested, marks(event)};
+      append_categories(cells, cursor.through(event == kNoEvent ? detail::state_after(a, kNoEvent) : event),
+                        category_source);
+      row(std::move(cells));
     };
     bool started = false;
     for_each_event(source, a.window.begin, a.window.end, [&](std::size_t index, const snapshot::Event& e) {
@@ -65,7 +88,8 @@ Document streamed_timeline(EventSource& source, const ReportOptions& options) {
     });
     if (!started) emit(Value{}, kNoEvent, a.time_origin_ns, "start");
   };
-  doc.streamed = StreamedTable{"timeline", "after each event", timeline_columns(), produce};
+  doc.streamed = StreamedTable{"timeline", "after each event", timeline_columns_with_categories(), produce};
+  doc.notes.push_back(detail::category_note(detail::category_source(*categories)) + " Each row's categories are those after its event.");
   detail::add_common_notes(doc, snapshot, a);
   return doc;
 }
@@ -87,7 +111,19 @@ Document timeline_report(EventSource& source, const ReportOptions& options) {
   Table& table = doc.table("timeline",
                            bucketed ? "largest value in each of " + std::to_string(a.timeline.size() - 1) + " slices"
                                     : "after each event",
-                           timeline_columns());
+                           timeline_columns_with_categories());
+  // The categories where allocated was largest in each row, so that they
+  // add up to the row's allocated.
+  const Categorization categories = categorize(source, a.device);
+  const std::string category_source = detail::category_source(categories);
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  const std::size_t before_window = detail::state_after(a, kNoEvent);
+  for (const TimelineRow& row : a.timeline) {
+    if (row.last_event == kNoEvent) ranges.emplace_back(before_window, before_window);
+    else ranges.emplace_back(row.first_event, row.last_event);
+  }
+  const std::vector<CategoryBytes> by_row = categories.at_allocated_max(ranges);
+  std::size_t row_index = 0;
   // A peak belongs to the row whose range holds its event; the start row has none.
   auto holds = [](const TimelineRow& row, std::size_t event) {
     if (row.last_event == kNoEvent) return event == kNoEvent;
@@ -106,11 +142,15 @@ Document timeline_report(EventSource& source, const ReportOptions& options) {
       }
     }
     const bool start = row.last_event == kNoEvent;
-    table.rows.push_back({start ? Value{} : detail::event_value(row.first_event), detail::event_value(row.last_event),
-                          detail::since_origin(a, row.time_ns),
-                          start ? std::string("start") : bucketed ? std::string() : std::string(snapshot::to_string(row.kind)),
-                          row.max.allocated, row.max.reserved, row.max.active, row.max.requested, peaks});
+    std::vector<Value> cells = {start ? Value{} : detail::event_value(row.first_event), detail::event_value(row.last_event),
+                                detail::since_origin(a, row.time_ns),
+                                start ? std::string("start") : bucketed ? std::string() : std::string(snapshot::to_string(row.kind)),
+                                row.max.allocated, row.max.reserved, row.max.active, row.max.requested, peaks};
+    append_categories(cells, by_row[row_index++], category_source);
+    table.rows.push_back(std::move(cells));
   }
+  doc.notes.push_back(detail::category_note(detail::category_source(categories)) +
+                      " Each row's categories are those where allocated was largest in it.");
   detail::add_common_notes(doc, snapshot, a);
   return doc;
 }

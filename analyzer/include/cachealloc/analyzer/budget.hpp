@@ -7,6 +7,8 @@
 //   fragmentation    external fragmentation at the reserved peak,
 //                    1 - largest free block / cached free bytes (0..1)
 //   leaked           bytes still allocated at the end of the trace
+//   peak_<category>  a category's largest bytes over the trace
+//                    (categories.hpp: inferred, a guess; its line says so)
 // Each exceeded budget gives one line naming the figure, its value, the
 // budget and the excess.
 //
@@ -28,8 +30,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "cachealloc/analyzer/categories.hpp"
 #include "cachealloc/analyzer/document.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 
@@ -40,6 +44,7 @@ struct Budgets {
   std::optional<std::uint64_t> peak_allocated;
   std::optional<double> fragmentation;  // 0..1
   std::optional<std::uint64_t> leaked;
+  std::vector<std::pair<Category, std::uint64_t>> categories;  // in the order given
   std::int32_t device = -1;
 };
 
@@ -48,6 +53,8 @@ struct BudgetFigures {
   std::uint64_t peak_allocated = 0;
   double fragmentation = 0;
   std::uint64_t leaked = 0;
+  CategoryBytes category_peaks;  // only where a category budget was given
+  std::string category_source;   // "inferred"
   bool lower_bounds = false;  // the trace does not cover the whole run
   // The peaks are the allocator's recorded ones (exact): the trace began
   // after them, or does not cover the whole run.
@@ -56,7 +63,7 @@ struct BudgetFigures {
 
 // One budget given, as JSON and CSV report it (check --format json|csv).
 struct BudgetVerdict {
-  std::string budget;  // the JSON key: peak_reserved, peak_allocated, fragmentation, leaked
+  std::string budget;  // the JSON key: peak_reserved, peak_allocated, fragmentation, leaked, peak_<category>
   bool ratio = false;  // fragmentation (0..1); else bytes
   double limit = 0;    // the budget
   std::optional<double> figure;  // the recording's; nullopt: unknown (fragmentation before the trace)

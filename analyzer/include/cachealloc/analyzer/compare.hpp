@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "cachealloc/analyzer/analysis.hpp"
+#include "cachealloc/analyzer/categories.hpp"
 #include "cachealloc/analyzer/document.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/analyzer/reports.hpp"
@@ -77,6 +78,10 @@ struct RunSummary {
   // measured only with SummaryOptions::phases (the pass that reads it).
   std::optional<double> fragmentation_at_peak;
   double fragmentation_at_end = 0;
+  // What allocated is made of at its peak and at the end (categories.hpp),
+  // and where the categories came from ("inferred").
+  CategoryBytes categories_at_peak, categories_at_end;
+  std::string category_source;
   std::vector<SiteSummary> sites;    // bytes at the peak, largest first
   std::vector<std::string> site_notes;  // how some sites were named (SiteNamer::notes)
   std::vector<PhaseSummary> phases;  // in order of their begin

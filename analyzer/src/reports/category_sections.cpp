@@ -1,0 +1,41 @@
+#include "reports/category_sections.hpp"
+
+namespace cachealloc::analyzer::detail {
+
+std::size_t state_after(const Analysis& analysis, std::size_t event) {
+  if (event != kNoEvent) return event;
+  return analysis.window.begin == 0 ? kNoEvent : analysis.window.begin - 1;
+}
+
+std::string category_source(const Categorization& c) {
+  bool exact = false, inferred = false;
+  for (const CategorizedAllocation& a : c.allocations)
+    (a.category.source == CategorySource::exact ? exact : inferred) = true;
+  if (exact && inferred) return "inferred and exact";
+  return exact ? "exact" : "inferred";
+}
+
+Table& add_category_table(Document& document, const std::string& key, const std::string& title,
+                          const std::vector<Column>& columns, const std::vector<CategoryBytes>& figures,
+                          const Categorization& categorization) {
+  std::vector<Column> all = {{"category", "category"}};
+  all.insert(all.end(), columns.begin(), columns.end());
+  all.push_back({"source", "source"});
+  Table& table = document.table(key, title, std::move(all));
+  const std::string source = category_source(categorization);
+  for (std::size_t c = 0; c < kCategoryCount; ++c) {
+    std::vector<Value> row = {std::string(category_key(static_cast<Category>(c)))};
+    for (const CategoryBytes& f : figures) row.emplace_back(f.bytes[c]);
+    row.emplace_back(source);
+    table.rows.push_back(std::move(row));
+  }
+  return table;
+}
+
+std::string category_note(const std::string& source) {
+  if (source == "exact") return "categories: exact, as the recorder took them from torch.";
+  return "categories: inferred from frames, annotations (Optimizer.step, record_function) and lifetimes, a guess "
+         "(docs/GLOSSARY.md says how); allocations nothing tells apart are 'other'. They add up to allocated.";
+}
+
+}  // namespace cachealloc::analyzer::detail

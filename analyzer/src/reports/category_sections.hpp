@@ -1,0 +1,31 @@
+// The categories (categories.hpp) as reports print them: one row per
+// category, its bytes at the moments the report describes, and where the
+// category came from. Private to analyzer/src/reports.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cachealloc/analyzer/categories.hpp"
+#include "cachealloc/analyzer/document.hpp"
+
+namespace cachealloc::analyzer::detail {
+
+// The event after which a state holds, for Categorization::at: a peak at
+// the window's start (kNoEvent) is the state before the window's first event.
+std::size_t state_after(const Analysis& analysis, std::size_t event);
+
+// "inferred", "exact", or "inferred and exact" where both occur.
+std::string category_source(const Categorization& categorization);
+
+// A table `key`: a row per category, its key, one cell per column from
+// `figures` (one CategoryBytes per column), then its source.
+Table& add_category_table(Document& document, const std::string& key, const std::string& title,
+                          const std::vector<Column>& columns, const std::vector<CategoryBytes>& figures,
+                          const Categorization& categorization);
+
+// The note every report with categories carries, for categories of `source`
+// (category_source()).
+std::string category_note(const std::string& source);
+
+}  // namespace cachealloc::analyzer::detail

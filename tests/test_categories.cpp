@@ -1,0 +1,195 @@
+// Categories (categories.hpp): each rule on a hand-made trace, and on the
+// real PyTorch runs of testdata/pytorch the categories add up to allocated
+// at the peak and at the end, with parameters, gradients and optimizer state
+// the long-lived bulk of a training run.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cachealloc/analyzer/analysis.hpp"
+#include "cachealloc/analyzer/categories.hpp"
+#include "cachealloc/analyzer/event_source.hpp"
+#include "../analyzer/testing/trace_builder.hpp"
+
+using namespace cachealloc;
+using analyzer::Category;
+
+namespace {
+
+const std::filesystem::path kPytorch = std::filesystem::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "pytorch";
+
+// Every moment's categories add up to the replay's allocated there.
+void check_sums(analyzer::EventSource& source, const analyzer::Categorization& c) {
+  analyzer::AnalysisOptions options;
+  options.device = c.device;
+  options.timeline = analyzer::AnalysisOptions::Timeline::buckets;
+  options.buckets = 50;
+  const analyzer::Analysis a = analyze(source, options);
+  const std::size_t end = a.event_count == 0 ? analyzer::kNoEvent : a.event_count - 1;
+  const auto at = c.at({a.peak_allocated.event, end});
+  CHECK(at[0].total() == a.peak_allocated.bytes);
+  CHECK(at[1].total() == a.totals_at_end.allocated);
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  for (const analyzer::TimelineRow& row : a.timeline)
+    ranges.emplace_back(row.last_event == analyzer::kNoEvent ? analyzer::kNoEvent : row.first_event, row.last_event);
+  const auto rows = c.at_allocated_max(ranges);
+  for (std::size_t r = 0; r < rows.size(); ++r) CHECK(rows[r].total() == a.timeline[r].max.allocated);
+}
+
+std::vector<std::filesystem::path> pytorch_runs() {
+  std::vector<std::filesystem::path> files;
+  for (const char* folder : {"", "corpus", "long", "empty_cache", "fragmenting"}) {
+    const auto dir = kPytorch / folder;
+    if (!std::filesystem::is_directory(dir)) continue;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.ends_with(".pickle") || name.ends_with(".pickle.zst")) files.push_back(entry.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+analyzer::CategoryBytes at_end(const std::filesystem::path& file) {
+  analyzer::FileEvents source(file);
+  const auto c = analyzer::categorize(source, -1);
+  return c.at(source.event_count() - 1);
+}
+
+}  // namespace
+
+TEST_CASE("on every PyTorch run in testdata, the categories add up to allocated at the peak, at the end and in every "
+          "timeline row") {
+  const auto files = pytorch_runs();
+  CHECK(files.size() >= 20);
+  for (const auto& file : files) {
+    CAPTURE(file);
+    analyzer::FileEvents source(file);
+    const analyzer::Categorization c = analyzer::categorize(source, -1);
+    for (const auto& a : c.allocations) CHECK(a.category.source == analyzer::CategorySource::inferred);
+    check_sums(source, c);
+  }
+}
+
+TEST_CASE("in real training runs, parameters, gradients and optimizer state are the long-lived bulk") {
+  // GRU and a small transformer with Adam, Python frames only.
+  for (const char* name : {"gru_python_stacks.pickle", "corpus/stacks_python.pickle"}) {
+    CAPTURE(name);
+    analyzer::FileEvents source(kPytorch / name);
+    const auto c = analyzer::categorize(source, -1);
+    const analyzer::Analysis a = analyze(source, analyzer::AnalysisOptions{});
+    const auto [peak, end] = [&] {
+      const auto v = c.at({a.peak_allocated.event, source.event_count() - 1});
+      return std::pair{v[0], v[1]};
+    }();
+    CHECK(peak[Category::parameter] > 0);
+    CHECK(peak[Category::gradient] > 0);
+    CHECK(peak[Category::activation] > 0);
+    // Adam keeps two moments per parameter.
+    CHECK(end[Category::optimizer_state] >= 2 * end[Category::parameter]);
+    const std::uint64_t state = end[Category::parameter] + end[Category::gradient] + end[Category::optimizer_state];
+    CHECK(state * 10 >= end.total() * 9);
+  }
+  // A conv net with SGD and momentum, C++ and Python frames: cuBLAS's and
+  // cuDNN's workspaces named by their frames, the rest of the end state the
+  // parameters and the momentum buffers, one per parameter.
+  const auto end = at_end(kPytorch / "cnn_train_stacks_all.pickle");
+  CHECK(end[Category::workspace] > 0);
+  CHECK(end[Category::parameter] > 0);
+  CHECK(end[Category::optimizer_state] == end[Category::parameter]);
+  CHECK((end[Category::parameter] + end[Category::optimizer_state]) * 2 >= end.total() - end[Category::workspace]);
+}
+
+TEST_CASE("a CUDA graph's capture is the CUDA graph pool, and no other run has one") {
+  analyzer::FileEvents graph(kPytorch / "corpus" / "cuda_graph.pickle");
+  const auto c = analyzer::categorize(graph, -1);
+  std::size_t pooled = 0;
+  for (const auto& a : c.allocations) pooled += a.category.category == Category::cuda_graph_pool;
+  CHECK(pooled == 24);  // the requests the what-if replay routes to the capture's pool
+  for (const char* other : {"gru_python_stacks.pickle", "corpus/streams.pickle", "long/long_train.pickle.zst"}) {
+    analyzer::FileEvents source(kPytorch / other);
+    for (const auto& a : analyzer::categorize(source, -1).allocations)
+      CHECK(a.category.category != Category::cuda_graph_pool);
+  }
+}
+
+TEST_CASE("given a hand-made training step, when categorized, then each rule gives its category") {
+  analyzer::testing::TraceBuilder b;
+  constexpr std::uint64_t kMiB = 1 << 20, kBase = 1ull << 30;
+  const std::string modules = "/site-packages/torch/nn/modules/";
+  const auto to_cuda = b.stack_of({{"convert", modules + "module.py"}, {"_apply", modules + "module.py"}, {"main", "train.py"}});
+  const auto linear = b.stack_of({{"forward", modules + "linear.py"}, {"_call_impl", modules + "module.py"}, {"main", "train.py"}});
+  const auto workspace = b.stack_of({{"at::cuda::getCUDABlasLtWorkspace()", "CublasHandlePool.cpp"}, {"forward", modules + "linear.py"}});
+  const auto user = b.stack_of({{"load_batch", "train.py"}, {"main", "train.py"}});
+  const auto log_loss = b.stack_of({{"log_loss", "train.py"}, {"main", "train.py"}});
+  const auto backward_call = b.stack_of({{"backward", "/site-packages/torch/_tensor.py"}, {"main", "train.py"}});
+  const auto engine = b.stack_of({{"torch::autograd::generated::AddmmBackward0::apply(std::vector<at::Tensor>&&)", "Functions.cpp"},
+                                  {"torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)", "engine.cpp"}});
+  const auto accumulate = b.stack_of({{"torch::autograd::AccumulateGrad::apply(std::vector<at::Tensor>&&)", "accumulate_grad.cpp"}});
+  const auto init_group = b.stack_of({{"_init_group", "/site-packages/torch/optim/adam.py"}, {"step", "/site-packages/torch/optim/adam.py"}});
+  const auto adam = b.stack_of({{"_multi_tensor_adam", "/site-packages/torch/optim/adam.py"}, {"step", "/site-packages/torch/optim/adam.py"}});
+  const auto zero_grad = b.stack_of({{"zero_grad", "/site-packages/torch/optim/optimizer.py"}, {"main", "train.py"}});
+  b.segment(kBase, 64 * kMiB);
+  auto at = [&](int i) { return kBase + static_cast<std::uint64_t>(i) * kMiB; };
+  b.alloc(at(0), kMiB, kMiB, to_cuda);                  // parameter
+  b.alloc(at(1), 2 * kMiB, 2 * kMiB, user);             // input batch, kept: other
+  b.alloc(at(3), 4 * kMiB, 4 * kMiB, linear);           // saved for backward: activation
+  b.alloc(at(7), 4 * kMiB, 4 * kMiB, workspace);        // cuBLASLt workspace
+  b.alloc(at(11), 4 * kMiB, 4 * kMiB, linear).free(at(11), linear);  // forward scratch: temporary
+  b.alloc(at(15), 2 * kMiB, 2 * kMiB, user);            // the loss, freed after the step: other
+  b.alloc(at(17), 2 * kMiB, 2 * kMiB, backward_call);   // grad of the loss, freed in the same pass: temporary
+  b.alloc(at(19), kMiB, kMiB, engine);                  // the parameter's grad: gradient
+  b.alloc(at(20), 3 * kMiB, 3 * kMiB, engine);          // lives on, no parameter's size: other
+  b.alloc(at(23), 4 * kMiB, 4 * kMiB, engine).free(at(23));  // backward scratch: temporary
+  b.alloc(at(27), 2 * kMiB, 2 * kMiB, accumulate);      // AccumulateGrad: gradient
+  b.free(at(3), engine);                                // the activation, released by the engine
+  b.free(at(17), backward_call);
+  b.free(at(15), log_loss);
+  b.begin("Optimizer.step#Adam.step");
+  b.alloc(at(29), kMiB, kMiB, init_group);              // exp_avg: optimizer state
+  b.alloc(at(30), kMiB, kMiB, adam);                    // kept across steps: optimizer state
+  b.alloc(at(31), 8 * kMiB, 8 * kMiB, adam).free(at(31), adam);  // foreach scratch: temporary
+  b.end("Optimizer.step#Adam.step");
+  b.begin("Optimizer.zero_grad#Adam.zero_grad");
+  b.free(at(19), zero_grad);
+  b.end("Optimizer.zero_grad#Adam.zero_grad");
+  const snapshot::Snapshot trace = b.build();
+  analyzer::SnapshotEvents source(trace);
+  const analyzer::Categorization c = analyzer::categorize(source, -1);
+
+  const std::vector<std::pair<std::uint64_t, Category>> expected = {
+      {at(0), Category::parameter},        {at(1), Category::other},
+      {at(3), Category::activation},       {at(7), Category::workspace},
+      {at(11), Category::temporary},       {at(15), Category::other},
+      {at(17), Category::temporary},       {at(19), Category::gradient},
+      {at(20), Category::other},           {at(23), Category::temporary},
+      {at(27), Category::gradient},        {at(29), Category::optimizer_state},
+      {at(30), Category::optimizer_state}, {at(31), Category::temporary}};
+  REQUIRE(c.allocations.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const analyzer::CategorizedAllocation& a = c.allocations[i];
+    CAPTURE(i);
+    CHECK(trace.events[a.alloc_event].address == expected[i].first);
+    CHECK(analyzer::category_key(a.category.category) == std::string(analyzer::category_key(expected[i].second)));
+    CHECK(a.category.source == analyzer::CategorySource::inferred);
+  }
+  check_sums(source, c);
+}
+
+TEST_CASE("an allocation nothing tells apart is other: no frames, no annotations") {
+  analyzer::FileEvents source(kPytorch / "no_context.pickle");
+  const auto c = analyzer::categorize(source, -1);
+  for (const auto& a : c.allocations) CHECK(a.category.category == Category::other);
+}
+
+TEST_CASE("category names: keys, labels and what --max-category accepts") {
+  CHECK(std::string(analyzer::category_key(Category::optimizer_state)) == "optimizer_state");
+  CHECK(std::string(analyzer::category_label(Category::cuda_graph_pool)) == "CUDA graph pool");
+  CHECK(analyzer::parse_category("optimizer-state") == Category::optimizer_state);
+  CHECK(analyzer::parse_category("Activation") == Category::activation);
+  CHECK(analyzer::parse_category("activations") == std::nullopt);
+  CHECK(analyzer::parse_category("") == std::nullopt);
+}
