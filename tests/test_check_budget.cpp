@@ -8,6 +8,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -113,6 +114,33 @@ TEST_CASE("given the command line, when a budget is met, exceeded or malformed, 
   CHECK(bad_share.status == 2);
   Run missing = run(kTool + " check /nonexistent.bin --max-peak-reserved 1GiB");
   CHECK(missing.status == 2);
+}
+
+TEST_CASE("given --max-category, when a category's peak is met, exceeded, a lower bound or malformed, then it exits 0, "
+          "1, 3 or 2") {
+  const std::string file = " " + (kSource / "testdata" / "pytorch" / "gru_python_stacks.pickle").string();
+  // The GRU's activations peak at 85.94 MiB (90112512 bytes), inferred.
+  Run met = run(kTool + " check" + file + " --max-category activation=90112512 --max-category optimizer-state=1GiB");
+  CHECK(met.status == 0);
+  CHECK(met.out.find("categories' peaks are inferred") != std::string::npos);
+  Run over = run(kTool + " check" + file + " --max-category activation=90112511");
+  CHECK(over.status == 1);
+  CHECK(over.out.find("peak activation (inferred) 85.94 MiB (90112512 bytes) exceeds the budget") == 0);
+  Run json = run(kTool + " check" + file + " --max-category activation=8GiB --format json");
+  CHECK(json.status == 0);
+  CHECK(json.out.find("\"budget\":\"peak_activation\"") != std::string::npos);
+  CHECK(json.out.find("are inferred") != std::string::npos);
+  const std::string overflowed = " " + (kSource / "testdata" / "pytorch" / "ring_overflow.pickle").string();
+  Run bound = run(kTool + " check" + overflowed + " --max-category activation=1GiB");
+  CHECK(bound.status == 3);
+  CHECK(bound.out.find("is a lower bound") != std::string::npos);
+  for (const char* bad : {"activations=1GiB", "activation=lots", "activation", "=1GiB"}) {
+    CAPTURE(bad);
+    Run r = run(kTool + " check" + file + " --max-category " + bad);
+    CHECK(r.status == 2);
+    CHECK(r.out.rfind("cachealloc-analyze: error: --max-category: ", 0) == 0);
+    CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+  }
 }
 
 TEST_CASE("given the Python helper, when a budget is met, exceeded or malformed, then it returns, raises or exits 2") {
