@@ -140,6 +140,16 @@ std::uint32_t StackTable::intern(const std::uintptr_t* frames, std::uint32_t cou
   }
 }
 
+std::vector<std::uintptr_t> StackTable::frames_of(std::uint32_t id) const {
+  if (id == 0) return {};
+  const Shard& shard = shards_[(id - 1) % kShards];
+  const std::uint32_t local = (id - 1) / kShards;
+  std::lock_guard lock(shard.lock);
+  if (local >= shard.records.size()) return {};
+  const Record& record = shard.records[local];
+  return {shard.frames.begin() + record.offset, shard.frames.begin() + record.offset + record.count};
+}
+
 std::vector<StackTable::Entry> StackTable::entries() const {
   std::vector<Entry> out;
   for (std::uint32_t s = 0; s < kShards; ++s) {

@@ -62,6 +62,9 @@ class StackTable {
   };
   // Every stack interned so far. Takes each shard lock in turn.
   std::vector<Entry> entries() const;
+  // The frames of one stack by its id (as intern returned it); empty for an
+  // id the table does not hold. One lookup, not a copy of the table.
+  std::vector<std::uintptr_t> frames_of(std::uint32_t id) const;
 
  private:
   static constexpr std::uint32_t kShards = 16;

@@ -462,27 +462,22 @@ std::uint32_t StreamRecorder::string_id(const std::string& text) {
 std::uint32_t StreamRecorder::stack_id(std::uint32_t internal) {
   if (internal == 0) return 0;
   if (auto it = stacks_.find(internal); it != stacks_.end()) return it->second;
-  // A stack this stream has not seen: the table's entries, once per new
-  // stack (they are few after the first steps of a run).
+  // A stack this stream has not seen: its frames, looked up by id.
   snapshot::Stack stack;
-  for (const detail::StackTable::Entry& entry : s_.table.entries()) {
-    if (entry.id != internal) continue;
-    for (std::uintptr_t ip : entry.frames) {
-      auto [frame, inserted] = frames_.try_emplace(ip, static_cast<std::uint32_t>(frames_size_));
-      if (inserted) {
-        const detail::SymbolizedFrame symbol = detail::symbolize(ip);
-        snapshot::Frame f;
-        f.ip = ip;
-        f.function = snapshot::StringId{string_id(valid(symbol.function))};
-        f.file = snapshot::StringId{string_id(valid(symbol.file))};
-        f.line = symbol.line;
-        f.module = snapshot::StringId{string_id(valid(symbol.module))};
-        pending_.frames.push_back(f);
-        ++frames_size_;
-      }
-      stack.frames.push_back(snapshot::FrameId{frame->second});
+  for (std::uintptr_t ip : s_.table.frames_of(internal)) {
+    auto [frame, inserted] = frames_.try_emplace(ip, static_cast<std::uint32_t>(frames_size_));
+    if (inserted) {
+      const detail::SymbolizedFrame symbol = detail::symbolize(ip);
+      snapshot::Frame f;
+      f.ip = ip;
+      f.function = snapshot::StringId{string_id(valid(symbol.function))};
+      f.file = snapshot::StringId{string_id(valid(symbol.file))};
+      f.line = symbol.line;
+      f.module = snapshot::StringId{string_id(valid(symbol.module))};
+      pending_.frames.push_back(f);
+      ++frames_size_;
     }
-    break;
+    stack.frames.push_back(snapshot::FrameId{frame->second});
   }
   const auto id = static_cast<std::uint32_t>(stacks_size_++);
   pending_.stacks.push_back(std::move(stack));
