@@ -9,11 +9,17 @@
 //   torch_peer --mixed [steps=1000000] [passes=5]
 // runs the mixed workload (bench/mixed_workload.hpp, the requests
 // bench_mixed gives ours) on one thread and the default stream.
+//   torch_peer --default [pairs=1000000] [passes=5] [--history]
+// times 4 KiB raw_alloc/raw_delete pairs on the main thread and the current
+// (default) stream, best of the passes; --history first turns on PyTorch's
+// history without frames (recordHistory with no context recorder, as
+// _record_memory_history(stacks=None)), and for ours no native stacks.
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -26,7 +32,10 @@
 
 int main(int argc, char** argv) {
   const bool mixed = argc > 1 && std::strcmp(argv[1], "--mixed") == 0;
-  if (mixed) ++argv, --argc;
+  const bool main_thread = argc > 1 && std::strcmp(argv[1], "--default") == 0;
+  if (mixed || main_thread) ++argv, --argc;
+  const bool history = argc > 1 && std::strcmp(argv[argc - 1], "--history") == 0;
+  if (history) --argc;
   const int threads = argc > 1 ? std::atoi(argv[1]) : 16;
   const long pairs = argc > 2 ? std::atol(argv[2]) : 200000;
   namespace alloc = c10::cuda::CUDACachingAllocator;
@@ -39,8 +48,36 @@ int main(int argc, char** argv) {
       return 2;
     }
     which = "cachealloc (extension)";
+    if (history) {
+      auto* stacks = reinterpret_cast<int (*)(const char*)>(dlsym(handle, "cachealloc_torch_set_stacks"));
+      if (stacks == nullptr || stacks("none") != 0) {
+        std::fprintf(stderr, "torch_peer: cannot turn native stacks off\n");
+        return 2;
+      }
+    }
   }
   alloc::init(c10::cuda::device_count());
+  if (history) alloc::recordHistory(true, nullptr, 1000000, alloc::RecordContext::ALLOC, false, {});
+  if (main_thread) {
+    const long count = argc > 1 ? std::atol(argv[1]) : 1000000;
+    const int passes = argc > 2 ? std::atoi(argv[2]) : 5;
+    cudaSetDevice(0);
+    alloc::raw_delete(alloc::raw_alloc(4096));
+    double best = 1e300;
+    for (int pass = 0; pass < passes; ++pass) {
+      const auto start = std::chrono::steady_clock::now();
+      for (long i = 0; i < count; ++i) {
+        void* p = alloc::raw_alloc(4096);
+        asm volatile("" : : "r"(p) : "memory");
+        alloc::raw_delete(p);
+      }
+      const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+      best = std::min(best, ns / static_cast<double>(count));
+    }
+    std::printf("%s: 4 KiB pair, main thread, default stream%s, %ld pairs, best of %d passes: %.1f ns per pair\n",
+                which, history ? ", history on without frames" : "", count, passes, best);
+    return 0;
+  }
   if (mixed) {
     const long count = argc > 1 ? std::atol(argv[1]) : 1000000;
     const int passes = argc > 2 ? std::atoi(argv[2]) : 5;

@@ -111,6 +111,9 @@ struct ContextRecord {
   std::shared_ptr<c10::GatheredContext> context;
 };
 struct Contexts {
+  // Set once a context is kept, never cleared: until then a free has no
+  // entry to erase and takes no lock (the path with history off).
+  std::atomic<bool> used{false};
   std::mutex mutex;
   std::unordered_map<std::uintptr_t, std::shared_ptr<c10::GatheredContext>> live;
   std::deque<ContextRecord> recent;
@@ -186,8 +189,9 @@ class TorchAllocator final : public CA::CUDAAllocator {
 
   // --- CUDAAllocator ---
   void* raw_alloc(size_t bytes) override {
+    if (bytes == 0) return nullptr;
     const c10::DeviceIndex device = c10::cuda::current_device();
-    return raw_alloc_with_stream(bytes, c10::cuda::getCurrentCUDAStream(device).stream());
+    return allocate_on(device, bytes, c10::cuda::getCurrentCUDAStream(device).stream());
   }
   void* raw_alloc_with_stream(size_t bytes, cudaStream_t stream) override {
     if (bytes == 0) return nullptr;
@@ -460,6 +464,7 @@ class TorchAllocator final : public CA::CUDAAllocator {
       void* ptr = s.allocator->allocate(bytes, cachealloc::Stream{reinterpret_cast<std::uintptr_t>(stream)});
       if (context) {
         const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+        s.contexts.used.store(true, std::memory_order_release);
         std::lock_guard lock(s.contexts.mutex);
         s.contexts.live[address] = context;
         if (context_when_.load(std::memory_order_relaxed) >= static_cast<int>(CA::RecordContext::ALLOC)) {
@@ -494,6 +499,7 @@ class TorchAllocator final : public CA::CUDAAllocator {
             : nullptr;
     auto freed = [&](DeviceState& s) {
       if (s.allocator->deallocate(ptr) != cachealloc::FreeStatus::ok) return false;
+      if (!context && !s.contexts.used.load(std::memory_order_acquire)) return true;
       const auto address = reinterpret_cast<std::uintptr_t>(ptr);
       std::lock_guard lock(s.contexts.mutex);
       s.contexts.live.erase(address);
@@ -503,7 +509,12 @@ class TorchAllocator final : public CA::CUDAAllocator {
       }
       return true;
     };
-    // Most frees are on the current device; the others are found by trying.
+    // With one device, no question; else most frees are on the current
+    // device, and the others are found by trying.
+    if (device_count_ == 1) {
+      if (DeviceState* s = existing(0); s != nullptr && freed(*s)) return;
+      TORCH_CHECK(false, "cachealloc: free of ", ptr, ", which this allocator did not hand out (or already freed)");
+    }
     const int current = c10::cuda::current_device();
     if (DeviceState* s = existing(current); s != nullptr && freed(*s)) return;
     for (int d = 0; d < device_count_; ++d) {
