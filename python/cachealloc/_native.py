@@ -60,6 +60,8 @@ def load():
         lib.cachealloc_torch_dump.restype = ctypes.c_int
         lib.cachealloc_torch_set_stacks.argtypes = [ctypes.c_char_p]
         lib.cachealloc_torch_set_stacks.restype = ctypes.c_int
+        lib.cachealloc_torch_set_stream.argtypes = [ctypes.c_char_p]
+        lib.cachealloc_torch_set_stream.restype = ctypes.c_int
         _lib = lib
     return _lib
 

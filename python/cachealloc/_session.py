@@ -14,8 +14,16 @@ def _device_index(device):
     return torch.device(device).index or 0
 
 
-def record(max_entries=1_000_000, stacks="unwind", python=True):
+def record(max_entries=1_000_000, stacks="unwind", python=True, stream=None):
     """Starts recording every allocator event (torch.cuda.memory._record_memory_history).
+
+    stream: a path (str or os.PathLike) to which every event of the run is
+    written while it goes on (a streamed recording, read by cachealloc-analyze
+    like any snapshot). stop()
+    writes its end; after a crash the file reads up to its last complete
+    chunk. "{device}" and "{pid}" in the path become the device index and the
+    process id: with several devices in one process, put {device} in it.
+    None: the ring of max_entries only, for dump().
 
     stacks: the C++ frames our recorder keeps for cachealloc.dump():
     "unwind" (DWARF unwinding through PyTorch's libraries to its ATen ops;
@@ -31,7 +39,12 @@ def record(max_entries=1_000_000, stacks="unwind", python=True):
     import torch
     if stacks not in ("unwind", "native", "none"):
         raise ValueError("stacks must be 'unwind', 'native' or 'none', not %r" % (stacks,))
-    _native.check(_native.load().cachealloc_torch_set_stacks(stacks.encode()))
+    stream_path = None if stream is None else os.fsencode(stream)
+    if stream_path is not None and not stream_path:
+        raise ValueError("stream must be a path or None, not an empty string")
+    lib = _native.load()
+    _native.check(lib.cachealloc_torch_set_stacks(stacks.encode()))
+    _native.check(lib.cachealloc_torch_set_stream(stream_path))
     torch.cuda.memory._record_memory_history(
         enabled="all", context="all" if (python or stacks != "none") else None,
         stacks="python", max_entries=max_entries)
@@ -39,7 +52,7 @@ def record(max_entries=1_000_000, stacks="unwind", python=True):
 
 def stop():
     """Stops recording (torch.cuda.memory._record_memory_history(enabled=None));
-    what was recorded stays for dump()."""
+    what was recorded stays for dump(), and a stream gets its end."""
     import torch
     torch.cuda.memory._record_memory_history(enabled=None)
 

@@ -37,6 +37,7 @@
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
 
 #include <time.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
@@ -404,6 +405,10 @@ class TorchAllocator final : public CA::CUDAAllocator {
     std::lock_guard lock(mutex_);
     native_stacks_ = capture;
   }
+  void set_stream(std::string pattern) {
+    std::lock_guard lock(mutex_);
+    stream_pattern_ = std::move(pattern);
+  }
   std::string summary(int device) { return state(static_cast<c10::DeviceIndex>(device)).allocator->memory_summary(); }
 
   static TorchAllocator& instance();
@@ -449,10 +454,33 @@ class TorchAllocator final : public CA::CUDAAllocator {
     return *raw;
   }
 
+  // Under mutex_. With a stream (cachealloc.record(stream=...)), each device
+  // writes its own file: "{device}" in the path tells them apart; without
+  // it only the first device to record streams, and the others say so.
   void start_history(DeviceState& s) {
     s.start_ns = monotonic_ns();
     s.start_approx = c10::getApproximateTime();
-    s.history->start(history_options_);
+    cachealloc::HistoryOptions options = history_options_;
+    const int device = s.allocator->device().index();
+    if (!stream_pattern_.empty()) {
+      const bool per_device = stream_pattern_.find("{device}") != std::string::npos;
+      if (per_device || stream_device_ < 0 || stream_device_ == device) {
+        options.stream = cachealloc::expand_stream_path(stream_pattern_, static_cast<long>(getpid()), device);
+        if (!per_device) stream_device_ = device;
+      } else {
+        std::fprintf(stderr, "cachealloc: device %d is not streamed: %s is device %d's; put {device} in the path\n",
+                     device, stream_pattern_.c_str(), stream_device_);
+      }
+    }
+    try {
+      s.history->start(options);
+    } catch (const std::exception& error) {
+      if (options.stream.empty()) throw;
+      // Recording never takes the program down: the ring records instead.
+      std::fprintf(stderr, "cachealloc: %s; recording device %d without a stream\n", error.what(), device);
+      options.stream.clear();
+      s.history->start(options);
+    }
   }
 
   void* allocate_on(c10::DeviceIndex device, size_t bytes, cudaStream_t stream) {
@@ -539,6 +567,8 @@ class TorchAllocator final : public CA::CUDAAllocator {
   std::atomic<int> context_when_{0};
   std::atomic<std::size_t> context_capacity_{0};
   std::size_t trace_max_entries_ = 0;
+  std::string stream_pattern_;  // cachealloc_torch_set_stream; "" records to the ring only
+  int stream_device_ = -1;      // the device a pattern without {device} streams
   cachealloc::StackCapture native_stacks_ = [] {
     const char* text = std::getenv("CACHEALLOC_TORCH_STACKS");
     try {
@@ -804,6 +834,20 @@ __attribute__((visibility("default"))) const char* cachealloc_torch_error() { re
 __attribute__((visibility("default"))) int cachealloc_torch_set_stacks(const char* capture) {
   try {
     TorchAllocator::instance().set_native_stacks(cachealloc::parse_stack_capture(capture == nullptr ? "" : capture));
+    return 0;
+  } catch (const std::exception& error) {
+    t_error = error.what();
+    return -1;
+  }
+}
+
+// Streams every device's recording to a file from the next
+// _record_memory_history on (format version 7): "{device}" and "{pid}" in
+// `path` become the device index and the process id. NULL or "": no stream.
+// Returns 0, or -1 with cachealloc_torch_error() set.
+__attribute__((visibility("default"))) int cachealloc_torch_set_stream(const char* path) {
+  try {
+    TorchAllocator::instance().set_stream(path == nullptr ? "" : path);
     return 0;
   } catch (const std::exception& error) {
     t_error = error.what();
