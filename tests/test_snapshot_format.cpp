@@ -639,6 +639,29 @@ TEST_CASE("an aux figure on a kind that has none is refused by the writer and th
   }
 }
 
+TEST_CASE("a segment_alloc with flag bits beyond large pool and expandable is refused, naming the event") {
+  // Given a segment_alloc whose flags hold other bits (a fuzz_convert finding:
+  // no report reads them and a pickle brings back only the two flags)
+  Snapshot bad = make_rich_snapshot();
+  const auto event = std::find_if(bad.events.begin(), bad.events.end(),
+                                  [](const Event& e) { return e.kind == EventKind::segment_alloc; });
+  REQUIRE(event != bad.events.end());
+  event->aux |= 886368;
+  const std::string expected = "event " + std::to_string(event - bad.events.begin()) + " (segment_alloc) has flags " +
+                               std::to_string(event->aux) + ", bits other than large pool (1) and expandable (2)";
+  // When the writer sees it, then it refuses
+  try {
+    (void)encode(bad);
+    FAIL("encode accepted segment flags " << event->aux);
+  } catch (const SnapshotError& error) {
+    CHECK(std::string(error.what()).find(expected) != std::string::npos);
+  }
+  // And when a file holds it anyway, then the reader refuses, naming the event
+  std::string message;
+  CHECK(decode_error(detail::encode_unvalidated(bad), &message) == ErrorCode::inconsistent);
+  CHECK(message.find(expected) != std::string::npos);
+}
+
 TEST_CASE("random corruption is rejected with a SnapshotError or decodes, never crashes") {
   // Given a valid file, flip bytes at random
   const std::vector<std::byte> original = encode(make_rich_snapshot());

@@ -275,6 +275,7 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
     for (unsigned k = 0; k < static_cast<unsigned>(kEventKindCount); ++k) {
       if (!kind_has_aux(static_cast<EventKind>(k))) aux_screen[k] = {UINT64_MAX, 1};
     }
+    aux_screen[static_cast<unsigned>(EventKind::segment_alloc)] = {~kSegmentFlagsMask, 1};
   }
   bool flagged = false;
   // The previous event, kept by value: thread, device, stream and time carry

@@ -55,6 +55,10 @@ SizeLimits size_limits(const Snapshot& snapshot, std::int32_t device);
 
 // Whether events of `kind` carry an aux figure (events.hpp): segment_release,
 // segment_unmap, empty_cache and snapshot have none, and hold 0 there.
+// The flags a segment_alloc's aux may hold (events.hpp): any other bit is
+// read by no report and has no place in PyTorch's trace.
+inline constexpr std::uint64_t kSegmentFlagsMask = segment_flag_large_pool | segment_flag_expandable;
+
 constexpr bool kind_has_aux(EventKind kind) noexcept {
   return kind != EventKind::segment_release && kind != EventKind::segment_unmap && kind != EventKind::empty_cache &&
          kind != EventKind::snapshot;
