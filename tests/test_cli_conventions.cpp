@@ -334,9 +334,9 @@ TEST_CASE("given convert, the format comes from --to-format or -o's extension in
 TEST_CASE("given a report of several tables in CSV, its main one is written, another chosen with --table, each to -o DIR/") {
   const std::string E = "cachealloc-analyze: error: ";
   check({kAnalyze, {"peak", kSample, "--format", "csv"}, 0,
-         "cachealloc-analyze: peak: wrote the 'sites' table; also: allocations (--table NAME, or -o DIR/ for all)"});
+         "cachealloc-analyze: peak: wrote the 'sites' table; also: categories, allocations (--table NAME, or -o DIR/ for all)"});
   check({kAnalyze, {"peak", kSample, "--format", "csv", "--table", "site"}, 2,
-         E + "--table: 'site' is not a table of the peak report (tables: sites, allocations) (did you mean 'sites'?)"});
+         E + "--table: 'site' is not a table of the peak report (tables: categories, sites, allocations) (did you mean 'sites'?)"});
   const Run sites = run(kAnalyze, {"peak", kSample, "--format", "csv", "--table", "sites"});
   CHECK(sites.code == 0);
   CHECK(sites.out.starts_with("rank,bytes,share,allocations,requested,largest,stack\r\n"));
@@ -548,7 +548,7 @@ TEST_CASE("given diff or ranks with the wrong files or options, one line names t
             E + "--format: 'jsonl' is not one of table, csv, json (did you mean 'json'?)"},
            {kAnalyze, {"diff", kSample, kSample, "--device", "3"}, 2, E + "--device 3: device 3 is not in " + kSample},
            {kAnalyze, {"diff", kSample, kSample, "--format", "csv", "--table", "site"}, 2,
-            E + "--table: 'site' is not a table of the diff report (tables: peaks, counts, fragmentation, sites, phases) "
+            E + "--table: 'site' is not a table of the diff report (tables: peaks, categories, counts, fragmentation, sites, phases) "
                 "(did you mean 'sites'?)"},
            {kAnalyze, {"ranks", empty.string()}, 2,
             E + empty.string() +

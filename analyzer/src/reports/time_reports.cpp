@@ -150,7 +150,8 @@ Document timeline_report(EventSource& source, const ReportOptions& options) {
     table.rows.push_back(std::move(cells));
   }
   doc.notes.push_back(detail::category_note(detail::category_source(categories)) +
-                      " Each row's categories are those where allocated was largest in it.");
+                      (bucketed ? " Each row's categories are those where allocated was largest in it."
+                                : " Each row's categories are those after its event."));
   detail::add_common_notes(doc, snapshot, a);
   return doc;
 }
