@@ -99,6 +99,7 @@ class BodySource final : public detail::ByteSource {
   explicit BodySource(std::span<const std::byte> body) : body_(body) {}
   std::uint64_t size() const override { return kFramingSize + body_.size(); }
   void read(void* data, std::size_t size, std::uint64_t offset) override {
+    if (size == 0) return;  // an empty chunk's buffer may be null (memcpy's arguments never may)
     std::memcpy(data, body_.data() + (offset - kFramingSize), size);
   }
 
