@@ -92,7 +92,8 @@ TEST_CASE("a stream the C ABI cannot create is an I/O error, and a malformed str
   CHECK(cachealloc_record_history_stream(&options, &stream) == CACHEALLOC_INVALID_ARGUMENT);
   CHECK(std::string(cachealloc_last_error()).find("cachealloc_stream_options_init") != std::string::npos);
   cachealloc_stream_options_init(&stream);
-  stream.path = temp_path("x.bin").c_str();
+  const std::string x_path = temp_path("x.bin").string();  // outlives the calls that read stream.path
+  stream.path = x_path.c_str();
   stream.when_full = 7;
   CHECK(cachealloc_record_history_stream(&options, &stream) == CACHEALLOC_INVALID_ARGUMENT);
   stream.when_full = CACHEALLOC_STREAM_DROP;
