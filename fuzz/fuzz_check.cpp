@@ -31,10 +31,19 @@ analyzer::BudgetResult check(const snapshot::Snapshot& snapshot, const analyzer:
 
 void check_all(const snapshot::Snapshot& snapshot, unsigned bits) {
   constexpr std::uint64_t kAll = std::numeric_limits<std::uint64_t>::max();
-  const analyzer::BudgetResult loose = check(snapshot, {kAll, kAll, 1.0, kAll, -1});
+  analyzer::Budgets all;
+  all.peak_reserved = kAll;
+  all.peak_allocated = kAll;
+  all.fragmentation = 1.0;
+  all.leaked = kAll;
+  const analyzer::BudgetResult loose = check(snapshot, all);
   if (!loose.exceeded.empty()) std::abort();
 
-  const analyzer::BudgetResult zero = check(snapshot, {0, 0, std::nullopt, 0, -1});
+  analyzer::Budgets none;
+  none.peak_reserved = 0;
+  none.peak_allocated = 0;
+  none.leaked = 0;
+  const analyzer::BudgetResult zero = check(snapshot, none);
   const analyzer::BudgetFigures& f = zero.figures;
   const std::size_t over = (f.peak_reserved > 0) + (f.peak_allocated > 0) + (f.leaked > 0);
   if (zero.exceeded.size() != over) std::abort();
