@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -285,6 +286,68 @@ TEST_CASE("a stream's buffers stay within their bound however long the run") {
   const snapshot::Snapshot s = read_streamed(options.stream);
   CHECK(s.events.size() == recorder.recorded_events());
   CHECK(s.events.size() > (kSanitized ? 100'000u : 1'000'000u));
+  analyzer::Replay replay({}, s.devices.at(0).index, s.stacks.size());
+  for (const auto& event : s.events) replay.apply(event);
+  CHECK(replay.anomalies().total() == 0);
+  CHECK(replay.layout() == s.segments);
+}
+
+TEST_CASE("a stream that cannot keep up loses nothing in wait mode, even while a cut waits for the allocator's locks") {
+  // Given eight threads recording into the smallest buffers, and a writer
+  // stalled (a slow disk) until they are full and the threads wait
+  auto device = test_support::simulated();
+  CachingAllocator allocator(device);
+  HistoryOptions options;
+  options.stacks = StackCapture::none;
+  options.stream = temp_path("cut_backpressure.snap");
+  options.stream_buffer_bytes = 16 * MiB;
+  static std::atomic<bool> stall_locking{false};
+  const detail::StreamCutHook previous_locking = detail::replace_stream_locking_hook(
+      [] { while (stall_locking.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
+  std::optional<StalledWriter> stalled(std::in_place);
+  HistoryRecorder recorder(allocator, options);
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (unsigned seed = 1000 * t; !done.load(); ++seed) workload(allocator, *device, seed, 2'000);
+    });
+  auto wait_for = [&](auto condition) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!condition() && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  };
+  wait_for([&] { return recorder.stream_status().waits > 0; });
+
+  // When the writer's next cut is held before it takes the allocator's
+  // locks, long enough for the threads to go through its reserve
+  stall_locking = true;
+  stalled.reset();
+  wait_for([&] {
+    const StreamStatus status = recorder.stream_status();
+    return status.spilled_chunks > 0 || status.dropped_events > 0;
+  });
+  stall_locking = false;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  done = true;
+  for (auto& thread : threads) thread.join();
+  recorder.stop();
+  detail::replace_stream_locking_hook(previous_locking);
+  const StreamStatus status = recorder.stream_status();
+
+  // Then nothing was dropped: the threads waited, or spilled beside the
+  // stream while the cut was under way, and the buffers stayed in bounds
+  CHECK(status.waits > 0);
+  CHECK(status.spilled_chunks > 0);
+  CHECK(status.dropped_events == 0);
+  CHECK(status.peak_buffer_bytes <= options.stream_buffer_bytes);
+  // And every event is in the file, in time order, replaying cleanly
+  const snapshot::Snapshot s = read_streamed(options.stream);
+  CHECK(s.dropped_events == 0);
+  CHECK(s.events.size() == recorder.recorded_events());
+  bool ordered = true;
+  for (std::size_t i = 1; i < s.events.size(); ++i) ordered = ordered && s.events[i - 1].time_ns <= s.events[i].time_ns;
+  CHECK(ordered);
   analyzer::Replay replay({}, s.devices.at(0).index, s.stacks.size());
   for (const auto& event : s.events) replay.apply(event);
   CHECK(replay.anomalies().total() == 0);

@@ -49,6 +49,7 @@ struct Chunk {
   std::uint32_t thread = kThreadInEvents;  // whose events these are
   std::uint64_t base_ticks = 0;           // record times are offsets from this
   std::uint64_t newest_ticks = 0;         // the newest time in the chunk
+  std::uint64_t sequence = 0;             // a stream's queue order (State::stream_sequence)
   // A ring chunk a thread is copying into outside ring_lock (flush). Set
   // and cleared by that thread; a flush that would reuse the chunk (the
   // ring went round during the copy) waits for it under ring_lock.
@@ -176,10 +177,12 @@ struct HistoryRecorder::State {
   detail::StackTable table;
 
   // Streaming (HistoryOptions::stream). While `streaming`, `ring` is the
-  // writer's queue (oldest first) and never evicts; `chunks` never grows
-  // past stream_chunk_limit, or stream_chunk_limit + kStreamReserveChunks
-  // while the writer holds every shard lock for a cut (a thread that waits
-  // there would block the cut). Guarded by ring_lock.
+  // writer's queue (oldest first) and never evicts. The chunks in use
+  // (queued or being written) stay within stream_chunk_limit, or
+  // stream_chunk_limit + kStreamReserveChunks while the writer takes every
+  // shard lock for a cut (a thread that waited there would block the cut);
+  // past the reserve a chunk is spilled to disk (StreamSpill). Guarded by
+  // ring_lock.
   static constexpr std::size_t kStreamReserveChunks = 64;
   bool streaming = false;
   bool stream_drop = false;
@@ -187,6 +190,10 @@ struct HistoryRecorder::State {
   std::size_t stream_peak_chunks = 0;
   std::uint64_t streamed = 0;       // events the writer took from the queue
   std::uint64_t stream_waits = 0;
+  // Numbers the chunks a stream queues or spills (StreamSpill): a thread's
+  // pieces, in this order, are in time order.
+  std::uint64_t stream_sequence = 0;
+  std::uint64_t stream_spilled = 0;  // events spilled, not yet taken by a cut
   std::atomic<bool> stream_cut{false};
   std::unique_ptr<StreamRecorder> stream_writer;  // guarded by control
   StreamStatus last_stream_status;                // the last stream's, once finished; guarded by control

@@ -152,7 +152,7 @@ void HistoryRecorder::State::flush_locked(ThreadSlot& slot) noexcept {
 std::uint64_t HistoryRecorder::recorded_events() const noexcept {
   State& s = *state_;
   std::lock_guard lock(s.ring_lock);
-  std::uint64_t total = s.evicted + s.streamed;
+  std::uint64_t total = s.evicted + s.streamed + s.stream_spilled;
   for (const Chunk* chunk : s.ring) total += chunk->count.load(std::memory_order_relaxed);
   for (const auto& slot : s.slots) total += slot->staging.count.load(std::memory_order_relaxed);
   total += s.annotation_slot->staging.count.load(std::memory_order_relaxed);

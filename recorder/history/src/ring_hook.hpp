@@ -23,5 +23,9 @@ void set_thread_clock_skew(std::int64_t ticks) noexcept;
 // lock. Tests use it to stall the writer, as a slow disk would.
 using StreamCutHook = void (*)();
 StreamCutHook replace_stream_cut_hook(StreamCutHook hook) noexcept;
+// Called by the writer once a cut has begun (recording threads that find
+// the buffers full then take the reserve or spill) and before it takes the
+// shard locks: tests stall it there, as a cut behind a long allocator call.
+StreamCutHook replace_stream_locking_hook(StreamCutHook hook) noexcept;
 
 }  // namespace cachealloc::detail

@@ -29,6 +29,7 @@ constexpr auto kPartialBlockAge = std::chrono::milliseconds(1000);
 constexpr std::size_t kWriterBytes = std::size_t{8} << 20;
 
 std::atomic<detail::StreamCutHook> g_stream_cut_hook{nullptr};
+std::atomic<detail::StreamCutHook> g_stream_locking_hook{nullptr};
 
 std::string valid(std::string text) {
   return snapshot::invalid_utf8_bytes(text) == 0 ? text : snapshot::to_valid_utf8(text);
@@ -66,6 +67,10 @@ detail::StreamCutHook detail::replace_stream_cut_hook(StreamCutHook hook) noexce
   return g_stream_cut_hook.exchange(hook);
 }
 
+detail::StreamCutHook detail::replace_stream_locking_hook(StreamCutHook hook) noexcept {
+  return g_stream_locking_hook.exchange(hook);
+}
+
 StreamWhenFull parse_stream_when_full(std::string_view text) {
   if (text == "wait") return StreamWhenFull::wait;
   if (text == "drop") return StreamWhenFull::drop;
@@ -81,15 +86,17 @@ std::size_t stream_chunk_limit(const HistoryOptions& options) {
 // --- the hot path's slow path -----------------------------------------------
 
 namespace {
-// A chunk for the queue: a spare one, or a new one within the limit. Needs ring_lock.
+// A chunk for the queue, or nullptr. Needs ring_lock. Outside a cut the
+// chunks in use (queued, or being written) stay within stream_chunk_limit,
+// so that the reserve above it is free whenever a cut begins.
 Chunk* stream_chunk_locked(HistoryRecorder::State& s, bool cut) noexcept {
+  const std::size_t limit = s.stream_chunk_limit + (cut ? HistoryRecorder::State::kStreamReserveChunks : 0);
+  if (s.chunks.size() - s.spare.size() >= limit) return nullptr;
   if (!s.spare.empty()) {
     Chunk* chunk = s.spare.back();
     s.spare.pop_back();
     return chunk;
   }
-  const std::size_t limit = s.stream_chunk_limit + (cut ? HistoryRecorder::State::kStreamReserveChunks : 0);
-  if (s.chunks.size() >= limit) return nullptr;
   try {
     s.chunks.push_back(std::unique_ptr<Chunk>(new Chunk));
   } catch (...) {
@@ -106,6 +113,7 @@ void queue_locked(HistoryRecorder::State& s, Chunk& target, const Chunk& staging
   target.thread = staging.thread;
   target.base_ticks = staging.base_ticks;
   target.newest_ticks = staging.newest_ticks;
+  target.sequence = ++s.stream_sequence;
   s.ring.push_back(&target);
 }
 }  // namespace
@@ -114,6 +122,7 @@ void HistoryRecorder::State::flush_to_stream(ThreadSlot& slot) noexcept {
   Chunk& staging = slot.staging;
   bool wake = false;
   for (;;) {
+    std::uint64_t spill = 0;  // the spilled chunk's sequence
     {
       std::lock_guard lock(ring_lock);
       const bool cut = stream_cut.load(std::memory_order_acquire);
@@ -122,14 +131,28 @@ void HistoryRecorder::State::flush_to_stream(ThreadSlot& slot) noexcept {
         wake = ring.size() * 4 >= stream_chunk_limit;
         break;
       }
-      // Dropping, or the writer is taking every shard lock for a cut (we
-      // hold one: waiting would block it) and the reserve is gone.
-      if (stream_drop || cut) {
+      if (stream_drop) {
         evicted += staging.count.load(std::memory_order_relaxed);
         newest_dropped = std::max(newest_dropped, staging.newest_ticks);
         break;
       }
-      ++stream_waits;
+      // The writer is taking every shard lock for a cut and we hold one:
+      // waiting would block the cut, which is what frees buffers.
+      if (cut)
+        spill = ++stream_sequence;
+      else
+        ++stream_waits;
+    }
+    if (spill) {
+      const bool spilled = stream_writer->spill(staging, spill);
+      std::lock_guard lock(ring_lock);
+      if (spilled) {
+        stream_spilled += staging.count.load(std::memory_order_relaxed);
+      } else {  // the disk refused even this: counted
+        evicted += staging.count.load(std::memory_order_relaxed);
+        newest_dropped = std::max(newest_dropped, staging.newest_ticks);
+      }
+      break;
     }
     stream_writer->wake();
     const timespec pause{0, 50'000};
@@ -143,6 +166,8 @@ void HistoryRecorder::State::flush_to_stream(ThreadSlot& slot) noexcept {
 void HistoryRecorder::State::flush_to_stream_locked(ThreadSlot& slot) noexcept {
   if (Chunk* target = stream_chunk_locked(*this, true)) {
     queue_locked(*this, *target, slot.staging);
+  } else if (!stream_drop && stream_writer->spill(slot.staging, ++stream_sequence)) {
+    stream_spilled += slot.staging.count.load(std::memory_order_relaxed);
   } else {
     evicted += slot.staging.count.load(std::memory_order_relaxed);
     newest_dropped = std::max(newest_dropped, slot.staging.newest_ticks);
@@ -170,13 +195,17 @@ StreamStatus HistoryRecorder::stream_status() const {
 // --- the writer ---------------------------------------------------------------
 
 StreamRecorder::StreamRecorder(HistoryRecorder::State& state, const HistoryOptions& options)
-    : s_(state), options_(options) {
+    : s_(state), options_(options), spill_(options.stream.parent_path()) {
   file_ = std::make_unique<snapshot::StreamFileWriter>(options.stream, describe_run(state, options));
   block_.reserve(snapshot::kStreamBlockEvents);
   pending_.first_string = strings_size_;
   pending_.first_frame = frames_size_;
   pending_.first_stack = stacks_size_;
   pending_.first_thread = threads_size_;
+}
+
+bool StreamRecorder::spill(const Chunk& staging, std::uint64_t sequence) noexcept {
+  return spill_.append(staging, sequence);
 }
 
 void StreamRecorder::begin() { thread_ = std::thread([this] { run(); }); }
@@ -207,6 +236,7 @@ StreamStatus StreamRecorder::status() const {
   status.events_written = events_written_;
   status.bytes_written = bytes_written_;
   status.error = error_;
+  status.spilled_chunks = spill_.spilled_chunks();
   return status;
 }
 
@@ -299,6 +329,9 @@ void StreamRecorder::fail(const std::string& why) noexcept {
       s_.spare.push_back(chunk);
     }
     s_.ring.clear();
+    s_.evicted += s_.stream_spilled;
+    s_.stream_spilled = 0;
+    spill_.take();
   }
   s_.deactivated.store(true, std::memory_order_relaxed);
 }
@@ -308,6 +341,8 @@ void StreamRecorder::cut(bool last) {
   std::vector<std::size_t> copy_offsets;
   staging_copy_.clear();
   s_.stream_cut.store(true, std::memory_order_release);
+  if (const detail::StreamCutHook hook = g_stream_locking_hook.load(std::memory_order_relaxed)) [[unlikely]]
+    hook();
   std::vector<snapshot::Segment> layout;
   try {
     layout = s_.allocator.layout([&] {
@@ -322,10 +357,12 @@ void StreamRecorder::cut(bool last) {
       }
       std::lock_guard lock(s_.ring_lock);
       for (Chunk* chunk : s_.ring) {
-        pieces.push_back(Piece{chunk->words, chunk->used, chunk->base_ticks, chunk->thread, chunk});
+        pieces.push_back(Piece{chunk->words, chunk->used, chunk->base_ticks, chunk->thread, chunk, chunk->sequence});
         s_.streamed += chunk->count.load(std::memory_order_relaxed);
       }
       s_.ring.clear();
+      s_.streamed += s_.stream_spilled;
+      s_.stream_spilled = 0;
       std::size_t words = s_.annotation_slot->staging.used;
       for (const auto& slot : s_.slots) words += slot->staging.used;
       staging_copy_.reserve(words);
@@ -333,7 +370,7 @@ void StreamRecorder::cut(bool last) {
         Chunk& staging = slot.staging;
         if (staging.empty()) return;
         copy_offsets.push_back(staging_copy_.size());
-        pieces.push_back(Piece{nullptr, staging.used, staging.base_ticks, staging.thread, nullptr});
+        pieces.push_back(Piece{nullptr, staging.used, staging.base_ticks, staging.thread, nullptr, kStagingSequence});
         staging_copy_.insert(staging_copy_.end(), staging.words, staging.words + staging.used);
         s_.streamed += staging.count.load(std::memory_order_relaxed);
         staging.clear();
@@ -341,6 +378,7 @@ void StreamRecorder::cut(bool last) {
       };
       for (auto& slot : s_.slots) take(*slot);
       take(*s_.annotation_slot);
+      spilled_ = spill_.take();  // no thread spills meanwhile: spilling takes a shard lock or ring_lock
       cut_anchor_ = detail::TickAnchor::now(s_.tick_source());
       if (last) s_.streaming = false;
     });
@@ -353,6 +391,10 @@ void StreamRecorder::cut(bool last) {
   std::size_t copy = 0;
   for (Piece& piece : pieces)
     if (piece.pooled == nullptr) piece.words = staging_copy_.data() + copy_offsets[copy++];
+  for (std::size_t i = 0; i < spilled_.size(); ++i) {
+    const StreamSpill::Piece& spilled = spilled_[i];
+    pieces.push_back(Piece{nullptr, spilled.used, spilled.base_ticks, spilled.thread, nullptr, spilled.sequence, &spilled});
+  }
   const detail::TickAnchor& start = s_.anchor;
   tick_ns_ = cut_anchor_.ticks > start.ticks ? static_cast<long double>(cut_anchor_.ns - start.ns) /
                                                    static_cast<long double>(cut_anchor_.ticks - start.ticks)
@@ -376,12 +418,21 @@ void StreamRecorder::write_cut(std::vector<Piece>& pieces) {
     if (inserted) cursors.emplace_back();
     cursors[it->second].pieces.push_back(&piece);
   }
+  // Queued, spilled, then staging: a thread's pieces in the order it made them.
+  for (Cursor& c : cursors)
+    std::stable_sort(c.pieces.begin(), c.pieces.end(),
+                     [](const Piece* a, const Piece* b) { return a->sequence < b->sequence; });
   auto refill = [&](Cursor& c) {
     while (c.at == c.events.size() && c.next < c.pieces.size()) {
       const Piece& piece = *c.pieces[c.next++];
       c.events.clear();
       c.at = 0;
-      detail::decode_records(piece.words, piece.used, piece.base, s_.device, piece.thread, c.events);
+      const std::uint64_t* words = piece.words;
+      if (piece.spilled) {
+        spill_.read(*piece.spilled, spill_read_);
+        words = spill_read_.data();
+      }
+      detail::decode_records(words, piece.used, piece.base, s_.device, piece.thread, c.events);
       if (piece.pooled) {
         std::lock_guard lock(s_.ring_lock);
         piece.pooled->clear();
@@ -400,6 +451,10 @@ void StreamRecorder::write_cut(std::vector<Piece>& pieces) {
     Cursor& c = *live[best];
     emit(c.events[c.at++]);
     if (!refill(c)) live.erase(live.begin() + static_cast<std::ptrdiff_t>(best));
+  }
+  if (!spilled_.empty()) {
+    spilled_.clear();
+    spill_.recycle();
   }
 }
 

@@ -34,6 +34,7 @@
 #include "cachealloc/history.hpp"
 #include "cachealloc/snapshot/stream.hpp"
 #include "history_state.hpp"
+#include "stream_spill.hpp"
 
 namespace cachealloc {
 
@@ -54,6 +55,9 @@ class StreamRecorder {
   void finish() noexcept;
   // Wakes the writer (a recording thread found the queue filling).
   void wake() noexcept;
+  // Appends a full staging chunk to the spill file (StreamSpill), for a
+  // thread that may not wait; false when it cannot. Thread-safe.
+  bool spill(const Chunk& staging, std::uint64_t sequence) noexcept;
   StreamStatus status() const;
 
  private:
@@ -63,7 +67,10 @@ class StreamRecorder {
     std::uint64_t base;
     std::uint32_t thread;
     Chunk* pooled;  // returned to the pool once decoded; nullptr for a staging copy
+    std::uint64_t sequence;  // State::stream_sequence; kStagingSequence for a staging copy
+    const StreamSpill::Piece* spilled = nullptr;  // read back from the spill file
   };
+  static constexpr std::uint64_t kStagingSequence = ~std::uint64_t{0};
   void run() noexcept;
   // One line on stderr; recording stops, waiting threads drop from then on.
   void fail(const std::string& why) noexcept;
@@ -87,8 +94,11 @@ class StreamRecorder {
   bool woken_ = false;
   std::string error_;  // guarded by mutex_
 
+  StreamSpill spill_;
   // The writer thread's own.
   std::vector<std::uint64_t> staging_copy_;
+  std::vector<StreamSpill::Piece> spilled_;   // the cut's spilled chunks
+  std::vector<std::uint64_t> spill_read_;     // one of them, read back
   detail::TickAnchor cut_anchor_;
   long double tick_ns_ = 1.0L;
   std::uint64_t last_ns_ = 0;

@@ -127,6 +127,10 @@ struct StreamStatus {
   std::uint64_t waits = 0;           // times a recording thread waited for the writer
   std::uint64_t buffer_bytes = 0;    // event buffers held now
   std::uint64_t peak_buffer_bytes = 0;  // the most they ever held
+  // Full buffers a recording thread wrote to an unlinked file beside the
+  // stream instead of waiting: the writer was taking the allocator's locks
+  // for a cut (a thread waiting there would block it) and the reserve was gone.
+  std::uint64_t spilled_chunks = 0;
   std::string error;                 // why the stream stopped, when it failed
 };
 
