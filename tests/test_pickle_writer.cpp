@@ -417,3 +417,25 @@ TEST_CASE("a recording's allocator settings are written as PyTorch 2.11's alloca
   Snapshot pytorch = sample();
   CHECK(decode_pytorch_pickle(encode_pytorch_pickle(pytorch)).settings.count("config") == 0);
 }
+
+TEST_CASE("a segment_alloc whose pool its size does not imply is a named loss in a pickle") {
+  // Given the sample, whose segments' pools follow from their sizes
+  Snapshot original = sample();
+  for (const std::string& loss : pickle_conversion_losses(original)) CHECK(!loss.starts_with("the pool flags of"));
+  // When one segment_alloc of 2 MiB (a small-pool size) is flagged large pool
+  // and expandable, and no segment of the final layout says so
+  std::size_t flagged = 0;
+  for (Event& e : original.events) {
+    if (e.kind == EventKind::segment_alloc && e.size == 2 * MiB) {
+      e.aux = segment_flag_large_pool | segment_flag_expandable;
+      e.address += 64 * MiB;  // a segment released before the end
+      ++flagged;
+      break;
+    }
+  }
+  REQUIRE(flagged == 1);
+  // Then PyTorch's trace cannot carry the flags: convert names them
+  const std::vector<std::string> losses = pickle_conversion_losses(original);
+  CHECK(std::count(losses.begin(), losses.end(),
+                   "the pool flags of 1 segment_alloc event(s) whose size and final layout do not imply them") == 1);
+}

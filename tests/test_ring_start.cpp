@@ -190,3 +190,27 @@ TEST_CASE("at_end sees the state once, even when the stored start proves wrong")
   CHECK(a.layout_check.differences == 0);
   fs::remove(path);
 }
+
+TEST_CASE("a segment_unmap of 0 bytes before the ring's end maps nothing and joins nothing") {
+  // Given a trace that unmaps 0 bytes twice at one address, and again just
+  // below an expandable range it unmapped (a mutant of a real expandable run:
+  // PyTorch never writes these)
+  auto event = [](std::uint64_t address, std::uint64_t size) {
+    snapshot::Event e;
+    e.kind = snapshot::EventKind::segment_unmap;
+    e.address = address;
+    e.size = size;
+    e.aux = snapshot::segment_flag_expandable;
+    return e;
+  };
+  const std::vector<snapshot::Event> events = {event(100 * MiB, 0), event(100 * MiB, 0), event(98 * MiB, 2 * MiB),
+                                               event(98 * MiB, 0)};
+  // When the layout at the ring's start is derived (before: reading past a
+  // map's end when the range joined itself)
+  const snapshot::RingStart start = snapshot::derive_ring_start({}, 0, events);
+  // Then it holds the 2 MiB range that was unmapped, and one range at the
+  // 0-byte address, whatever its size
+  std::uint64_t mapped = 0;
+  for (const snapshot::Segment& s : start.segments) mapped += s.total_size;
+  CHECK(mapped == 2 * MiB);
+}

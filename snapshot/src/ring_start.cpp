@@ -151,16 +151,17 @@ RingStart derive_ring_start(const std::vector<Segment>& final_layout, std::int32
             // mapped range): it is mapped again here, as a range of its own
             // or the growth of the mapped range it touches.
             const bool large = (e->aux & segment_flag_large_pool) != 0;
-            auto before = containing(e->address - 1);
-            if (e->address != 0 && before != segments.end() && before->second.expandable &&
-                before->first + before->second.total_size == e->address) {
-              before->second.total_size += e->size;
+            auto grown = containing(e->address - 1);
+            if (e->address != 0 && grown != segments.end() && grown->second.expandable &&
+                grown->first + grown->second.total_size == e->address) {
+              grown->second.total_size += e->size;
             } else {
-              segments[e->address] = SegmentInfo{e->size, e->stream, large, true, e->stack, {}};
+              grown = segments.insert_or_assign(e->address, SegmentInfo{e->size, e->stream, large, true, e->stack, {}}).first;
             }
+            // The range that follows joins it (not the range itself: an
+            // unmap of 0 bytes ends where it begins).
             if (const auto after = segments.find(e->address + e->size);
-                after != segments.end() && after->second.expandable) {
-              auto grown = containing(e->address);
+                after != segments.end() && after != grown && after->second.expandable) {
               grown->second.total_size += after->second.total_size;
               for (const auto& gap : after->second.unmapped) grown->second.unmapped.push_back(gap);
               segments.erase(after);

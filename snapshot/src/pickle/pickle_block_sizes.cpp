@@ -17,7 +17,6 @@ namespace cachealloc::snapshot::detail {
 namespace {
 
 constexpr std::uint64_t kLargePage = 20ull << 20;   // expandable segments of the large pool map this much at a time
-constexpr std::uint64_t kSmallBuffer = 2ull << 20;  // the size of every small-pool segment
 constexpr std::uint32_t kNoSegment = 0xffffffffu;
 
 // Address -> value, one entry per live block: open addressing with linear
@@ -128,13 +127,9 @@ class FinalLayout {
     const std::uint64_t* found = blocks_.find(address);
     return found == nullptr ? nullptr : reinterpret_cast<const Block*>(static_cast<std::uintptr_t>(*found));
   }
-  // A segment_alloc's pool: the final layout's word for a segment that
-  // survives whole, else its size (small-pool segments are 2 MiB).
   bool large_pool(const Event& segment_alloc) const {
     const auto found = by_address_.find(segment_alloc.address);
-    return found != by_address_.end() && found->second->total_size == segment_alloc.size
-               ? found->second->large_pool
-               : segment_alloc.size > kSmallBuffer;
+    return trace_segment_is_large(found == by_address_.end() ? nullptr : found->second, segment_alloc.size);
   }
   // The pool of the expandable segment a segment_map maps into: the final
   // layout's word where a segment there survives, else the page size (the

@@ -217,6 +217,17 @@ class BlockSizer {
   FlatMap<std::uint32_t> ends_;    // block end -> block, expandable segments only
 };
 
+// PyTorch's trace names no pool for a segment_alloc. The reader gives it
+// the pool of the final layout's segment at its address where that segment
+// has the same size (it survived whole), else the pool its size implies:
+// small-pool segments are 2 MiB. The pickle writer names the segments this
+// rule gets wrong as a loss.
+inline constexpr std::uint64_t kSmallPoolSegmentBytes = 2ull << 20;
+inline bool trace_segment_is_large(const Segment* at_address, std::uint64_t size) noexcept {
+  return at_address != nullptr && at_address->total_size == size ? at_address->large_pool
+                                                                   : size > kSmallPoolSegmentBytes;
+}
+
 // What the inference needs besides the events.
 struct BlockSizeInput {
   BlockPolicy policy;

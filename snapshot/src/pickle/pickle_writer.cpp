@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "cachealloc/snapshot/pickle.hpp"
+#include "pickle_block_sizes.hpp"
 #include "pickle_file.hpp"
 #include "pickle_value.hpp"
 
@@ -518,6 +519,19 @@ std::vector<std::string> pickle_conversion_losses(const Snapshot& snapshot) {
     return e.kind == EventKind::oom && e.aux != 0;
   }));
   if (capped != 0) losses.push_back("the allocator cap of " + std::to_string(capped) + " oom event(s)");
+  // PyTorch's trace names no pool for a segment_alloc: the reader infers it
+  // (trace_segment_is_large), and an expandable flag has no place at all.
+  std::map<std::pair<std::int32_t, std::uint64_t>, const Segment*> final_segments;
+  for (const Segment& segment : snapshot.segments) final_segments.emplace(std::pair{segment.device, segment.address}, &segment);
+  const auto pools_lost = static_cast<std::size_t>(std::count_if(snapshot.events.begin(), snapshot.events.end(), [&](const Event& e) {
+    if (e.kind != EventKind::segment_alloc) return false;
+    const auto found = final_segments.find({e.device, e.address});
+    const bool large = detail::trace_segment_is_large(found == final_segments.end() ? nullptr : found->second, e.size);
+    return e.aux != (large ? std::uint64_t{segment_flag_large_pool} : 0);
+  }));
+  if (pools_lost != 0)
+    losses.push_back("the pool flags of " + std::to_string(pools_lost) +
+                     " segment_alloc event(s) whose size and final layout do not imply them");
   const Header& h = snapshot.header;
   if (!h.program.empty() || !h.arguments.empty() || h.pid != 0 || !h.host.empty() || h.dump_time_unix_ns != 0)
     losses.emplace_back("the program's name, arguments, pid, host and dump time");
