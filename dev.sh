@@ -9,7 +9,7 @@
 #   ./dev.sh asan   only the ASan+UBSan build and suite
 #   ./dev.sh tsan   only the TSan build, the suite and the threaded benchmark
 #   ./dev.sh fuzz   only the libFuzzer targets (clang, ASan+UBSan), each for
-#                   FUZZ_SECONDS (default 45) from the seeds in testdata/
+#                   FUZZ_SECONDS (default 30) from the seeds in testdata/
 #   ./dev.sh build  install and build
 # The cuda backend is built when a CUDA toolkit is found (CUDAToolkit_ROOT or
 # /usr/local/cuda); without one everything else still builds and the demo runs
@@ -99,7 +99,7 @@ tsan() {
 # docs/RELIABILITY.md has the long runs. Any crash, leak, timeout or OOM fails.
 fuzz() {
   configure build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DCACHEALLOC_BUILD_FUZZERS=ON \
-    -DCACHEALLOC_BUILD_TESTS=OFF -DCACHEALLOC_BUILD_BENCH=OFF -DCACHEALLOC_FUZZ_SECONDS="${FUZZ_SECONDS:-45}"
+    -DCACHEALLOC_BUILD_TESTS=OFF -DCACHEALLOC_BUILD_BENCH=OFF -DCACHEALLOC_FUZZ_SECONDS="${FUZZ_SECONDS:-30}"
   cmake --build build-fuzz -j"$jobs" --target fuzz_snapshot_reader fuzz_pickle_reader fuzz_analysis fuzz_replay \
     fuzz_html fuzz_check fuzz_recommend fuzz_diff fuzz_convert
   ctest --test-dir build-fuzz --output-on-failure -j1 -R '^fuzz_'
