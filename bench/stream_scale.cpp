@@ -95,12 +95,13 @@ int main(int argc, char** argv) {
     const std::filesystem::path path = args[1];
     const Phase record = in_child("record", [&] {
       const synthetic::WorkloadResult result = synthetic::run_workload(options, path);
-      // Dropped events are counted, not fatal: the stream's reserve can run
-      // out while its writer waits for the shard locks of a cut.
-      std::printf("record: %llu events written, %llu dropped, %llu waits for the writer\n",
+      std::printf("record: %llu events written, %llu dropped, %llu waits for the writer, %llu chunks spilled, "
+                  "buffers at most %.1f MiB\n",
                   static_cast<unsigned long long>(result.stream.events_written),
                   static_cast<unsigned long long>(result.stream.dropped_events),
-                  static_cast<unsigned long long>(result.stream.waits));
+                  static_cast<unsigned long long>(result.stream.waits),
+                  static_cast<unsigned long long>(result.stream.spilled_chunks),
+                  static_cast<double>(result.stream.peak_buffer_bytes) / (1 << 20));
       std::fflush(stdout);  // the child ends with _Exit
       return result.stream.error.empty() ? 0 : 1;
     });

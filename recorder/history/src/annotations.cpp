@@ -57,9 +57,16 @@ void HistoryRecorder::State::append_direct(const snapshot::Event& event) noexcep
 
 std::uint32_t HistoryRecorder::State::string_id(std::string_view text) {
   std::lock_guard lock(strings_mutex);
-  auto [it, inserted] = string_ids.try_emplace(std::string(text), static_cast<std::uint32_t>(strings.size()));
-  if (inserted) strings.emplace_back(text);
-  return it->second;
+  if (auto it = string_ids.find(text); it != string_ids.end()) return it->second;
+  const auto id = static_cast<std::uint32_t>(strings.size());
+  strings.emplace_back(text);
+  try {
+    string_ids.emplace(strings.back(), id);
+  } catch (...) {
+    strings.pop_back();
+    throw;
+  }
+  return id;
 }
 
 void HistoryRecorder::annotate_begin(std::string_view name) noexcept {

@@ -379,7 +379,7 @@ void add_settings(std::map<std::string, std::string>& settings, const AllocatorC
 
 std::vector<std::string> copy_annotation_names(State& s) {
   std::lock_guard lock(s.strings_mutex);
-  return s.strings;
+  return {s.strings.begin(), s.strings.end()};
 }
 
 // The recorder's stack ids that the events and the segments refer to: only

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -199,8 +200,11 @@ struct HistoryRecorder::State {
   StreamStatus last_stream_status;                // the last stream's, once finished; guarded by control
 
   mutable std::mutex strings_mutex;
-  std::vector<std::string> strings{std::string()};
-  std::unordered_map<std::string, std::uint32_t> string_ids;
+  // Annotation names, each kept once: the index's keys view the deque's
+  // strings, which never move. A run that names each step afresh keeps
+  // every name (a streamed recording too, until it ends).
+  std::deque<std::string> strings{std::string()};
+  std::unordered_map<std::string_view, std::uint32_t> string_ids;
 
   // NVML readings taken at OOMs, each keyed to its OOM event by (thread,
   // ticks); the dump pairs them with the events it keeps. Leaf lock. At most

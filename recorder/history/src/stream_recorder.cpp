@@ -478,7 +478,13 @@ void StreamRecorder::emit(snapshot::Event event) {
         std::lock_guard lock(s_.strings_mutex);
         if (name < s_.strings.size()) text = s_.strings[name];
       }
-      it = annotation_names_.emplace(name, string_id(valid(text))).first;
+      // A string of its own, not deduplicated against the symbols'
+      // (strings_): the recorder already gives one name one id, and a run
+      // that names every step afresh ("step 41") would otherwise keep each
+      // name twice more for the whole run.
+      const auto id = static_cast<std::uint32_t>(text.empty() ? 0 : strings_size_++);
+      if (id) pending_.strings.push_back(valid(std::move(text)));
+      it = annotation_names_.emplace(name, id).first;
     }
     event.aux = it->second;
   }
