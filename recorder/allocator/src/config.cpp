@@ -1,12 +1,13 @@
 #include "cachealloc/config.hpp"
 
 #include <bit>
-#include <charconv>
+#include <optional>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
 #include <vector>
 
+#include "cachealloc/detail/setting_text.hpp"
 #include "cachealloc/errors.hpp"
 
 namespace cachealloc {
@@ -30,18 +31,12 @@ constexpr std::size_t kLargeBuffer = 20 * kMiB;
   throw ConfigError(message);
 }
 
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\n')) text.remove_suffix(1);
-  return text;
-}
+using detail::trim_setting;
 
 std::size_t parse_unsigned(std::string_view key, std::string_view value) {
-  std::size_t result = 0;
-  const auto* end = value.data() + value.size();
-  auto [ptr, ec] = std::from_chars(value.data(), end, result);
-  if (value.empty() || ec != std::errc() || ptr != end) fail(key, value, "expected a non-negative integer");
-  return result;
+  const std::optional<std::uint64_t> count = detail::parse_setting_count(value);
+  if (!count) fail(key, value, "expected a non-negative integer");
+  return static_cast<std::size_t>(*count);
 }
 
 double parse_double(std::string_view key, std::string_view value) {
@@ -77,12 +72,12 @@ void parse_roundup(std::string_view key, std::string_view value, AllocatorConfig
   std::size_t last_index = 0;
   while (!body.empty()) {
     const auto comma = body.find(',');
-    std::string_view entry = trim(body.substr(0, comma));
+    std::string_view entry = trim_setting(body.substr(0, comma));
     body = comma == std::string_view::npos ? std::string_view() : body.substr(comma + 1);
     const auto colon = entry.find(':');
     if (colon == std::string_view::npos) fail(key, value, "list entries are size_mb:divisions");
-    const std::string_view size_text = trim(entry.substr(0, colon));
-    const std::size_t d = parse_unsigned(key, trim(entry.substr(colon + 1)));
+    const std::string_view size_text = trim_setting(entry.substr(0, colon));
+    const std::size_t d = parse_unsigned(key, trim_setting(entry.substr(colon + 1)));
     if (d != 0 && !std::has_single_bit(d)) fail(key, value, "divisions must be a power of two");
     if (size_text == ">") {
       for (std::size_t i = first ? 0 : last_index + 1; i < divisions.size(); ++i) divisions[i] = d;
@@ -106,8 +101,8 @@ void parse_roundup(std::string_view key, std::string_view value, AllocatorConfig
 
 AllocatorConfig parse_config(std::string_view text) {
   AllocatorConfig config;
-  config.source = std::string(trim(text));
-  std::string_view rest = trim(text);
+  config.source = std::string(trim_setting(text));
+  std::string_view rest = trim_setting(text);
   while (!rest.empty()) {
     // Split on commas outside brackets.
     std::size_t end = 0;
@@ -117,13 +112,13 @@ AllocatorConfig parse_config(std::string_view text) {
       if (rest[end] == ']') --depth;
       if (rest[end] == ',' && depth == 0) break;
     }
-    const std::string_view pair = trim(rest.substr(0, end));
+    const std::string_view pair = trim_setting(rest.substr(0, end));
     rest = end < rest.size() ? rest.substr(end + 1) : std::string_view();
     if (pair.empty()) continue;
     const auto colon = pair.find(':');
     if (colon == std::string_view::npos) fail(pair, "", "expected key:value");
-    const std::string_view key = trim(pair.substr(0, colon));
-    const std::string_view value = trim(pair.substr(colon + 1));
+    const std::string_view key = trim_setting(pair.substr(0, colon));
+    const std::string_view value = trim_setting(pair.substr(colon + 1));
 
     if (key == "max_split_size_mb") {
       const std::size_t mb = parse_unsigned(key, value);

@@ -58,15 +58,15 @@ void HistoryRecorder::State::append_direct(const snapshot::Event& event) noexcep
 std::uint32_t HistoryRecorder::State::string_id(std::string_view text) {
   std::lock_guard lock(strings_mutex);
   if (auto it = string_ids.find(text); it != string_ids.end()) return it->second;
-  const auto id = static_cast<std::uint32_t>(strings.size());
+  const auto added = static_cast<std::uint32_t>(strings.size());
   strings.emplace_back(text);
   try {
-    string_ids.emplace(strings.back(), id);
+    string_ids.emplace(strings.back(), added);
   } catch (...) {
     strings.pop_back();
     throw;
   }
-  return id;
+  return added;
 }
 
 void HistoryRecorder::annotate_begin(std::string_view name) noexcept {

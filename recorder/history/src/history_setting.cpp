@@ -1,8 +1,9 @@
 // CACHEALLOC_HISTORY's syntax (history.hpp): key:value pairs, as
 // CACHEALLOC_CONF, into HistoryOptions for a streamed recording.
-#include <charconv>
+#include <optional>
 #include <string>
 
+#include "cachealloc/detail/setting_text.hpp"
 #include "cachealloc/errors.hpp"
 #include "cachealloc/history.hpp"
 
@@ -17,18 +18,12 @@ namespace {
   throw ConfigError(message);
 }
 
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\n')) text.remove_suffix(1);
-  return text;
-}
+using detail::trim_setting;
 
 std::uint64_t parse_count(std::string_view pair, std::string_view value) {
-  std::uint64_t result = 0;
-  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), result);
-  if (value.empty() || error != std::errc{} || end != value.data() + value.size())
-    fail(pair, "expected a non-negative integer");
-  return result;
+  const std::optional<std::uint64_t> count = detail::parse_setting_count(value);
+  if (!count) fail(pair, "expected a non-negative integer");
+  return *count;
 }
 
 // The library's own parsers throw InvalidArgument with a message that lists
@@ -47,16 +42,16 @@ auto parse_with(std::string_view pair, Parse&& parse) {
 HistoryOptions parse_history_setting(std::string_view text) {
   HistoryOptions options;
   bool has_stream = false;
-  std::string_view rest = trim(text);
+  std::string_view rest = trim_setting(text);
   while (!rest.empty()) {
     const std::size_t comma = rest.find(',');
-    const std::string_view pair = trim(rest.substr(0, comma));
+    const std::string_view pair = trim_setting(rest.substr(0, comma));
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     if (pair.empty()) continue;
     const std::size_t colon = pair.find(':');
     if (colon == std::string_view::npos) fail(pair, "expected key:value (e.g. stream:/tmp/run.bin)");
-    const std::string_view key = trim(pair.substr(0, colon));
-    const std::string_view value = trim(pair.substr(colon + 1));
+    const std::string_view key = trim_setting(pair.substr(0, colon));
+    const std::string_view value = trim_setting(pair.substr(colon + 1));
     if (key == "stream") {
       if (value.empty()) fail(pair, "the stream needs a path");
       options.stream = std::string(value);
