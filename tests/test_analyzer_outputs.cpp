@@ -6,6 +6,8 @@
 // Runs the built executable; skipped when it has not been built.
 #include <doctest/doctest.h>
 
+#include "child_process.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,31 +41,15 @@ const fs::path kCorpus = fs::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "pytorch
 const fs::path kStreams = kCorpus / "streams.pickle";
 const fs::path kOurs = fs::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "synthetic_2k_native.bin";
 
-struct Result {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using Result = test_support::ChildRun;
 
-fs::path scratch() {
-  const fs::path dir = fs::temp_directory_path() / ("cachealloc-outputs-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path scratch() { return test_support::scratch_folder("outputs"); }
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using test_support::slurp;
 
+// `arguments` as a shell would split them (some hold redirections).
 Result run(const std::string& arguments) {
-  const fs::path dir = scratch();
-  const std::string command =
-      kTool.string() + " " + arguments + " >" + (dir / "out").string() + " 2>" + (dir / "err").string();
-  const int status = std::system(command.c_str());
-  return Result{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out"), slurp(dir / "err")};
+  return test_support::run_child({"/bin/sh", "-c", kTool.string() + " " + arguments}, scratch());
 }
 
 bool tool_built() {

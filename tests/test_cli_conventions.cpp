@@ -4,6 +4,8 @@
 // and events --all-events streams in bounded memory.
 #include <doctest/doctest.h>
 
+#include "child_process.hpp"
+
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -35,62 +37,19 @@ const fs::path kSource = CACHEALLOC_SOURCE_DIR;
 const std::string kSample = (kSource / "analyzer" / "testdata" / "small_step.bin").string();
 const std::string kAnalyze = "cachealloc-analyze";
 
-struct Run {
-  int code = -1;
-  std::string out;
-  std::string err;
-  double seconds = 0;
-  long max_rss_kib = 0;
-  std::string first_err_line() const { return err.substr(0, err.find('\n')); }
-};
+using Run = test_support::ChildRun;
 
-fs::path scratch() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("cachealloc-conventions-" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
+fs::path scratch() { return test_support::scratch_folder("conventions"); }
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using test_support::slurp;
 
 // Runs bin/`program` with `args` (no shell), stdin from `input` (or
-// /dev/null), in `cwd`; the child's own time and peak RSS come from wait4.
+// /dev/null), in `cwd`.
 Run run(const std::string& program, const std::vector<std::string>& args, const std::string& input = "/dev/null",
         const fs::path& cwd = scratch()) {
-  const fs::path out = scratch() / "stdout", err = scratch() / "stderr";
-  const auto start = std::chrono::steady_clock::now();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (::chdir(cwd.c_str()) != 0) ::_exit(126);
-    const int in = ::open(input.c_str(), O_RDONLY);
-    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(in, 0), ::dup2(o, 1), ::dup2(e, 2);
-    const std::string path = (kBin / program).string();
-    std::vector<char*> argv{const_cast<char*>(path.c_str())};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(path.c_str(), argv.data());
-    ::_exit(127);
-  }
-  int status = 0;
-  struct rusage usage {};
-  ::wait4(pid, &status, 0, &usage);
-  Run result;
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.max_rss_kib = usage.ru_maxrss;
-  result.out = slurp(out);
-  result.err = slurp(err);
-  return result;
+  std::vector<std::string> argv{(kBin / program).string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return test_support::run_child(argv, scratch(), {input, cwd, {}});
 }
 
 struct Case {

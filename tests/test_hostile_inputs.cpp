@@ -7,6 +7,8 @@
 // seconds in bounded memory.
 #include <doctest/doctest.h>
 
+#include "child_process.hpp"
+
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -42,59 +44,15 @@ namespace {
 const fs::path kAnalyze = fs::path(CACHEALLOC_BINARY_DIR) / "bin" / "cachealloc-analyze";
 const fs::path kHostile = fs::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "hostile";
 
-struct Run {
-  int code = -1;
-  std::string out;
-  std::string err;
-  double seconds = 0;
-  long max_rss_kib = 0;
-};
+using Run = test_support::ChildRun;
 
-fs::path scratch() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("cachealloc-hostile-" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
+fs::path scratch() { return test_support::scratch_folder("hostile"); }
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using test_support::slurp;
 
-// Runs `argv` (argv[0] a path; "sh" runs /bin/sh) with stdout and stderr to
-// files; time and the peak RSS of it and what it waited for, from wait4.
+// Runs `args` (args[0] a path; "/bin/sh" runs a script) with `env` added.
 Run run(std::vector<std::string> args, const std::vector<std::string>& env = {}) {
-  const fs::path out = scratch() / "stdout", err = scratch() / "stderr";
-  const auto start = std::chrono::steady_clock::now();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int in = ::open("/dev/null", O_RDONLY);
-    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(in, 0), ::dup2(o, 1), ::dup2(e, 2);
-    for (const std::string& pair : env) ::putenv(const_cast<char*>(pair.c_str()));
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  int status = 0;
-  struct rusage usage {};
-  ::wait4(pid, &status, 0, &usage);
-  Run r;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.max_rss_kib = usage.ru_maxrss;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
+  return test_support::run_child(std::move(args), scratch(), {"/dev/null", {}, env});
 }
 
 Run analyze(const std::vector<std::string>& args) {
