@@ -12,7 +12,15 @@
 //     keyframe; the long runs of testdata/pytorch/long have many keyframes, and at
 //     least three inputs of three or more keyframes must pass at every moment);
 //   - a brush (drag) over the timeline selects a window whose sites panel holds
-//     the sites `top --from A --to B --format json` gives, with their counts and bytes.
+//     the sites `top --from A --to B --format json` gives, with their counts and bytes;
+//   - the first screen (1600x1200) answers "what is the memory made of": the peak
+//     panel starts within it and holds what `peak --format json` lists (bytes by
+//     category and by site); the category bands add up to allocated at points
+//     spread over the run and over a window drawn event by event; the hovered
+//     band's sites add up to its bytes; no label leaves its box; the y axis is as
+//     wide as its ticks; OOM has its own colour; OOMs and empty_cache calls are
+//     counted ticks, not lines; the legend off the chart shows the peak, never
+//     "unknown"; segments are drawn to scale; no two site labels of a table match.
 // And for a few of them: the flamegraph SVG parses as XML and renders with no
 // error; export --what perfetto passes perfetto.schema.json (ajv) and its
 // counters reach the summary's peaks.
@@ -65,7 +73,7 @@ function known(name, what, ok, message) {
 
 async function open(browser, file) {
   const page = await browser.newPage();
-  await page.setViewport({ width: 1400, height: 1000 });
+  await page.setViewport({ width: 1600, height: 1200 });
   const problems = [];
   const url = 'file://' + path.resolve(file);
   page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warn') problems.push('console ' + m.type() + ': ' + m.text()); });
@@ -157,6 +165,8 @@ async function checkReport(browser, input, name) {
   known(name, 'reserved', s.peakReserved === summary.peak_reserved,
         name + ': timeline reserved peak ' + s.peakReserved + ' == summary peak_reserved ' + summary.peak_reserved);
 
+  await checkFirstScreen(page, input, name, summary);
+
   // Click at the peak's pixel.
   const peakEvent = summary.peak_allocated_event;
   if (peakEvent !== null && peakEvent !== undefined) {
@@ -227,6 +237,71 @@ async function checkReport(browser, input, name) {
   console.log('ok   ' + name + ' (' + fs.statSync(html).size + ' bytes, ' + keyframes + ' keyframes, segment map and live sites held to segments --at at ' +
               mapsChecked + ' events, interactive after ' + interactive + ' ms)');
   await page.close();
+}
+
+function fmtBytes(b) {  // the page's own formatting
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = Math.abs(b), u = 0;
+  while (v >= 1024 && u < units.length - 1) { v /= 1024; ++u; }
+  return (b < 0 ? '-' : '') + (u === 0 ? String(v) : v.toFixed(2)) + ' ' + units[u];
+}
+
+async function checkFirstScreen(page, input, name, summary) {
+  const peak = json(['peak', input]);
+  const got = await page.evaluate(() => {
+    const r = window.cacheallocReport, rect = (e) => { const b = e.getBoundingClientRect(); return { left: b.left, right: b.right, top: b.top + scrollY, bottom: b.bottom + scrollY }; };
+    const inside = (a, b) => a.left >= b.left - 0.5 && a.right <= b.right + 0.5 && a.top >= b.top - 0.5 && a.bottom <= b.bottom + 0.5;
+    const labels = [];
+    for (const l of document.querySelectorAll('#timeline-labels .chart-label')) labels.push({ text: l.textContent, ok: inside(rect(l), rect(document.getElementById('timeline-labels'))) });
+    const strip = document.getElementById('markers');
+    for (const l of document.querySelectorAll('#markers .marker-label')) {
+      const b = rect(l), s = rect(strip);
+      const inBar = l.dataset.x0 === undefined || (b.left - s.left >= Number(l.dataset.x0) - 0.5 && b.right - s.left <= Number(l.dataset.x1) + 0.5);
+      labels.push({ text: l.textContent, ok: inside(b, s) && inBar });
+    }
+    const tables = {};
+    for (const id of ['peak-sites', 'live-sites', 'window-sites']) tables[id] = [...document.querySelectorAll('#' + id + ' td.site-label')].map((c) => c.textContent);
+    return JSON.parse(JSON.stringify({ panel: document.getElementById('peak-panel') ? rect(document.getElementById('peak-panel')).top : null,
+      labels, tables, axis: r.axisFit, colors: r.colors, peak: r.peakPanel, markers: r.markerRows || [], sample: r.seriesSample ? r.seriesSample(60) : null,
+      map: r.segmentMap }));
+  });
+  check(got.panel !== null && got.panel < 1200, name + ': the peak panel starts within the first 1200 px (at ' + got.panel + ')');
+  const p = got.peak;
+  if (check(p, name + ': the page has a peak panel')) {
+    check(p.allocated === peak.allocated_bytes, name + ': the peak panel holds ' + p.allocated + ' bytes, peak says ' + peak.allocated_bytes);
+    for (const c of peak.categories || [])
+      check(p.categories[c.category] === c.bytes, name + ': at the peak, ' + c.category + ' ' + p.categories[c.category] + ' == peak ' + c.bytes);
+    const key = (stack, bytes, n) => JSON.stringify([stack, bytes, n]);
+    const want = (peak.sites || []).map((x) => key(x.stack, x.bytes, x.allocations)).sort(), have = p.sites.map((x) => key(x.stack, x.bytes, x.allocations)).sort();
+    check(JSON.stringify(want) === JSON.stringify(have), name + ': the peak panel\'s sites are those of peak (' + have.length + ' vs ' + want.length + ')');
+  }
+  for (const l of got.labels) check(l.ok, name + ': the label "' + l.text + '" stays inside its box');
+  check(got.axis && got.axis.widest + got.axis.tick + got.axis.gap <= got.axis.size, name + ': the y axis (' + JSON.stringify(got.axis) + ') is wider than its ticks, so its title does not overlap them');
+  check(got.colors && got.colors.oom !== got.colors.reserved && !Object.values(got.colors.categories).includes(got.colors.oom),
+        name + ': OOM has its own colour (' + JSON.stringify(got.colors) + ')');
+  const ooms = (summary.events || {}).oom || 0, emptied = (summary.events || {}).empty_cache || 0;
+  const row = (kind) => got.markers.find((m) => m.kind === kind) || { count: 0, ticks: 0 };
+  check(row('oom').count === ooms && row('empty_cache').count === emptied, name + ': the marker strip counts ' + row('oom').count + ' OOMs and ' + row('empty_cache').count + ' empty_cache calls, summary ' + ooms + ' and ' + emptied);
+  const sumsHold = (sample) => sample && sample.points.length > 0 && sample.points.every((q) => q.categories.reduce((a, b) => a + b, 0) === q.allocated && q.stackTop === q.allocated);
+  check(sumsHold(got.sample), name + ': the category bands add up to allocated at ' + (got.sample ? got.sample.points.length : 0) + ' points of the run');
+  const exact = await page.evaluate(() => { const r = window.cacheallocReport; if (!r.seriesSample) return { s: { exact: false, points: [] }, band: null }; r.setView(0, 999); const s = r.seriesSample(60);
+    // The largest band at the middle point, as a hover there shows it.
+    const p = s.points[Math.floor(s.points.length / 2)];
+    let bk = -1;
+    if (p) p.categories.forEach((v, k) => { if (v > 0 && (bk < 0 || v > p.categories[bk])) bk = k; });
+    return JSON.parse(JSON.stringify({ s, band: bk < 0 ? null : r.hoverBand(p.index, bk) })); });
+  check(exact.s.exact && sumsHold(exact.s), name + ': the category bands add up to allocated at every sampled event of events #0 to #999');
+  if (exact.band) check(exact.band.sites.reduce((a, x) => a + x.bytes, 0) === exact.band.bytes, name + ': the hovered band\'s sites add up to its ' + exact.band.bytes + ' bytes (' + exact.band.category + ')');
+  await page.evaluate(() => window.cacheallocReport.setView(0, 1e15));
+  await page.mouse.move(2, 2);
+  const legend = await page.evaluate(() => window.cacheallocReport.legendText || document.getElementById('timeline-legend').textContent);
+  check(!/unknown/.test(legend) && legend.includes(fmtBytes(Math.max(...summary.peaks.filter((x) => x.metric === 'allocated').map((x) => x.bytes)))),
+        name + ': the legend off the chart shows the peak, not "unknown": ' + JSON.stringify(legend.slice(0, 160)));
+  const segs = (got.map ? got.map.segments : []).slice().sort((a, b) => a.size - b.size);
+  check(segs.every((s, i) => s.width >= 4 && (i === 0 || s.width >= segs[i - 1].width) && (i === 0 || s.size === segs[i - 1].size || s.width > segs[i - 1].width || s.width === 4)),
+        name + ': segments drawn to scale, widths in the order of sizes (' + segs.map((s) => s.size + ':' + (s.width || 0).toFixed(1)).slice(0, 6).join(' ') + ')');
+  for (const [id, texts] of Object.entries(got.tables))
+    check(new Set(texts).size === texts.length, name + ': the site labels of #' + id + ' are distinct (' + texts.length + ' rows)');
 }
 
 async function checkFlameGraph(browser, input, name) {

@@ -1,7 +1,5 @@
 #include "cachealloc/analyzer/html_report.hpp"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -15,6 +13,10 @@
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/document.hpp"
 #include "cachealloc/snapshot/ring_start.hpp"
+#include "html_script_parts.hpp"
+#include "cachealloc/analyzer/categories.hpp"
+#include "render/html_categories.hpp"
+#include "render/html_payload.hpp"
 #include "reports/report_helpers.hpp"
 
 namespace cachealloc::analyzer {
@@ -22,7 +24,9 @@ namespace cachealloc::analyzer {
 namespace assets {
 extern const std::string_view kUplotJs;
 extern const std::string_view kUplotCss;
-extern const std::string_view kReportJs;
+// The page script's parts, in the order they run (assets.cmake lists them).
+extern const std::string_view CACHEALLOC_REPORT_SCRIPT_PARTS;
+const std::string_view kReportScriptParts[] = {CACHEALLOC_REPORT_SCRIPT_PARTS};
 extern const std::string_view kReportCss;
 }  // namespace assets
 
@@ -30,75 +34,14 @@ using snapshot::BlockState;
 using snapshot::Event;
 using snapshot::EventKind;
 using snapshot::Segment;
+using html::VarintColumn;
+using html::write_payload;
 
 namespace {
 
 // The page's event kinds: the model's, and one for another device's events,
 // which change nothing here.
 constexpr std::uint8_t kOtherDevice = 15;
-
-// LEB128 varints; signed values zigzag-coded. The page decodes these with
-// arithmetic, not 32-bit bit operations, so values up to 2^53 survive.
-class VarintColumn {
- public:
-  void u(std::uint64_t v) {
-    while (v >= 0x80) {
-      bytes_.push_back(static_cast<char>((v & 0x7f) | 0x80));
-      v >>= 7;
-    }
-    bytes_.push_back(static_cast<char>(v));
-  }
-  void s(std::int64_t v) { u((static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63)); }
-  void delta(std::uint64_t v, std::uint64_t& previous) {
-    s(static_cast<std::int64_t>(v - previous));
-    previous = v;
-  }
-  const std::string& bytes() const noexcept { return bytes_; }
-
- private:
-  std::string bytes_;
-};
-
-std::string gzip(std::string_view data) {
-  z_stream z{};
-  if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) throw std::runtime_error("zlib: deflateInit2");
-  std::string out(deflateBound(&z, static_cast<uLong>(data.size())) + 32, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  z.avail_in = static_cast<uInt>(data.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  const int result = deflate(&z, Z_FINISH);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  if (result != Z_STREAM_END) throw std::runtime_error("zlib: deflate");
-  return out;
-}
-
-std::string base64(std::string_view data) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((data.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 2 < data.size(); i += 3) {
-    const std::uint32_t n = (static_cast<std::uint8_t>(data[i]) << 16) | (static_cast<std::uint8_t>(data[i + 1]) << 8) |
-                            static_cast<std::uint8_t>(data[i + 2]);
-    out += {kAlphabet[n >> 18], kAlphabet[(n >> 12) & 63], kAlphabet[(n >> 6) & 63], kAlphabet[n & 63]};
-  }
-  if (i + 1 == data.size()) {
-    const std::uint32_t n = static_cast<std::uint8_t>(data[i]) << 16;
-    out += {kAlphabet[n >> 18], kAlphabet[(n >> 12) & 63], '=', '='};
-  } else if (i + 2 == data.size()) {
-    const std::uint32_t n = (static_cast<std::uint8_t>(data[i]) << 16) | (static_cast<std::uint8_t>(data[i + 1]) << 8);
-    out += {kAlphabet[n >> 18], kAlphabet[(n >> 12) & 63], kAlphabet[(n >> 6) & 63], '='};
-  }
-  return out;
-}
-
-// One payload of the page: gzip, base64, in an inert script element.
-void write_payload(std::ostream& out, const char* id, std::string_view data) {
-  out << "<script type=\"application/octet-stream\" id=\"" << id << "\" data-bytes=\"" << data.size() << "\">"
-      << base64(gzip(data)) << "</script>\n";
-}
 
 bool has_address(EventKind kind) {
   switch (kind) {
@@ -117,7 +60,7 @@ bool has_address(EventKind kind) {
 
 // The page's copy of one layout: segments in address order, each block by
 // size (its address follows from the ones before it), state, and for active
-// blocks the rounding (size - requested) and the stack.
+// blocks the rounding (size - requested), the stack and the category.
 struct KeyframeWriter {
   VarintColumn column;
   // Per keyframe: the event it precedes, its byte offset, the delta bases, and
@@ -129,7 +72,8 @@ struct KeyframeWriter {
   // `address_base` and `time_base`: where the event columns' delta chains
   // stand before `before_event`, so the page can start decoding there.
   std::size_t write(std::size_t before_event, std::uint64_t address_base, std::uint64_t time_base,
-                    const std::array<std::uint64_t, 6>& offsets, const std::vector<Segment>& layout) {
+                    const std::array<std::uint64_t, 6>& offsets, const std::vector<Segment>& layout,
+                    const html::BlockCategories& categories) {
     index.push_back({before_event, column.bytes().size(), address_base, time_base, offsets[0], offsets[1], offsets[2],
                      offsets[3], offsets[4], offsets[5]});
     column.u(before_event);
@@ -153,6 +97,7 @@ struct KeyframeWriter {
         if (block.state == BlockState::active_allocated || block.state == BlockState::active_pending_free) {
           column.s(static_cast<std::int64_t>(block.size - block.requested));
           column.u(block.stack.value);
+          column.u(categories.of(block.address));
         }
       }
       written += segment.blocks.size();
@@ -165,6 +110,7 @@ struct KeyframeWriter {
 
 struct Bucket {
   std::uint64_t first_time = 0;
+  std::size_t first_event = 0, last_event = 0;
   Totals min, max;
   bool empty = true;
   void add(const Totals& t) {
@@ -199,16 +145,21 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   whole.window = EventWindow{};  // the page shows the whole trace; the views select windows in it
   const std::string summary = render_json(summary_report(source, whole));
   const std::string oom = render_json(oom_report(source, whole));
+  // What the memory is made of: the timeline stacks allocated by category.
+  const Categorization categorization = categorize(source, device);
 
   // The state before events[0], as segments --at and replay_to() take it.
   const InitialLayout initial = confirmed_start(source, device);
   Replay replay(initial.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head));
+  html::BlockCategories block_categories(categorization, replay);
 
   const std::size_t n = source.event_count();
   HtmlReportStats stats;
   stats.events = n;
   VarintColumn kinds, addresses, sizes, auxes, stacks, streams, times;
   VarintColumn buckets;
+  // Each bucket's events, for its bytes per category where allocated peaked.
+  std::vector<std::pair<std::size_t, std::size_t>> bucket_ranges;
   KeyframeWriter keyframes;
   auto offsets = [&]() -> std::array<std::uint64_t, 6> {
     return {addresses.bytes().size(), sizes.bytes().size(), auxes.bytes().size(),
@@ -219,11 +170,12 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   std::vector<std::uint64_t> allocs_by_stack(head.stacks.size() + 1, 0), bytes_by_stack(head.stacks.size() + 1, 0);
   std::uint64_t previous_address = 0, previous_time = 0, time_origin = 0;
   std::size_t last_keyframe = 0;
-  std::size_t next_keyframe_gap = std::max(kHtmlMinKeyframeGap, 4 * keyframes.write(0, 0, 0, offsets(), replay.layout()));
+  std::size_t next_keyframe_gap = std::max(kHtmlMinKeyframeGap, 4 * keyframes.write(0, 0, 0, offsets(), replay.layout(), block_categories));
   Bucket bucket;
   std::uint64_t bucket_previous[7] = {};
   auto flush_bucket = [&] {
     if (bucket.empty) return;
+    bucket_ranges.emplace_back(bucket.first_event, bucket.last_event);
     const std::uint64_t values[7] = {bucket.first_time,   bucket.min.allocated, bucket.max.allocated,
                                      bucket.min.reserved, bucket.max.reserved,  bucket.min.active,
                                      bucket.max.active};
@@ -271,7 +223,12 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
     if (i == 0) previous_time = time_origin = e.time_ns;
     const bool mine = e.device == device;
     const bool global = e.kind == EventKind::annotation_begin || e.kind == EventKind::annotation_end;
-    kinds.u(mine || global ? static_cast<std::uint8_t>(e.kind) : kOtherDevice);
+    // An alloc's category rides in the high bits of its kind byte (kinds
+    // take 4 bits, categories 3): still one byte an event.
+    std::uint8_t kind_byte = mine || global ? static_cast<std::uint8_t>(e.kind) : kOtherDevice;
+    if (mine && e.kind == EventKind::alloc) kind_byte |= static_cast<std::uint8_t>(block_categories.on_alloc(i, e.address) << 4);
+    else if (mine && e.kind == EventKind::free_completed) block_categories.on_free_completed(e.address);
+    kinds.u(kind_byte);
     times.s(static_cast<std::int64_t>(e.time_ns - previous_time));
     previous_time = e.time_ns;
     if (mine && has_address(e.kind)) addresses.delta(e.address, previous_address);
@@ -320,19 +277,31 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
       }
     }
     replay.apply(e);
-    if (bucket.empty) bucket.first_time = e.time_ns - time_origin;
+    if (bucket.empty) {
+      bucket.first_time = e.time_ns - time_origin;
+      bucket.first_event = i;
+    }
+    bucket.last_event = i;
     bucket.add(replay.totals());
     if ((i + 1) % kHtmlBucketEvents == 0) flush_bucket();
     if ((i + 1) % sample_every == 0 || i + 1 == n) sample(i);
     // A keyframe holds the state before event i + 1.
     if (i + 1 < n && i + 1 - last_keyframe >= next_keyframe_gap) {
       last_keyframe = i + 1;
-      next_keyframe_gap = std::max(kHtmlMinKeyframeGap, 4 * keyframes.write(i + 1, previous_address, previous_time - time_origin, offsets(), replay.layout()));
+      next_keyframe_gap = std::max(kHtmlMinKeyframeGap, 4 * keyframes.write(i + 1, previous_address, previous_time - time_origin, offsets(), replay.layout(), block_categories));
     }
     if (options.progress && (i + 1) % (std::size_t{1} << 16) == 0) options.progress(i + 1, n);
     return true;
   });
   flush_bucket();
+  // Per bucket, the bytes of each category where allocated peaked in it
+  // (they add up to the bucket's max allocated), delta-coded by category.
+  VarintColumn bucket_categories;
+  {
+    std::array<std::uint64_t, kCategoryCount> previous{};
+    for (const CategoryBytes& at_max : categorization.at_allocated_max(bucket_ranges))
+      for (std::size_t c = 0; c < kCategoryCount; ++c) bucket_categories.delta(at_max.bytes[c], previous[c]);
+  }
   for (std::size_t k = 0; k < open.size(); ++k) band(open[k], n == 0 ? 0 : n - 1, k);
   bands.end_array();
   marks.end_array();
@@ -364,6 +333,28 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   meta.value(static_cast<std::uint64_t>(kHtmlBucketEvents));
   meta.key("buckets");
   meta.value(static_cast<std::uint64_t>(stats.buckets));
+  meta.key("categories");  // [key, label, inferred], in Category order
+  meta.begin_array();
+  {
+    // Inferred unless every allocation of the category came from torch's own state.
+    std::array<bool, kCategoryCount> inferred{};
+    inferred.fill(true);
+    std::array<bool, kCategoryCount> any{};
+    for (const CategorizedAllocation& a : categorization.allocations) {
+      const std::size_t c = static_cast<std::size_t>(a.category.category);
+      if (!any[c]) inferred[c] = false;
+      any[c] = true;
+      if (a.category.source == CategorySource::inferred) inferred[c] = true;
+    }
+    for (std::size_t c = 0; c < kCategoryCount; ++c) {
+      meta.begin_array();
+      meta.value(category_key(static_cast<Category>(c)));
+      meta.value(category_label(static_cast<Category>(c)));
+      meta.value(inferred[c]);
+      meta.end_array();
+    }
+  }
+  meta.end_array();
   meta.key("keyframes");
   meta.value(static_cast<std::uint64_t>(keyframes.count));
   meta.key("start");
@@ -453,9 +444,11 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   write_payload(page, "data-streams", streams.bytes());
   write_payload(page, "data-times", times.bytes());
   write_payload(page, "data-buckets", buckets.bytes());
+  write_payload(page, "data-bucket-categories", bucket_categories.bytes());
   write_payload(page, "data-keyframes", keyframes.column.bytes());
-  page << "<script>\n" << assets::kUplotJs << "\n</script>\n<script>\n" << assets::kReportJs
-       << "\n</script>\n</body></html>\n";
+  page << "<script>\n" << assets::kUplotJs << "\n</script>\n<script>\n";
+  for (const std::string_view part : assets::kReportScriptParts) page << part << "\n";
+  page << "</script>\n</body></html>\n";
   const std::string text = page.str();
   stats.bytes = text.size();
   out << text;

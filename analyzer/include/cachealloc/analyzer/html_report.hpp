@@ -5,7 +5,10 @@
 // Levels of detail, so that a trace of millions of events stays fluid and the
 // page holds only what it draws:
 //   - timeline: the min and max of allocated, reserved and active per bucket
-//     of kHtmlBucketEvents events (the page merges them into coarser levels);
+//     of kHtmlBucketEvents events (the page merges them into coarser levels),
+//     and allocated by category (categorize()) where it peaked in each bucket;
+//     each alloc's category rides in its kind byte, each keyframe block's
+//     beside its stack, so the page's replay knows every block's category;
 //     a window of fewer than HtmlOptions::exact_events events is drawn event by
 //     event, replayed in the page from the nearest keyframe;
 //   - segment map: layout keyframes (Replay::layout(), every
@@ -16,7 +19,7 @@
 // Binary columns are varint-coded, gzip-compressed and base64-encoded into
 // the page, and decoded there with DecompressionStream (no network).
 //
-// Cost: summary_report, oom_report, one backward pass (derive_initial_layout,
+// Cost: summary_report, oom_report, categorize(), one backward pass (derive_initial_layout,
 // unless the file stores its ring start) and one forward replay.
 // Memory: the replayed state plus the encoded page (about 4-6 bytes per event).
 // Throws SnapshotError as the other reports do. Thread safety: reentrant.
