@@ -69,7 +69,7 @@ TEST_CASE("on every PyTorch run in testdata, the categories add up to allocated 
     CAPTURE(file);
     analyzer::FileEvents source(file);
     const analyzer::Categorization c = analyzer::categorize(source, -1);
-    for (const auto& a : c.allocations) CHECK(a.category.source == analyzer::CategorySource::inferred);
+    for (const auto& a : c.allocations()) CHECK(a.category.source == analyzer::CategorySource::inferred);
     check_sums(source, c);
   }
 }
@@ -107,11 +107,11 @@ TEST_CASE("a CUDA graph's capture is the CUDA graph pool, and no other run has o
   analyzer::FileEvents graph(kPytorch / "corpus" / "cuda_graph.pickle");
   const auto c = analyzer::categorize(graph, -1);
   std::size_t pooled = 0;
-  for (const auto& a : c.allocations) pooled += a.category.category == Category::cuda_graph_pool;
+  for (const auto& a : c.allocations()) pooled += a.category.category == Category::cuda_graph_pool;
   CHECK(pooled == 24);  // the requests the what-if replay routes to the capture's pool
   for (const char* other : {"gru_python_stacks.pickle", "corpus/streams.pickle", "long/long_train.pickle.zst"}) {
     analyzer::FileEvents source(kPytorch / other);
-    for (const auto& a : analyzer::categorize(source, -1).allocations)
+    for (const auto& a : analyzer::categorize(source, -1).allocations())
       CHECK(a.category.category != Category::cuda_graph_pool);
   }
 }
@@ -168,9 +168,10 @@ TEST_CASE("given a hand-made training step, when categorized, then each rule giv
       {at(20), Category::other},           {at(23), Category::temporary},
       {at(27), Category::gradient},        {at(29), Category::optimizer_state},
       {at(30), Category::optimizer_state}, {at(31), Category::temporary}};
-  REQUIRE(c.allocations.size() == expected.size());
+  const std::vector<analyzer::CategorizedAllocation> allocations = c.allocations();
+  REQUIRE(allocations.size() == expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) {
-    const analyzer::CategorizedAllocation& a = c.allocations[i];
+    const analyzer::CategorizedAllocation& a = allocations[i];
     CAPTURE(i);
     CHECK(trace.events[a.alloc_event].address == expected[i].first);
     CHECK(analyzer::category_key(a.category.category) == std::string(analyzer::category_key(expected[i].second)));
@@ -182,7 +183,7 @@ TEST_CASE("given a hand-made training step, when categorized, then each rule giv
 TEST_CASE("an allocation nothing tells apart is other: no frames, no annotations") {
   analyzer::FileEvents source(kPytorch / "no_context.pickle");
   const auto c = analyzer::categorize(source, -1);
-  for (const auto& a : c.allocations) CHECK(a.category.category == Category::other);
+  for (const auto& a : c.allocations()) CHECK(a.category.category == Category::other);
 }
 
 TEST_CASE("category names: keys, labels and what --max-category accepts") {
@@ -192,4 +193,77 @@ TEST_CASE("category names: keys, labels and what --max-category accepts") {
   CHECK(analyzer::parse_category("Activation") == Category::activation);
   CHECK(analyzer::parse_category("activations") == std::nullopt);
   CHECK(analyzer::parse_category("") == std::nullopt);
+}
+
+namespace {
+
+bool same(const analyzer::CategoryBytes& a, const analyzer::CategoryBytes& b) { return a.bytes == b.bytes; }
+
+// Everything a Categorization answers, from its kept changes and from a
+// replay of the source, must be the same figure.
+void check_kept_equals_replayed(analyzer::EventSource& source) {
+  analyzer::CategorizeOptions replay_only;
+  replay_only.max_kept_changes = 0;
+  analyzer::CategorizeOptions cut_short;  // the bound reached part way
+  cut_short.max_kept_changes = 7;
+  const analyzer::Categorization kept = analyzer::categorize(source, -1);
+  const analyzer::Categorization replayed = analyzer::categorize(source, -1, replay_only);
+  const analyzer::Categorization cut = analyzer::categorize(source, -1, cut_short);
+  REQUIRE(!replayed.changes_kept());
+  CHECK(kept.allocation_count() == replayed.allocation_count());
+  const std::size_t n = source.event_count();
+  // Moments: before the first event, then every 1/13 of the trace and the last event.
+  std::vector<std::size_t> moments{analyzer::kNoEvent};
+  for (std::size_t k = 0; k < 13 && n > 0; ++k) moments.push_back(k * n / 13);
+  if (n > 0) moments.push_back(n - 1);
+  moments.erase(std::unique(moments.begin(), moments.end()), moments.end());
+  std::vector<std::pair<std::size_t, std::size_t>> ranges{{analyzer::kNoEvent, analyzer::kNoEvent}};
+  for (std::size_t k = 1; k < moments.size(); ++k)
+    ranges.emplace_back(moments[k - 1] == analyzer::kNoEvent ? 0 : moments[k - 1] + 1, moments[k]);
+  for (const analyzer::Categorization* other : {&replayed, &cut}) {
+    const auto a = kept.at(moments), b = other->at(moments);
+    for (std::size_t k = 0; k < a.size(); ++k) CHECK(same(a[k], b[k]));
+    const auto ra = kept.at_allocated_max(ranges), rb = other->at_allocated_max(ranges);
+    for (std::size_t k = 0; k < ra.size(); ++k) CHECK(same(ra[k], rb[k]));
+    CHECK(same(kept.peaks(), other->peaks()));
+    const auto aa = kept.allocations(), ab = other->allocations();
+    REQUIRE(aa.size() == ab.size());
+    for (std::size_t k = 0; k < aa.size(); ++k) {
+      CHECK(aa[k].alloc_event == ab[k].alloc_event);
+      CHECK(aa[k].free_event == ab[k].free_event);
+      CHECK(aa[k].bytes == ab[k].bytes);
+      CHECK(aa[k].category.category == ab[k].category.category);
+    }
+  }
+  // A follower given every event agrees with at() after each one.
+  analyzer::Categorization::Follower follower(replayed);
+  std::vector<std::size_t> every;
+  analyzer::for_each_event(source, 0, n, [&](std::size_t i, const snapshot::Event&) {
+    every.push_back(i);
+    return true;
+  });
+  const auto expected = kept.at(every);
+  std::size_t k = 0;
+  analyzer::for_each_event(source, 0, n, [&](std::size_t i, const snapshot::Event& e) {
+    follower.on_event(i, e);
+    CHECK(same(follower.now(), expected[k++]));
+    return true;
+  });
+}
+
+}  // namespace
+
+TEST_CASE("a long trace's categories come from a replay per query, in memory bounded by its layout, and are the same "
+          "figures as from changes kept in memory") {
+  for (const auto& file : pytorch_runs()) {
+    CAPTURE(file);
+    analyzer::FileEvents source(file);
+    check_kept_equals_replayed(source);
+  }
+  for (unsigned seed = 1; seed <= 4; ++seed) {
+    CAPTURE(seed);
+    const snapshot::Snapshot trace = analyzer::testing::random_trace(seed, 20000, 2, 3);
+    analyzer::SnapshotEvents source(trace);
+    check_kept_equals_replayed(source);
+  }
 }

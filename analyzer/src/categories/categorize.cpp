@@ -1,7 +1,8 @@
 // categorize(): one replay of the device's events that follows the phase of
-// each event, records each allocation's change to allocated and how it
-// lived, then applies the rules (category_rules.cpp) once the whole trace
-// has said when each allocation was freed.
+// each event and how each allocation lives, and applies the rules
+// (category_rules.cpp) to an allocation when the trace frees it, or at the
+// end. Only the allocations alive at a moment are held, with what the rules
+// need of them; each allocation's category is half a byte.
 #include <unordered_map>
 #include <unordered_set>
 
@@ -26,24 +27,32 @@ std::string_view annotation_name(const snapshot::Snapshot& head, const Event& e)
   return e.aux < head.strings.size() ? std::string_view(head.strings[e.aux]) : std::string_view();
 }
 
+}  // namespace
+
+// The walk, a friend of Categorization. The Follower (category_follower.cpp)
+// numbers allocations and matches frees exactly as this walk does, from the
+// same start: keep the two in step.
 class CategoryWalk {
  public:
   CategoryWalk(const snapshot::Snapshot& head, std::int32_t device, const InitialLayout& initial,
-               const AllocatorConfig& config)
+               const AllocatorConfig& config, const CategorizeOptions& options)
       : head_(head),
         device_(device),
         evidence_(head),
         engine_(initial.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head)),
-        pools_(config) {
+        pools_(config),
+        max_kept_(options.max_kept_changes) {
     result_.device = device;
+    result_.kept_ = max_kept_ != 0;
     // Blocks alive before the first event: categorized by their stacks alone.
     engine_.for_each_allocated([&](const Replay::LiveBlock& block) {
       Lifetime life;
       life.evidence = evidence_.of(block.stack);
       life.made_in = life.evidence.phase;
       life.known_start = false;
-      live_[block.address] = add(kNoEvent, block.size, block.stack, life);
-      result_.changes.push_back({kNoEvent, static_cast<std::uint32_t>(result_.allocations.size() - 1), false});
+      const std::size_t id = add(block.size, life);
+      live_[block.address] = Live{id, block.size, block.stack, life};
+      keep({kNoEvent, id, block.address, block.size, block.stack.value, false});
     });
   }
 
@@ -57,11 +66,13 @@ class CategoryWalk {
     }
     if (e.device != device_ || e.kind == EventKind::snapshot) return;
     if (says_where(e)) phases_.observe(evidence_.of(e.stack));
+    const std::size_t routes = pools_.routes.size();
     if (e.kind != EventKind::split && e.kind != EventKind::merge) pools_.before(i, e, engine_);
+    const bool routed = pools_.routes.size() != routes;
     const std::uint64_t before = engine_.totals().allocated;
     engine_.apply(e);
     const std::uint64_t after = engine_.totals().allocated;
-    if (after > before) grew(i, e, after - before);
+    if (after > before) grew(i, e, after - before, routed);
     else if (after < before) shrank(i, e, before - after);
   }
 
@@ -76,70 +87,88 @@ class CategoryWalk {
       case EventKind::segment_map: return true;
       case EventKind::free_requested: {
         const auto it = live_.find(e.address);
-        return it == live_.end() || result_.allocations[it->second].stack != e.stack;
+        return it == live_.end() || it->second.stack != e.stack;
       }
       default: return false;
     }
   }
 
   Categorization finish() {
-    std::unordered_set<std::uint64_t> parameter_sizes;
-    for (std::size_t a = 0; a < result_.allocations.size(); ++a)
-      if (lifetimes_[a].evidence.parameter) parameter_sizes.insert(result_.allocations[a].bytes);
-    std::size_t route = 0;
-    const auto& routes = pools_.routes;
-    for (std::size_t a = 0; a < result_.allocations.size(); ++a) {
-      CategorizedAllocation& allocation = result_.allocations[a];
-      Lifetime& life = lifetimes_[a];
-      // Routes are in event order, as the allocations made in the walk are.
-      while (allocation.alloc_event != kNoEvent && route < routes.size() && routes[route].event < allocation.alloc_event)
-        ++route;
-      life.private_pool = allocation.alloc_event != kNoEvent && route < routes.size() &&
-                          routes[route].event == allocation.alloc_event;
-      life.parameter_sized = parameter_sizes.empty() || parameter_sizes.contains(allocation.bytes);
-      allocation.category = {categories::infer_category(life), CategorySource::inferred};
-    }
+    for (auto& [address, live] : live_) settle(live.id, live.bytes, live.life);
+    live_.clear();
     return std::move(result_);
   }
 
  private:
-  std::uint32_t add(std::size_t event, std::uint64_t bytes, snapshot::StackId stack, const Lifetime& life) {
-    result_.allocations.push_back({event, kNoEvent, bytes, stack, {}});
-    lifetimes_.push_back(life);
-    return static_cast<std::uint32_t>(result_.allocations.size() - 1);
+  struct Live {
+    std::size_t id;
+    std::uint64_t bytes;
+    snapshot::StackId stack;
+    Lifetime life;
+  };
+
+  std::size_t add(std::uint64_t bytes, const Lifetime& life) {
+    if (life.evidence.parameter) parameter_sizes_.insert(bytes);
+    const std::size_t id = result_.count_++;
+    result_.packed_.resize((result_.count_ + 1) / 2);
+    return id;
   }
 
-  void grew(std::size_t i, const Event& e, std::uint64_t bytes) {
+  void keep(const Categorization::Kept& change) {
+    if (!result_.kept_) return;
+    if (result_.kept_changes_.size() >= max_kept_) {
+      // Past the bound: every query replays the trace instead.
+      result_.kept_ = false;
+      std::vector<Categorization::Kept>().swap(result_.kept_changes_);
+      return;
+    }
+    result_.kept_changes_.push_back(change);
+  }
+
+  // The rules, once the allocation's life is known. A size is a parameter's
+  // when the frames showed a parameter of that size made before (any size,
+  // while none was seen: a trace that began after the model was built).
+  void settle(std::size_t id, std::uint64_t bytes, Lifetime& life) {
+    life.parameter_sized = parameter_sizes_.empty() || parameter_sizes_.contains(bytes);
+    result_.set_category(id, {categories::infer_category(life), CategorySource::inferred});
+  }
+
+  void grew(std::size_t i, const Event& e, std::uint64_t bytes, bool routed) {
     Lifetime life;
     life.evidence = evidence_.of(e.stack);
     life.made_in = phases_.phase();
     life.made_instance = phases_.instance();
-    const std::uint32_t id = add(i, bytes, e.stack, life);
-    result_.changes.push_back({i, id, false});
-    if (e.kind == EventKind::alloc) live_[e.address] = id;
+    life.private_pool = routed;
+    const std::size_t id = add(bytes, life);
+    keep({i, id, e.address, bytes, e.stack.value, false});
+    if (e.kind == EventKind::alloc) live_[e.address] = Live{id, bytes, e.stack, life};
+    else settle(id, bytes, life);  // nothing frees it: alive to the end
   }
 
   void shrank(std::size_t i, const Event& e, std::uint64_t bytes) {
     const auto it = live_.find(e.address);
-    std::uint32_t id;
-    if (it != live_.end() && result_.allocations[it->second].bytes == bytes) {
-      id = it->second;
+    if (it != live_.end() && it->second.bytes == bytes) {
+      Live live = it->second;
       live_.erase(it);
-    } else {
-      // allocated fell by bytes no recorded allocation holds (a damaged
-      // trace the replay still followed): an allocation of its own, so that
-      // the sums stay the replay's.
-      Lifetime life;
-      life.known_start = false;
-      id = add(kNoEvent, bytes, {}, life);
-      result_.changes.insert(result_.changes.begin(), {kNoEvent, id, false});
+      live.life.freed = true;
+      live.life.freed_in = phases_.phase();
+      live.life.freed_instance = phases_.instance();
+      settle(live.id, bytes, live.life);
+      keep({i, live.id, e.address, bytes, live.stack.value, true});
+      return;
     }
-    result_.allocations[id].free_event = i;
-    Lifetime& life = lifetimes_[id];
+    // allocated fell by bytes no recorded allocation holds (a damaged trace
+    // the replay still followed): an allocation of its own, alive from the
+    // start, so that the sums stay the replay's.
+    Lifetime life;
+    life.known_start = false;
     life.freed = true;
     life.freed_in = phases_.phase();
     life.freed_instance = phases_.instance();
-    result_.changes.push_back({i, id, true});
+    const std::size_t id = add(bytes, life);
+    settle(id, bytes, life);
+    result_.unmade_.push_back({id, e.address, bytes});
+    keep({i, id, e.address, bytes, 0, true});
   }
 
   const snapshot::Snapshot& head_;
@@ -148,25 +177,28 @@ class CategoryWalk {
   PhaseTracker phases_;
   Replay engine_;
   whatif::PoolInference pools_;
+  std::size_t max_kept_;
   Categorization result_;
-  std::vector<Lifetime> lifetimes_;
-  std::unordered_map<std::uint64_t, std::uint32_t> live_;  // address -> allocation
+  std::unordered_set<std::uint64_t> parameter_sizes_;
+  std::unordered_map<std::uint64_t, Live> live_;  // address -> allocation
 };
 
-}  // namespace
-
-Categorization categorize(EventSource& source, std::int32_t device) {
+Categorization categorize(EventSource& source, std::int32_t device, const CategorizeOptions& options) {
   const snapshot::Snapshot& head = source.head();
   device = pick_device(source, device);
-  const InitialLayout initial = confirmed_start(source, device);
+  auto initial = std::make_shared<const InitialLayout>(confirmed_start(source, device));
   bool known = false;
   const AllocatorConfig config = recorded_settings(head, known);
-  CategoryWalk walk(head, device, initial, config);
+  CategoryWalk walk(head, device, *initial, config, options);
   for_each_event(source, 0, source.event_count(), [&](std::size_t i, const Event& e) {
     walk.on_event(i, e);
     return true;
   });
-  return walk.finish();
+  Categorization result = walk.finish();
+  result.source_ = &source;
+  result.start_ = std::move(initial);
+  result.sizes_inferred_ = Replay::sizes_may_be_inferred(head);
+  return result;
 }
 
 }  // namespace cachealloc::analyzer

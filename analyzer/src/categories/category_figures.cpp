@@ -1,85 +1,128 @@
-// Bytes per category at chosen moments: one ordered walk of the changes
-// categorize() recorded.
+// Bytes per category at chosen moments: one walk of the trace's changes
+// through a Follower (the kept changes, or a replay of the source).
 #include <algorithm>
 
 #include "cachealloc/analyzer/categories.hpp"
 
 namespace cachealloc::analyzer {
 
-using ChangeWalk = Categorization::Cursor;
-
-const CategoryBytes& Categorization::Cursor::through(std::size_t event) {
-  while (next_ < c_.changes.size()) {
-    const Change& change = c_.changes[next_];
-    if (change.event != kNoEvent && (event == kNoEvent || change.event > event)) break;
-    apply();
+// Calls visit(follower) once the start state is applied (index kNoEvent),
+// then after each event; visit returns false to stop.
+template <class Visit>
+void Categorization::follow(Visit&& visit) const {
+  Follower follower(*this);
+  if (!visit(follower, kNoEvent)) return;
+  if (source_ == nullptr) return;
+  if (kept_) {
+    // The kept changes alone: no event needs reading.
+    snapshot::Event none;
+    for (const Kept& k : kept_changes_) {
+      if (k.event == kNoEvent) continue;
+      follower.on_event(k.event, none);
+      if (!visit(follower, k.event)) return;
+    }
+    return;
   }
-  return now_;
+  for_each_event(*source_, 0, source_->event_count(), [&](std::size_t i, const snapshot::Event& e) {
+    follower.on_event(i, e);
+    return visit(follower, i);
+  });
 }
 
-bool Categorization::Cursor::step(std::size_t last) {
-  if (next_ >= c_.changes.size() || c_.changes[next_].event > last) return false;
-  apply();
-  return true;
-}
-
-void Categorization::Cursor::apply() {
-  const Change& change = c_.changes[next_++];
-  const CategorizedAllocation& a = c_.allocations[change.allocation];
-  if (change.freed) now_[a.category.category] -= a.bytes, total_ -= a.bytes;
-  else now_[a.category.category] += a.bytes, total_ += a.bytes;
-}
-
-bool Categorization::any_inferred() const noexcept {
-  for (const CategorizedAllocation& a : allocations)
-    if (a.category.source == CategorySource::inferred) return true;
-  return allocations.empty();
-}
-
+// The state after event X is the one after the last moment visited at or
+// before X: the kept changes visit only the events that made one.
 std::vector<CategoryBytes> Categorization::at(const std::vector<std::size_t>& events) const {
   std::vector<CategoryBytes> out;
   out.reserve(events.size());
-  ChangeWalk walk(*this);
-  for (const std::size_t event : events) {
-    walk.through(event);
-    out.push_back(walk.now());
-  }
+  CategoryBytes previous;  // the state before the moment being visited
+  follow([&](const Follower& f, std::size_t index) {
+    if (index == kNoEvent) {
+      while (out.size() < events.size() && events[out.size()] == kNoEvent) out.push_back(f.now());
+    } else {
+      while (out.size() < events.size() && events[out.size()] < index) out.push_back(previous);
+      while (out.size() < events.size() && events[out.size()] == index) out.push_back(f.now());
+    }
+    previous = f.now();
+    return out.size() < events.size();
+  });
+  while (out.size() < events.size()) out.push_back(previous);
   return out;
 }
 
 std::vector<CategoryBytes> Categorization::at_allocated_max(
     const std::vector<std::pair<std::size_t, std::size_t>>& ranges) const {
-  std::vector<CategoryBytes> out;
-  out.reserve(ranges.size());
-  ChangeWalk walk(*this);
-  for (const auto& [first, last] : ranges) {
-    if (last == kNoEvent) {
-      walk.through(kNoEvent);
-      out.push_back(walk.now());
-      continue;
+  std::vector<CategoryBytes> out(ranges.size());
+  std::size_t r = 0;
+  bool open = false;  // out[r] holds the state after ranges[r].first, or a larger one of the range
+  std::uint64_t best = 0;
+  CategoryBytes previous;  // the state before the moment being visited
+  std::uint64_t previous_total = 0;
+  follow([&](const Follower& f, std::size_t index) {
+    if (index == kNoEvent) {
+      while (r < ranges.size() && ranges[r].second == kNoEvent) out[r++] = f.now();
+    } else {
+      while (r < ranges.size()) {
+        const auto [first, last] = ranges[r];
+        if (!open) {
+          if (first > index) break;  // the range begins later
+          open = true;
+          if (first == index) {
+            out[r] = f.now(), best = f.total();
+            if (last > index) break;
+            ++r, open = false;
+            continue;
+          }
+          out[r] = previous, best = previous_total;  // nothing changed at `first`
+        }
+        if (index > last) {  // the range ended before this moment
+          ++r, open = false;
+          continue;
+        }
+        if (f.total() > best) out[r] = f.now(), best = f.total();
+        if (index < last) break;
+        ++r, open = false;
+      }
     }
-    // The state after `first`, then after each later change of the range.
-    walk.through(first);
-    CategoryBytes best = walk.now();
-    std::uint64_t best_total = walk.total();
-    while (walk.step(last)) {
-      if (walk.total() > best_total) best = walk.now(), best_total = walk.total();
-    }
-    out.push_back(best);
-  }
+    previous = f.now(), previous_total = f.total();
+    return r < ranges.size();
+  });
+  // Ranges past the last change hold the final state.
+  for (; r < ranges.size(); ++r, open = false)
+    if (!open) out[r] = previous;
   return out;
 }
 
 CategoryBytes Categorization::peaks() const {
   CategoryBytes best;
-  ChangeWalk walk(*this);
-  const auto keep = [&] {
-    for (std::size_t c = 0; c < kCategoryCount; ++c) best.bytes[c] = std::max(best.bytes[c], walk.now().bytes[c]);
-  };
-  walk.through(kNoEvent);
-  keep();
-  while (walk.step(kNoEvent)) keep();
+  follow([&](const Follower& f, std::size_t) {
+    for (std::size_t c = 0; c < kCategoryCount; ++c) best.bytes[c] = std::max(best.bytes[c], f.now().bytes[c]);
+    return true;
+  });
   return best;
+}
+
+std::vector<CategorizedAllocation> Categorization::allocations() const {
+  std::vector<CategorizedAllocation> out(count_);
+  const auto record = [&](const CategoryChange& change) {
+    CategorizedAllocation& a = out[change.allocation];
+    a.bytes = change.bytes;
+    a.category = change.category;
+    if (change.freed) {
+      a.free_event = change.event;
+    } else {
+      a.alloc_event = change.event;
+      a.stack = change.stack;
+    }
+  };
+  follow([&](const Follower& f, std::size_t index) {
+    if (index == kNoEvent) {
+      for (const CategoryChange& change : f.start()) record(change);
+    } else if (const CategoryChange* change = f.change()) {
+      record(*change);
+    }
+    return true;
+  });
+  return out;
 }
 
 }  // namespace cachealloc::analyzer

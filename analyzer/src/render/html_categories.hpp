@@ -1,43 +1,39 @@
-// The category of each active block as the page's replay meets it: at its
-// alloc event, or, for blocks alive before the first event, by address.
-// categorize() records allocations in event order, those alive before the
-// first event first and in the order Replay::for_each_allocated visits them,
-// so one forward cursor over its allocations follows the html report's own
-// replay without a per-event table (memory: one entry per live block).
+// The category of each active block as the page's replay meets it: a
+// Categorization::Follower given the same events, in the same order, says
+// which allocation each alloc made (memory: one entry per live block, and
+// the follower's replay where the trace is long).
 #pragma once
 
 #include <cstdint>
 #include <unordered_map>
 
 #include "cachealloc/analyzer/categories.hpp"
-#include "cachealloc/analyzer/replay.hpp"
 
 namespace cachealloc::analyzer::html {
 
 class BlockCategories {
  public:
-  // `start`: the replay before its first event, as categorize() started.
-  BlockCategories(const Categorization& categorization, const Replay& start) : c_(categorization) {
-    start.for_each_allocated([&](const Replay::LiveBlock& block) {
-      const std::uint8_t category = next_ < c_.allocations.size() && c_.allocations[next_].alloc_event == kNoEvent
-                                        ? code(c_.allocations[next_++])
-                                        : kOther;
-      live_[block.address] = category;
-    });
+  explicit BlockCategories(const Categorization& categorization)
+      : device_(categorization.device), follower_(categorization) {
+    for (const CategoryChange& change : follower_.start())
+      if (!change.freed) live_[change.address] = code(change);
   }
 
-  // The category of the allocation event `event` made at `address`; an alloc
-  // that changed nothing (a damaged trace) is `other`.
-  std::uint8_t on_alloc(std::size_t event, std::uint64_t address) {
-    while (next_ < c_.allocations.size() &&
-           (c_.allocations[next_].alloc_event == kNoEvent || c_.allocations[next_].alloc_event < event))
-      ++next_;
-    std::uint8_t category = kOther;
-    if (next_ < c_.allocations.size() && c_.allocations[next_].alloc_event == event) category = code(c_.allocations[next_++]);
-    live_[address] = category;
-    return category;
+  // Takes every event of the trace, from the first, in order. Returns the
+  // category of the allocation an alloc of the device made (`other` for an
+  // alloc that changed nothing, a damaged trace, and for other events).
+  std::uint8_t on_event(std::size_t index, const snapshot::Event& e) {
+    follower_.on_event(index, e);
+    if (e.device != device_) return kOther;
+    if (e.kind == snapshot::EventKind::alloc) {
+      const CategoryChange* change = follower_.change();
+      const std::uint8_t category = change != nullptr && !change->freed ? code(*change) : kOther;
+      live_[e.address] = category;
+      return category;
+    }
+    if (e.kind == snapshot::EventKind::free_completed) live_.erase(e.address);
+    return kOther;
   }
-  void on_free_completed(std::uint64_t address) { live_.erase(address); }
   std::uint8_t of(std::uint64_t address) const {
     const auto it = live_.find(address);
     return it == live_.end() ? kOther : it->second;
@@ -45,9 +41,9 @@ class BlockCategories {
 
  private:
   static constexpr std::uint8_t kOther = static_cast<std::uint8_t>(Category::other);
-  static std::uint8_t code(const CategorizedAllocation& a) { return static_cast<std::uint8_t>(a.category.category); }
-  const Categorization& c_;
-  std::size_t next_ = 0;
+  static std::uint8_t code(const CategoryChange& c) { return static_cast<std::uint8_t>(c.category.category); }
+  std::int32_t device_;
+  Categorization::Follower follower_;
   std::unordered_map<std::uint64_t, std::uint8_t> live_;
 };
 

@@ -151,7 +151,7 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   // The state before events[0], as segments --at and replay_to() take it.
   const InitialLayout initial = confirmed_start(source, device);
   Replay replay(initial.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head));
-  html::BlockCategories block_categories(categorization, replay);
+  html::BlockCategories block_categories(categorization);
 
   const std::size_t n = source.event_count();
   HtmlReportStats stats;
@@ -226,8 +226,8 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
     // An alloc's category rides in the high bits of its kind byte (kinds
     // take 4 bits, categories 3): still one byte an event.
     std::uint8_t kind_byte = mine || global ? static_cast<std::uint8_t>(e.kind) : kOtherDevice;
-    if (mine && e.kind == EventKind::alloc) kind_byte |= static_cast<std::uint8_t>(block_categories.on_alloc(i, e.address) << 4);
-    else if (mine && e.kind == EventKind::free_completed) block_categories.on_free_completed(e.address);
+    const std::uint8_t category = block_categories.on_event(i, e);
+    if (mine && e.kind == EventKind::alloc) kind_byte |= static_cast<std::uint8_t>(category << 4);
     kinds.u(kind_byte);
     times.s(static_cast<std::int64_t>(e.time_ns - previous_time));
     previous_time = e.time_ns;
@@ -337,20 +337,11 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   meta.begin_array();
   {
     // Inferred unless every allocation of the category came from torch's own state.
-    std::array<bool, kCategoryCount> inferred{};
-    inferred.fill(true);
-    std::array<bool, kCategoryCount> any{};
-    for (const CategorizedAllocation& a : categorization.allocations) {
-      const std::size_t c = static_cast<std::size_t>(a.category.category);
-      if (!any[c]) inferred[c] = false;
-      any[c] = true;
-      if (a.category.source == CategorySource::inferred) inferred[c] = true;
-    }
     for (std::size_t c = 0; c < kCategoryCount; ++c) {
       meta.begin_array();
       meta.value(category_key(static_cast<Category>(c)));
       meta.value(category_label(static_cast<Category>(c)));
-      meta.value(inferred[c]);
+      meta.value(categorization.inferred(static_cast<Category>(c)));
       meta.end_array();
     }
   }

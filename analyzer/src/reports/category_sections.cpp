@@ -8,11 +8,8 @@ std::size_t state_after(const Analysis& analysis, std::size_t event) {
 }
 
 std::string category_source(const Categorization& c) {
-  bool exact = false, inferred = false;
-  for (const CategorizedAllocation& a : c.allocations)
-    (a.category.source == CategorySource::exact ? exact : inferred) = true;
-  if (exact && inferred) return "inferred and exact";
-  return exact ? "exact" : "inferred";
+  if (c.any_exact() && c.any_inferred()) return "inferred and exact";
+  return c.any_exact() ? "exact" : "inferred";
 }
 
 Table& add_category_table(Document& document, const std::string& key, const std::string& title,

@@ -53,8 +53,13 @@ Document streamed_timeline(EventSource& source, const ReportOptions& options) {
   doc.title = detail::title(snapshot, a.device, "timeline");
   auto categories = std::make_shared<const Categorization>(categorize(source, a.device));
   auto produce = [&source, a, categories](const RowSink& row, std::vector<std::string>& /*notes*/) {
-    Categorization::Cursor cursor(*categories);
+    Categorization::Follower categories_now(*categories);
     const std::string category_source = detail::category_source(*categories);
+    // The follower takes every event from the first; the rows start at the window.
+    for_each_event(source, 0, a.window.begin, [&](std::size_t index, const snapshot::Event& e) {
+      categories_now.on_event(index, e);
+      return true;
+    });
     std::optional<Replay> replay;
     replay_to(source, a.device, a.window.begin == 0 ? kNoEvent : a.window.begin - 1,
               [&replay](const Replay& state) { replay.emplace(state); });
@@ -75,14 +80,14 @@ Document streamed_timeline(EventSource& source, const ReportOptions& options) {
       const Totals& t = replay->totals();
       std::vector<Value> cells = {std::move(first), detail::event_value(event), detail::since_origin(a, time),
                                   std::move(kind), t.allocated, t.reserved, t.active, t.requested, marks(event)};
-      append_categories(cells, cursor.through(event == kNoEvent ? detail::state_after(a, kNoEvent) : event),
-                        category_source);
+      append_categories(cells, categories_now.now(), category_source);
       row(std::move(cells));
     };
     bool started = false;
     for_each_event(source, a.window.begin, a.window.end, [&](std::size_t index, const snapshot::Event& e) {
       if (!started) emit(Value{}, kNoEvent, e.time_ns, "start"), started = true;
       replay->apply(e);
+      categories_now.on_event(index, e);
       emit(static_cast<std::uint64_t>(index), index, e.time_ns, std::string(snapshot::to_string(e.kind)));
       return true;
     });

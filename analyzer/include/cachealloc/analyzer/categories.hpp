@@ -16,8 +16,8 @@
 // included (categorized from their stacks alone).
 //
 // Cost: one forward replay of the device's events, plus finding the start
-// state (confirmed_start), plus one ordered walk of what the replay recorded
-// per query. Memory: 24 bytes per alloc and free, one record per allocation.
+// state (confirmed_start); then per query one walk of the changes kept (a
+// short trace) or one more replay (a long one). Memory: see Categorization.
 //
 // Thread safety: plain values after categorize(); categorize() is reentrant.
 #pragma once
@@ -25,12 +25,14 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <vector>
 
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/analyzer/replay.hpp"
 
 namespace cachealloc::analyzer {
 
@@ -82,17 +84,51 @@ struct CategorizedAllocation {
   AllocationCategory category;
 };
 
+// One change of allocated: an allocation came (made) or went (freed).
+struct CategoryChange {
+  std::size_t event = kNoEvent;  // kNoEvent: part of the state before the first event
+  std::size_t allocation = 0;    // its number: those alive before the first event first, then in event order
+  std::uint64_t address = 0;
+  std::uint64_t bytes = 0;
+  snapshot::StackId stack{};     // the alloc's (a free's change repeats it where known)
+  AllocationCategory category;
+  bool freed = false;
+};
+
+struct CategorizeOptions {
+  // Up to this many changes are kept in memory (40 bytes each), so that a
+  // query walks them instead of replaying the trace again; a longer trace
+  // is replayed from its source for each query, in memory bounded by its
+  // layout. 0: always replay.
+  std::size_t max_kept_changes = std::size_t{1} << 20;
+};
+
+// Memory: half a byte per allocation (its category), plus the kept changes
+// of a short trace; the walks hold the replayed layout. A Categorization
+// reads its EventSource again for each query of a long trace: the source
+// must outlive it.
 class Categorization {
  public:
   std::int32_t device = 0;
-  std::vector<CategorizedAllocation> allocations;
+
+  std::size_t allocation_count() const noexcept { return count_; }
+  AllocationCategory category_of(std::size_t allocation) const noexcept;
   // Whether any category came from a guess (every one does today): reports
   // then mark their category figures "inferred".
-  bool any_inferred() const noexcept;
+  bool any_inferred() const noexcept { return count_ == 0 || exact_ < count_; }
+  bool any_exact() const noexcept { return exact_ != 0; }
+  // Whether a category's figures are a guess: some allocation of it, or
+  // none at all, has an inferred category.
+  bool inferred(Category category) const noexcept {
+    const auto c = static_cast<std::size_t>(category);
+    return exact_by_category_[c] < count_by_category_[c] || count_by_category_[c] == 0;
+  }
+  // Whether the changes are in memory (a short trace) or replayed per query.
+  bool changes_kept() const noexcept { return kept_; }
 
   // Bytes per category just after each of `events` (kNoEvent: before the
   // first event), which must be in increasing order, kNoEvent first. One
-  // walk of the recorded changes.
+  // walk of the changes.
   std::vector<CategoryBytes> at(const std::vector<std::size_t>& events) const;
   CategoryBytes at(std::size_t event) const { return at(std::vector<std::size_t>{event}).front(); }
   // Bytes per category where allocated reached its largest value inside each
@@ -100,42 +136,82 @@ class Categorization {
   // `last`: the state before the first event). Ranges in increasing order,
   // disjoint. The sum of each equals the range's largest allocated.
   std::vector<CategoryBytes> at_allocated_max(const std::vector<std::pair<std::size_t, std::size_t>>& ranges) const;
+  // Each category's largest value over the trace, each at its own moment.
+  CategoryBytes peaks() const;
+  // Every allocation with its events: memory per allocation, for tests and
+  // short traces.
+  std::vector<CategorizedAllocation> allocations() const;
 
-  // The bytes per category event by event, for a walk that cannot hold
-  // every moment at once (a timeline of one row per event).
-  class Cursor {
+  // The bytes per category event by event, for a walk that reads the
+  // events itself (a timeline of one row per event, the HTML page): give it
+  // every event of the trace, from the first, in order, each once.
+  class Follower {
    public:
-    explicit Cursor(const Categorization& categorization) : c_(categorization) {}
-    // Applies every change of events up to `event` (kNoEvent: the state
-    // before the first event); events in increasing order, kNoEvent first.
-    const CategoryBytes& through(std::size_t event);
-    // Applies the next change if its event is at most `last`; false when none is.
-    bool step(std::size_t last);
+    explicit Follower(const Categorization& categorization);
+    ~Follower();
+    Follower(Follower&&) noexcept;
+    Follower& operator=(Follower&&) = delete;
+    // The changes of the state before the first event, applied already:
+    // blocks alive there, and allocations the trace frees without having
+    // made them (a damaged trace), whose bytes allocated counted from the start.
+    const std::vector<CategoryChange>& start() const noexcept { return start_; }
+    void on_event(std::size_t index, const snapshot::Event& event);
+    // The change the last event given made; nullptr where it made none.
+    const CategoryChange* change() const noexcept { return changed_ ? &change_ : nullptr; }
     const CategoryBytes& now() const noexcept { return now_; }
     std::uint64_t total() const noexcept { return total_; }
 
    private:
-    void apply();
+    struct Replayed;
+    void apply(const CategoryChange& change);
     const Categorization& c_;
-    std::size_t next_ = 0;
+    std::vector<CategoryChange> start_;
+    CategoryChange change_;
+    bool changed_ = false;
+    std::size_t next_kept_ = 0;
     CategoryBytes now_;
     std::uint64_t total_ = 0;
+    std::unique_ptr<Replayed> replayed_;
   };
 
-  // Each category's largest value over the trace, each at its own moment.
-  CategoryBytes peaks() const;
-
-  // One change of allocated, in event order (categorize() fills it).
-  struct Change {
-    std::size_t event = kNoEvent;  // kNoEvent: the state before the first event
-    std::uint32_t allocation = 0;  // index into `allocations`
-    bool freed = false;            // the allocation's bytes leave allocated
+ private:
+  friend Categorization categorize(EventSource& source, std::int32_t device, const CategorizeOptions& options);
+  friend class CategoryWalk;
+  // One change as kept: the category is looked up when walked.
+  struct Kept {
+    std::size_t event;
+    std::size_t allocation;
+    std::uint64_t address;
+    std::uint64_t bytes;
+    std::uint32_t stack;
+    bool freed;
   };
-  std::vector<Change> changes;
+  // An allocation the trace frees without having made it: in the start state.
+  struct Unmade {
+    std::size_t allocation;
+    std::uint64_t address;
+    std::uint64_t bytes;
+  };
+  void set_category(std::size_t allocation, AllocationCategory category);
+  // Walks every event of the source through a Follower.
+  template <class Visit>
+  void follow(Visit&& visit) const;
+
+  EventSource* source_ = nullptr;
+  std::shared_ptr<const InitialLayout> start_;
+  bool sizes_inferred_ = false;
+  std::size_t count_ = 0;
+  std::size_t exact_ = 0;
+  std::array<std::size_t, kCategoryCount> count_by_category_{};
+  std::array<std::size_t, kCategoryCount> exact_by_category_{};
+  std::vector<std::uint8_t> packed_;  // two categories a byte: bits 0-2 the category, bit 3 exact
+  std::vector<Unmade> unmade_;
+  bool kept_ = true;
+  std::vector<Kept> kept_changes_;  // in event order, those before the first event first
 };
 
 // Categorizes every allocation of `device` (-1: pick_device) over the
 // whole trace. Throws what analyze() throws for a damaged file.
-Categorization categorize(EventSource& source, std::int32_t device);
+Categorization categorize(EventSource& source, std::int32_t device, const CategorizeOptions& options = {});
 
 }  // namespace cachealloc::analyzer
