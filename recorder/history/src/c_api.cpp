@@ -4,7 +4,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "cachealloc/errors.hpp"
@@ -54,16 +56,26 @@ uint64_t read_stat(Read&& read) {
   return value;
 }
 
+cachealloc::StackCapture stack_capture(int stacks, const char* function) {
+  using cachealloc::StackCapture;
+  switch (stacks) {
+    case CACHEALLOC_STACKS_NONE: return StackCapture::none;
+    case CACHEALLOC_STACKS_NATIVE: return StackCapture::native;
+    case CACHEALLOC_STACKS_UNWIND: return StackCapture::unwind;
+    case CACHEALLOC_STACKS_PYTHON: return StackCapture::python;
+    case CACHEALLOC_STACKS_NATIVE_PYTHON: return StackCapture::native_python;
+    case CACHEALLOC_STACKS_UNWIND_PYTHON: return StackCapture::unwind_python;
+    default: break;
+  }
+  throw cachealloc::InvalidArgument(std::string(function) + ": unknown stacks value " + std::to_string(stacks));
+}
+
 cachealloc::HistoryOptions history_options(const cachealloc_history_options* options, const char* function) {
   if (!options) throw cachealloc::InvalidArgument(std::string(function) + ": options is NULL");
-  if (options->stacks != CACHEALLOC_STACKS_NONE && options->stacks != CACHEALLOC_STACKS_NATIVE)
-    throw cachealloc::InvalidArgument(std::string(function) + ": unknown stacks value " +
-                                      std::to_string(options->stacks));
   cachealloc::HistoryOptions o;
   o.enabled = options->enabled != 0;
   o.max_entries = static_cast<std::size_t>(options->max_entries);
-  o.stacks = options->stacks == CACHEALLOC_STACKS_NATIVE ? cachealloc::StackCapture::native
-                                                         : cachealloc::StackCapture::none;
+  o.stacks = stack_capture(options->stacks, function);
   o.max_frames = options->max_frames;
   o.stacks_on_free = options->stacks_on_free != 0;
   if (options->dump_on_oom) o.dump_on_oom = options->dump_on_oom;
@@ -229,6 +241,26 @@ void cachealloc_reset_peak_stats(void) {
 int cachealloc_empty_cache(void) {
   return guarded([] {
     cachealloc::global_allocator().empty_cache();
+    return CACHEALLOC_OK;
+  });
+}
+
+void cachealloc_frame_source_init(cachealloc_frame_source* source) {
+  if (!source) return;
+  *source = cachealloc_frame_source{};
+  source->size = sizeof(cachealloc_frame_source);
+}
+
+int cachealloc_set_frame_source(const cachealloc_frame_source* source) {
+  return guarded([&] {
+    if (!source) {
+      cachealloc::set_frame_source(nullptr);
+      return CACHEALLOC_OK;
+    }
+    // A caller's struct from an older header ends early: its missing fields stay zero.
+    cachealloc_frame_source copy{};
+    std::memcpy(&copy, source, std::min(source->size, sizeof(copy)));
+    cachealloc::set_frame_source(&copy);
     return CACHEALLOC_OK;
   });
 }

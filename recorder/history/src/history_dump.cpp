@@ -139,7 +139,7 @@ class TableBuilder {
       const detail::SymbolizedFrame symbol = detail::symbolize(ip);
       symbolization_failures_ += symbol.failed ? 1 : 0;
       snapshot::Frame frame;
-      frame.ip = ip;
+      frame.ip = symbol.interpreter ? 0 : ip;
       frame.function = string_id(symbol.function);
       frame.file = string_id(symbol.file);
       frame.line = symbol.line;

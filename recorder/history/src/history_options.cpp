@@ -23,7 +23,20 @@ StackCapture parse_stack_capture(std::string_view text) {
   if (text == "none") return StackCapture::none;
   if (text == "native") return StackCapture::native;
   if (text == "unwind") return StackCapture::unwind;
-  throw InvalidArgument("unknown stack capture '" + std::string(text) + "' (expected none, native or unwind)");
+  if (text == "python") return StackCapture::python;
+  if (text == "native+python") return StackCapture::native_python;
+  if (text == "unwind+python") return StackCapture::unwind_python;
+  throw InvalidArgument("unknown stack capture '" + std::string(text) +
+                        "' (expected none, native, unwind, python, native+python or unwind+python)");
+}
+
+StackCapture with_interpreter_frames(StackCapture capture) noexcept {
+  switch (capture) {
+    case StackCapture::none: return StackCapture::python;
+    case StackCapture::native: return StackCapture::native_python;
+    case StackCapture::unwind: return StackCapture::unwind_python;
+    default: return capture;
+  }
 }
 
 HistoryClock parse_history_clock(std::string_view text) {
@@ -38,6 +51,9 @@ const char* to_string(StackCapture capture) noexcept {
   switch (capture) {
     case StackCapture::native: return "native";
     case StackCapture::unwind: return "unwind";
+    case StackCapture::python: return "python";
+    case StackCapture::native_python: return "native+python";
+    case StackCapture::unwind_python: return "unwind+python";
     case StackCapture::none: break;
   }
   return "none";

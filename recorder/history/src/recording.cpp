@@ -1,6 +1,7 @@
 // The hot path: on_event and on_events, which write an allocator event into
 // the calling thread's staging chunk under the caller's shard lock, and what
 // they inline (the thread's slot, the event's time, room in the chunk).
+#include "frame_sources.hpp"
 #include "history_state.hpp"
 #include "ring_hook.hpp"
 
@@ -125,13 +126,27 @@ inline __attribute__((always_inline)) void HistoryRecorder::State::make_room(Thr
 }
 
 // The calling thread's stack, interned: the thread's cache first, no lock,
-// no shared line (StackCache).
+// no shared line (StackCache). The interpreter's frames, where the capture
+// asks for them, follow the native ones as tagged tokens (frame_sources.hpp).
 __attribute__((noinline)) std::uint32_t HistoryRecorder::State::capture_stack(ThreadSlot& slot,
                                                                                           StackCapture capture) noexcept {
   std::uintptr_t frames[detail::kMaxStackFrames];
   const std::uint32_t frame_limit = max_frames.load(std::memory_order_relaxed);
-  const std::uint32_t depth = capture == StackCapture::native ? detail::capture_native_stack(frames, frame_limit)
-                                                              : detail::capture_unwound_stack(frames, frame_limit);
+  std::uint32_t depth = 0;
+  switch (capture) {
+    case StackCapture::native:
+    case StackCapture::native_python: depth = detail::capture_native_stack(frames, frame_limit); break;
+    case StackCapture::unwind:
+    case StackCapture::unwind_python: depth = detail::capture_unwound_stack(frames, frame_limit); break;
+    case StackCapture::none:
+    case StackCapture::python: break;
+  }
+  if (capture == StackCapture::python || capture == StackCapture::native_python ||
+      capture == StackCapture::unwind_python) {
+    if (const detail::InstalledFrameSource* source = detail::installed_frame_source())
+      depth = detail::append_interpreter_frames(*source, frames, depth, frame_limit);
+    if (depth == 0) return 0;  // a thread that runs no interpreter code: no stack, as PyTorch records it
+  }
   return slot.stacks.intern(table, frames, depth);
 }
 

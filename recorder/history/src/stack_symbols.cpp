@@ -1,5 +1,7 @@
 #include "stack_symbols.hpp"
 
+#include "frame_sources.hpp"
+
 #include <dlfcn.h>
 
 #include <atomic>
@@ -17,6 +19,7 @@ Symbolizer replace_symbolizer(Symbolizer symbolizer) noexcept { return g_symboli
 SymbolizedFrame symbolize(std::uintptr_t return_address) noexcept {
   SymbolizedFrame out;
   if (return_address == 0) return out;
+  if (is_interpreter_token(return_address)) return describe_interpreter_frame(return_address);
   if (const Symbolizer replacement = g_symbolizer.load()) {
     try {
       return replacement(return_address);

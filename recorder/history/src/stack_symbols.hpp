@@ -15,10 +15,14 @@ struct SymbolizedFrame {
   // The symbolizer failed (threw) on this frame, rather than finding no
   // name: the dump then says so on stderr and recording stops (history.hpp).
   bool failed = false;
+  // An interpreter's frame (frame_sources.hpp): a snapshot gives it no
+  // address and no module, as PyTorch's Python frames have none.
+  bool interpreter = false;
 };
 
 // `return_address` as captured: we look up return_address - 1, the call
 // instruction, so the line is the call's and not the next statement's.
+// A tagged interpreter token is described by its frame source instead.
 // Never throws; unknown parts stay empty.
 SymbolizedFrame symbolize(std::uintptr_t return_address) noexcept;
 

@@ -530,7 +530,7 @@ std::uint32_t StreamRecorder::stack_id(std::uint32_t internal) {
     if (inserted) {
       const detail::SymbolizedFrame symbol = detail::symbolize(ip);
       snapshot::Frame f;
-      f.ip = ip;
+      f.ip = symbol.interpreter ? 0 : ip;
       f.function = snapshot::StringId{string_id(valid(symbol.function))};
       f.file = snapshot::StringId{string_id(valid(symbol.file))};
       f.line = symbol.line;

@@ -28,15 +28,22 @@ enum {
   CACHEALLOC_DEVICE_ERROR = 3,     /* the allocator could not be created or the device failed */
 };
 
+/* The stacks recorded (cachealloc/history.hpp, StackCapture, says more).
+ * The PYTHON ones add the frames of the frame source installed with
+ * cachealloc_set_frame_source (Python's: libcachealloc_python). */
 enum {
   CACHEALLOC_STACKS_NONE = 0,
-  CACHEALLOC_STACKS_NATIVE = 1,
+  CACHEALLOC_STACKS_NATIVE = 1,        /* frame pointers, tens of ns */
+  CACHEALLOC_STACKS_UNWIND = 2,        /* the DWARF unwinder, microseconds */
+  CACHEALLOC_STACKS_PYTHON = 3,        /* the interpreter's frames only */
+  CACHEALLOC_STACKS_NATIVE_PYTHON = 4, /* native frames down to the interpreter, then its frames */
+  CACHEALLOC_STACKS_UNWIND_PYTHON = 5, /* the same, unwound */
 };
 
 typedef struct cachealloc_history_options {
   int enabled;              /* 0: stop recording */
   uint64_t max_entries;     /* ring capacity in events, >= 1 */
-  int stacks;               /* CACHEALLOC_STACKS_NONE or CACHEALLOC_STACKS_NATIVE */
+  int stacks;               /* one of CACHEALLOC_STACKS_* */
   uint32_t max_frames;      /* 1..256 */
   int stacks_on_free;       /* also capture stacks for frees */
   const char* dump_on_oom;  /* NULL or "": no dump on OOM; else the snapshot path */
@@ -119,6 +126,51 @@ uint64_t cachealloc_max_memory_reserved(void);
 void cachealloc_reset_peak_stats(void);
 /* Returns every fully free segment to the device. Returns a status code. */
 int cachealloc_empty_cache(void);
+
+/* An interpreter's frames (Python's) in the recorded stacks.
+ *
+ * The recorder knows no interpreter. A frame source, which the embedding
+ * program installs, hands it opaque tokens for the interpreter frames of the
+ * calling thread at each captured stack, and names each token at dump time.
+ * Tokens are interned with native return addresses in one stack table;
+ * the recorder tags them (bit 63, never a user-space address) so the two
+ * never collide, and writes them to snapshots as frames with a function, a
+ * file and a line and no address or module, as PyTorch's Python frames are. */
+typedef struct cachealloc_interpreter_frame {
+  const char* function; /* NUL-terminated UTF-8; NULL or "" when unknown */
+  const char* file;
+  uint32_t line;        /* 0 when unknown */
+} cachealloc_interpreter_frame;
+
+typedef struct cachealloc_frame_source {
+  size_t size; /* sizeof(cachealloc_frame_source), set by _init */
+  /* Writes at most max_tokens tokens for the frames the interpreter is
+   * running on the calling thread, innermost first, and returns how many;
+   * 0 when the thread runs none. A token is any value below 2^56 that the
+   * source can describe later. Called on the allocator's hot path, inside
+   * the allocator's lock, whatever the interpreter's own locks (the GIL) are
+   * doing: it must not block, call back into cachealloc, or throw, and it
+   * should cost a few ns a frame. */
+  uint32_t (*capture)(uint64_t* tokens, uint32_t max_tokens, void* context);
+  /* Names a token this source returned, at dump time (any thread). The
+   * strings must stay valid until the next describe call on this source.
+   * Returns nonzero when it knows the token. */
+  int (*describe)(uint64_t token, cachealloc_interpreter_frame* frame, void* context);
+  /* Any code address inside the interpreter (a function of libpython, or
+   * of the python executable that links it statically), or NULL. With the
+   * NATIVE_PYTHON and UNWIND_PYTHON stacks, the native frames end at the
+   * first frame inside that module, and the interpreter's frames follow. */
+  const void* interpreter_code;
+  void* context; /* passed to capture and describe */
+} cachealloc_frame_source;
+
+/* Fills `source` with its size and nothing else. */
+void cachealloc_frame_source_init(cachealloc_frame_source* source);
+
+/* Installs `source` (copied) for every recording of this process; NULL
+ * removes it. Returns CACHEALLOC_INVALID_ARGUMENT when capture or describe
+ * is NULL, or after 64 different sources in one process. */
+int cachealloc_set_frame_source(const cachealloc_frame_source* source);
 
 /* The last error on this thread, "" if none. Valid until the next call on
  * this thread. */

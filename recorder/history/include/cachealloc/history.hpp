@@ -1,5 +1,6 @@
-// Memory history: a ring of allocator events with native stacks, dumped as a
-// snapshot (cachealloc/snapshot/format.hpp).
+// Memory history: a ring of allocator events with native stacks (and an
+// interpreter's frames, such as Python's), dumped as a snapshot
+// (cachealloc/snapshot/format.hpp).
 //
 // HistoryRecorder is a layer, not part of the allocator: it is an
 // AllocatorObserver that CachingAllocator::set_observer installs. When no
@@ -41,6 +42,7 @@
 #include <string_view>
 
 #include "cachealloc/allocator.hpp"
+#include "cachealloc/cachealloc.h"  // cachealloc_frame_source: one definition for C and C++
 #include "cachealloc/snapshot/model.hpp"
 
 namespace cachealloc {
@@ -52,11 +54,26 @@ enum class StackCapture : std::uint8_t {
   // walks through code built without frame pointers, where the native walk
   // stops, e.g. PyTorch's own libraries under our PyTorch extension.
   unwind,
+  // The interpreter's frames alone, from the frame source set_frame_source()
+  // installed (Python's: libcachealloc_python), innermost first: PyTorch's
+  // stacks='python'. An event on a thread that runs no interpreter code, or
+  // with no frame source set, has no stack.
+  python,
+  // native (or unwind) frames innermost first, up to the first frame inside
+  // the interpreter (FrameSource's interpreter_code), then the interpreter's
+  // frames: PyTorch's stacks='all'. A thread that runs no interpreter code
+  // keeps its native frames whole. max_frames counts both kinds.
+  native_python,
+  unwind_python,
 };
 
-// Parses "none", "native" or "unwind". Throws InvalidArgument naming the value.
+// Parses "none", "native", "unwind", "python", "native+python" or
+// "unwind+python". Throws InvalidArgument naming the value.
 StackCapture parse_stack_capture(std::string_view text);
 const char* to_string(StackCapture capture) noexcept;
+// `capture` with the interpreter's frames added: none -> python, native ->
+// native_python, unwind -> unwind_python; the others as they are.
+StackCapture with_interpreter_frames(StackCapture capture) noexcept;
 
 // The clock that times events.
 enum class HistoryClock : std::uint8_t {
@@ -218,6 +235,21 @@ class AnnotationScope {
   HistoryRecorder* recorder_ = nullptr;
 };
 
+// --- An interpreter's frames (Python's) ------------------------------------
+
+// Installs the process-wide source of interpreter frames that the captures
+// with python in their name record (StackCapture); nullptr removes it.
+// `source` is copied. The history library never sees the interpreter: the
+// source (cachealloc.h, cachealloc_frame_source, which says what each
+// function must do) hands out opaque tokens on the hot path and describes
+// them at dump time. Python's is libcachealloc_python (python/src/).
+// Recording threads switch to the new source at their next event; tokens
+// recorded from an earlier source are still described by it, so a dump
+// after a switch names every frame. Throws InvalidArgument when capture or
+// describe is null, or after 64 different sources in one process.
+// Thread-safe.
+void set_frame_source(const cachealloc_frame_source* source);
+
 // --- The process-wide default, behind the C ABI (cachealloc.h) -------------
 
 // The process-wide allocator, created on first use on
@@ -238,7 +270,8 @@ HistoryRecorder& global_history();
 //   stream:/tmp/run.{pid}.bin,stacks:none,when_full:drop
 // stream (required) is the file; "{pid}" in it becomes the process id, so
 // that processes sharing the environment write files of their own. The
-// others are optional: stacks (none, native, unwind), max_frames (1..256),
+// others are optional: stacks (none, native, unwind, python, native+python,
+// unwind+python), max_frames (1..256),
 // stacks_on_free (true, false), clock (precise, coarse), when_full (wait,
 // drop), buffer_mb (at least 16). A path cannot hold a comma.
 inline constexpr const char* kHistoryEnvironment = "CACHEALLOC_HISTORY";
