@@ -130,8 +130,9 @@ TEST_CASE("a bad CACHEALLOC_HISTORY is one line naming the variable and the pair
   CHECK(setting_error("/tmp/run.bin") ==
         "CACHEALLOC_HISTORY: '/tmp/run.bin': expected key:value (e.g. stream:/tmp/run.bin)");
   CHECK(setting_error("stream:") == "CACHEALLOC_HISTORY: 'stream:': the stream needs a path");
-  CHECK(setting_error("stream:a,stacks:python") ==
-        "CACHEALLOC_HISTORY: 'stacks:python': unknown stack capture 'python' (expected none, native or unwind)");
+  CHECK(setting_error("stream:a,stacks:all") ==
+        "CACHEALLOC_HISTORY: 'stacks:all': unknown stack capture 'all' (expected none, native, unwind, python, "
+        "native+python or unwind+python)");
   CHECK(setting_error("stream:a,when_full:block") ==
         "CACHEALLOC_HISTORY: 'when_full:block': unknown stream_when_full 'block' (expected wait or drop)");
   CHECK(setting_error("stream:a,buffer_mb:8") == "CACHEALLOC_HISTORY: 'buffer_mb:8': must be within [16, 1048576]");

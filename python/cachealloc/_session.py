@@ -30,11 +30,12 @@ def record(max_entries=1_000_000, stacks="unwind", python=True, stream=None):
     the costliest), "native" (frame pointers only, tens of nanoseconds, which
     stop at PyTorch's first frame: cachealloc-analyze then names such sites
     "inside libtorch") or "none".
-    python: gather Python frames through PyTorch's own hook for _snapshot()
-    and dump("run.pickle") (what _memory_viz shows). PyTorch's hook and our
-    stacks are switched on together, so with stacks other than "none" the
-    Python frames are gathered whatever python says. dump("run.bin") holds
-    native frames only.
+    python: Python frames, for both dumps. PyTorch's own hook gathers them
+    for _snapshot() and dump("run.pickle") (what _memory_viz shows); our
+    recorder walks the interpreter's frames itself for dump("run.bin"),
+    after the C++ frames of `stacks` (with "none", Python frames alone).
+    PyTorch's hook and our stacks are switched on together, so with stacks
+    other than "none" the Python frames are gathered whatever python says.
     """
     import torch
     if stacks not in ("unwind", "native", "none"):
@@ -72,8 +73,8 @@ def annotate(name):
 def dump(path, device=None):
     """Writes the recording: PyTorch's pickle when path ends in .pickle (what
     _memory_viz and MemoryViz open, with PyTorch's Python frames), else our
-    format with our recorder's native stacks symbolized (what
-    cachealloc-analyze opens fastest). device: an index, a torch.device or
+    format with our recorder's stacks: C++ frames symbolized, then the
+    Python frames it captured (what cachealloc-analyze opens fastest). device: an index, a torch.device or
     "cuda:N"; the current device when None. RuntimeError when nothing was
     recorded on that device or the file cannot be written."""
     path = os.fspath(path)

@@ -9,8 +9,9 @@
 // Python frames: when _record_memory_history asks for them, PyTorch's own
 // context hook is called at each allocation (and at each free with
 // context='all'), as PyTorch's allocator does; _snapshot() and
-// _dump_snapshot() then carry them. Our own dump (cachealloc.dump) keeps the
-// native C++ frames of our recorder.
+// _dump_snapshot() then carry them. Our own recorder then captures them too
+// (python_frames.hpp, installed by cachealloc_torch_install), after its
+// native C++ frames, for our own dump (cachealloc.dump).
 //
 // Private pools (CUDA graph capture, torch.cuda.graphs, torch.cuda.MemPool
 // and use_mem_pool) are our allocator's (CachingAllocator::begin_allocate_to_pool).
@@ -57,6 +58,9 @@
 #include "cachealloc/errors.hpp"
 #include "cachealloc/history.hpp"
 #include "cachealloc/snapshot/format.hpp"
+#if CACHEALLOC_HAVE_PYTHON_FRAMES
+#include "python_frames.hpp"
+#endif
 
 // A named namespace, so that the analyzer's site filter knows these frames
 // for the allocator's own ("cachealloc::").
@@ -574,7 +578,7 @@ class TorchAllocator final : public CA::CUDAAllocator {
     try {
       return text != nullptr && *text != '\0' ? cachealloc::parse_stack_capture(text) : cachealloc::StackCapture::native;
     } catch (const cachealloc::Error&) {
-      std::fprintf(stderr, "cachealloc: CACHEALLOC_TORCH_STACKS=%s is not none, native or unwind; using native\n", text);
+      std::fprintf(stderr, "cachealloc: CACHEALLOC_TORCH_STACKS=%s is not a stack capture (none, native, unwind, ...); using native\n", text);
       return cachealloc::StackCapture::native;
     }
   }();  // PyTorch's max_entries: the trace keeps its last entries
@@ -602,6 +606,12 @@ void TorchAllocator::recordHistory(bool enabled, CA::CreateContextFn context_rec
     // CACHEALLOC_TORCH_STACKS=unwind make our own dump unwind (DWARF) through
     // PyTorch's libraries, which costs far more per allocation.
     history_options_.stacks = when == CA::RecordContext::NEVER ? cachealloc::StackCapture::none : native_stacks_;
+    // Where PyTorch gathers Python frames, ours records them as well, after
+    // the native frames; room for both (unwound ones reach ~30 under libtorch).
+    if (context_recorder != nullptr && when != CA::RecordContext::NEVER) {
+      history_options_.stacks = cachealloc::with_interpreter_frames(history_options_.stacks);
+      history_options_.max_frames = 96;
+    }
     history_options_.stacks_on_free = when == CA::RecordContext::ALL;
     context_capacity_.store(std::max<std::size_t>(1, alloc_trace_max_entries), std::memory_order_relaxed);
     trace_max_entries_ = std::max<std::size_t>(1, alloc_trace_max_entries);
@@ -817,6 +827,10 @@ __attribute__((visibility("default"))) int cachealloc_torch_install() {
     const std::shared_ptr<CA::CUDAAllocator> allocator(std::shared_ptr<CA::CUDAAllocator>{},
                                                        &TorchAllocator::instance());
     torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(allocator);
+#if CACHEALLOC_HAVE_PYTHON_FRAMES
+    const cachealloc_frame_source python_frames = cachealloc::python::python_frame_source();
+    cachealloc::set_frame_source(&python_frames);
+#endif
     return 0;
   } catch (const std::exception& error) {
     t_error = error.what();
@@ -829,8 +843,9 @@ __attribute__((visibility("default"))) const char* cachealloc_torch_error() { re
 // The C++ stacks our recorder keeps from the next _record_memory_history on:
 // "unwind" (through PyTorch's libraries; cachealloc.record()'s default),
 // "native" (frame pointers only, which stop at PyTorch's first frame; the
-// default here, or CACHEALLOC_TORCH_STACKS) or "none". Returns 0, or -1 for
-// another value.
+// default here, or CACHEALLOC_TORCH_STACKS) or "none". Where
+// _record_memory_history asks for frames, Python frames follow them (none:
+// Python frames alone). Returns 0, or -1 for another value.
 __attribute__((visibility("default"))) int cachealloc_torch_set_stacks(const char* capture) {
   try {
     TorchAllocator::instance().set_native_stacks(cachealloc::parse_stack_capture(capture == nullptr ? "" : capture));
@@ -863,7 +878,7 @@ __attribute__((visibility("default"))) void cachealloc_torch_annotate(int begin,
 }
 
 // Writes device `device`'s recording in our format, native stacks
-// symbolized (for a pickle, cachealloc.dump calls torch's _dump_snapshot). Returns 0, or -1 with cachealloc_torch_error() set.
+// symbolized and Python frames named (for a pickle, cachealloc.dump calls torch's _dump_snapshot). Returns 0, or -1 with cachealloc_torch_error() set.
 __attribute__((visibility("default"))) int cachealloc_torch_dump(int device, const char* path) {
   try {
     if (!TorchAllocator::instance().dump(device, path)) {

@@ -50,7 +50,10 @@ __attribute__((noinline)) std::uint32_t walk_frame_pointers(std::uintptr_t* out,
     const auto* record = reinterpret_cast<const std::uintptr_t*>(fp);
     const std::uintptr_t next = record[0];
     const std::uintptr_t ip = record[1];
-    if (ip == 0) break;
+    // A "return address" inside the stack is a frame pointer that code
+    // without frame pointers left behind (libffi under ctypes): the chain
+    // has left real frames.
+    if (ip == 0 || (ip >= bounds.low && ip < bounds.high)) break;
     if (skip == 0)
       out[count++] = ip;
     else

@@ -18,7 +18,8 @@ inline constexpr std::uint32_t kMaxStackFrames = 256;
 // caller (the capturing function and its direct caller are skipped).
 // Walks the frame-pointer chain: ~1 ns a frame. Each frame pointer must lie
 // in the thread's stack (pthread_getattr_np, cached per thread), be 16-byte
-// aligned and above the previous one, or the walk stops. When that yields
+// aligned and above the previous one, and the return address must lie
+// outside the stack, or the walk stops. When that yields
 // fewer than 2 frames (code built without frame pointers), falls back to
 // the DWARF unwinder, which costs ~4 us.
 std::uint32_t capture_native_stack(std::uintptr_t* out, std::uint32_t max_frames) noexcept;

@@ -1,0 +1,302 @@
+#include "python_frames.hpp"
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
+#define CACHEALLOC_WALKS_PYTHON_FRAMES 1
+// The interpreter's frame structs are internal, as in memray and py-spy:
+// their layout is fixed within a minor version, which these headers are.
+#define Py_BUILD_CORE 1
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+#else
+#define CACHEALLOC_WALKS_PYTHON_FRAMES 0
+#endif
+
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace cachealloc::python {
+namespace {
+
+// What a token names: strings kept for the process's life, so describe can
+// hand out pointers into them.
+struct NamedFrame {
+  std::string function;
+  std::string file;
+  std::uint32_t line = 0;
+};
+
+// One (code object, instruction) as first seen, with the code's name and
+// file objects: a code object freed and another made at its address has
+// other name or file objects, unless it is the same function compiled again
+// from the same file (exec of the same source, a module reloaded), whose
+// frame it then names. That is the one risk left: the code object cannot be
+// kept alive without the GIL, so a line shifted by an edit between two loads
+// of one file can be misnamed.
+struct FrameKey {
+  const void* code = nullptr;
+  const void* name = nullptr;
+  const void* file = nullptr;
+  std::int64_t instruction = 0;
+  bool operator==(const FrameKey&) const = default;
+};
+
+std::uint64_t hash_key(const void* code, std::int64_t instruction) noexcept {
+  const std::uint64_t h = (reinterpret_cast<std::uintptr_t>(code) >> 4) * 0x9e3779b97f4a7c15ull +
+                          static_cast<std::uint64_t>(instruction) * 0xc2b2ae3d27d4eb4full;
+  return h ^ (h >> 29);
+}
+
+struct FrameKeyHash {
+  std::size_t operator()(const FrameKey& k) const noexcept { return hash_key(k.code, k.instruction); }
+};
+
+// Every frame named so far, deduplicated by text: a token per (function,
+// file, line), so the instructions of one line share a token and a stack.
+class FrameNames {
+ public:
+  std::uint64_t token_of(NamedFrame frame) {
+    std::string key = frame.function;
+    key += '\0';
+    key += frame.file;
+    key += '\0';
+    key += std::to_string(frame.line);
+    std::lock_guard lock(mutex_);
+    auto [it, inserted] = tokens_.try_emplace(std::move(key), frames_.size() + 1);
+    if (inserted) frames_.push_back(std::move(frame));
+    return it->second;
+  }
+  bool describe(std::uint64_t token, cachealloc_interpreter_frame& out) {
+    std::lock_guard lock(mutex_);
+    if (token == 0 || token > frames_.size()) return false;
+    const NamedFrame& frame = frames_[token - 1];  // a deque: never moves once added
+    out.function = frame.function.c_str();
+    out.file = frame.file.c_str();
+    out.line = frame.line;
+    return true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::uint64_t> tokens_;
+  std::deque<NamedFrame> frames_;
+};
+
+// (code, instruction) -> token for every thread, in shards so that threads
+// missing their caches at once rarely wait for each other.
+class SharedFrameTable {
+ public:
+  template <class Name>
+  std::uint64_t token_of(const FrameKey& key, Name&& name) {
+    Shard& shard = shards_[hash_key(key.code, key.instruction) % kShards];
+    std::lock_guard lock(shard.mutex);
+    auto it = shard.tokens.find(key);
+    if (it != shard.tokens.end()) return it->second;
+    const std::uint64_t token = names.token_of(name());
+    shard.tokens.emplace(key, token);
+    return token;
+  }
+  FrameNames names;
+
+ private:
+  static constexpr std::size_t kShards = 16;
+  struct alignas(64) Shard {
+    std::mutex mutex;
+    std::unordered_map<FrameKey, std::uint64_t, FrameKeyHash> tokens;
+  };
+  Shard shards_[kShards];
+};
+
+// Never destroyed: threads may allocate while the process exits.
+SharedFrameTable& shared_table() {
+  static auto* table = new SharedFrameTable;
+  return *table;
+}
+
+// One thread's last frames, direct-mapped: a hit is a few loads and
+// compares, no lock and no line another thread writes.
+struct ThreadCache {
+  static constexpr std::size_t kEntries = 1024;
+  struct Entry {
+    FrameKey key;
+    std::uint64_t token = 0;  // 0: empty
+  };
+  Entry entries[kEntries];
+};
+
+thread_local ThreadCache* t_cache = nullptr;
+struct ThreadCacheOwner {
+  std::unique_ptr<ThreadCache> cache;
+  ~ThreadCacheOwner() { t_cache = nullptr; }
+};
+thread_local ThreadCacheOwner t_cache_owner;
+
+ThreadCache* thread_cache() noexcept {
+  if (t_cache != nullptr) [[likely]]
+    return t_cache;
+  try {
+    t_cache_owner.cache = std::make_unique<ThreadCache>();
+    t_cache = t_cache_owner.cache.get();
+  } catch (...) {
+  }
+  return t_cache;
+}
+
+// A str's UTF-8 without the GIL: PyUnicode_AsUTF8 may allocate and cache
+// its result inside the object, which needs the GIL; this reads the
+// object's characters only.
+std::string utf8_of(PyObject* text) {
+  std::string out;
+  if (text == nullptr || !PyUnicode_Check(text)) return out;
+#if PY_VERSION_HEX < 0x030C0000
+  if (!PyUnicode_IS_READY(text)) return "?";
+#endif
+  const Py_ssize_t length = PyUnicode_GET_LENGTH(text);
+  if (PyUnicode_IS_ASCII(text)) return std::string(static_cast<const char*>(PyUnicode_DATA(text)), length);
+  const int kind = PyUnicode_KIND(text);
+  const void* data = PyUnicode_DATA(text);
+  for (Py_ssize_t i = 0; i < length; ++i) {
+    const Py_UCS4 c = PyUnicode_READ(kind, data, i);
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else if (c < 0x800) {
+      out += static_cast<char>(0xc0 | (c >> 6));
+      out += static_cast<char>(0x80 | (c & 0x3f));
+    } else if (c >= 0xd800 && c < 0xe000) {
+      out += '?';  // a lone surrogate has no UTF-8
+    } else if (c < 0x10000) {
+      out += static_cast<char>(0xe0 | (c >> 12));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
+      out += static_cast<char>(0x80 | (c & 0x3f));
+    } else {
+      out += static_cast<char>(0xf0 | (c >> 18));
+      out += static_cast<char>(0x80 | ((c >> 12) & 0x3f));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
+      out += static_cast<char>(0x80 | (c & 0x3f));
+    }
+  }
+  return out;
+}
+
+#if CACHEALLOC_WALKS_PYTHON_FRAMES
+
+// The version-specific parts of the walk, one accessor each.
+_PyInterpreterFrame* innermost_frame(PyThreadState* thread) noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  return thread->current_frame;
+#else
+  return thread->cframe != nullptr ? thread->cframe->current_frame : nullptr;
+#endif
+}
+
+// The frame's code object; nullptr for a frame that runs none (3.13's
+// f_executable may be another object).
+PyCodeObject* code_of(_PyInterpreterFrame* frame) noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* executable = frame->f_executable;
+  return executable != nullptr && PyCode_Check(executable) ? reinterpret_cast<PyCodeObject*>(executable) : nullptr;
+#else
+  return frame->f_code;
+#endif
+}
+
+_Py_CODEUNIT* instruction_of(_PyInterpreterFrame* frame) noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  return frame->instr_ptr;
+#else
+  return frame->prev_instr;
+#endif
+}
+
+// Frames Python's own tracebacks skip: one owned by the C stack (the shim
+// that enters the interpreter from C, 3.12 on), and one not started yet
+// (before its first traceable instruction: _PyFrame_IsIncomplete).
+bool skipped(_PyInterpreterFrame* frame, PyCodeObject* code, _Py_CODEUNIT* instruction) noexcept {
+#if PY_VERSION_HEX >= 0x030C0000
+  if (frame->owner == FRAME_OWNED_BY_CSTACK) return true;
+#endif
+  return frame->owner != FRAME_OWNED_BY_GENERATOR && instruction < _PyCode_CODE(code) + code->_co_firsttraceable;
+}
+
+NamedFrame name_frame(PyCodeObject* code, std::int64_t instruction) {
+  NamedFrame frame;
+  frame.function = utf8_of(code->co_name);
+  frame.file = utf8_of(code->co_filename);
+  // PyCode_Addr2Line only reads the code's line table: safe without the GIL.
+  const int line = PyCode_Addr2Line(code, static_cast<int>(instruction * sizeof(_Py_CODEUNIT)));
+  frame.line = line > 0 ? static_cast<std::uint32_t>(line) : 0;
+  return frame;
+}
+
+std::uint32_t capture_python_frames(std::uint64_t* tokens, std::uint32_t max_tokens, void*) {
+  // The calling thread's own state, from the thread-specific key: with the
+  // GIL released, the "current" thread state is another thread's, or none.
+  PyThreadState* thread = PyGILState_GetThisThreadState();
+  if (thread == nullptr) return 0;
+  ThreadCache* cache = thread_cache();
+  if (cache == nullptr) return 0;
+  std::uint32_t count = 0;
+  for (_PyInterpreterFrame* frame = innermost_frame(thread); frame != nullptr && count < max_tokens;
+       frame = frame->previous) {
+    PyCodeObject* code = code_of(frame);
+    if (code == nullptr) continue;
+    _Py_CODEUNIT* instruction = instruction_of(frame);
+    if (skipped(frame, code, instruction)) continue;
+    const std::int64_t offset = instruction - _PyCode_CODE(code);
+    const FrameKey key{code, code->co_name, code->co_filename, offset};
+    ThreadCache::Entry& entry = cache->entries[hash_key(code, offset) >> 54];  // 10 bits: kEntries
+    if (entry.token == 0 || !(entry.key == key)) [[unlikely]] {
+      std::uint64_t token = 0;
+      try {
+        token = shared_table().token_of(key, [&] { return name_frame(code, offset); });
+      } catch (...) {
+        continue;  // out of memory: the frame is left out, the allocation goes on
+      }
+      entry.key = key;
+      entry.token = token;
+    }
+    tokens[count++] = entry.token;
+  }
+  return count;
+}
+
+#else
+
+std::uint32_t capture_python_frames(std::uint64_t*, std::uint32_t, void*) { return 0; }
+
+#endif
+
+static_assert(ThreadCache::kEntries == 1024, "capture_python_frames indexes the cache by the hash's top 10 bits");
+
+int describe_python_frame(std::uint64_t token, cachealloc_interpreter_frame* frame, void*) {
+  try {
+    return shared_table().names.describe(token, *frame) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+}  // namespace
+
+cachealloc_frame_source python_frame_source() noexcept {
+  cachealloc_frame_source source{};
+  source.size = sizeof(source);
+  source.capture = capture_python_frames;
+  source.describe = describe_python_frame;
+  // Any function of the interpreter: its module (libpython, or the python
+  // executable that links it statically) is where the merged stacks' native
+  // frames end.
+  source.interpreter_code = reinterpret_cast<const void*>(&PyEval_EvalCode);
+  return source;
+}
+
+bool python_frames_supported() noexcept { return CACHEALLOC_WALKS_PYTHON_FRAMES != 0; }
+
+}  // namespace cachealloc::python
