@@ -44,14 +44,13 @@ struct FrameKey {
   const void* code = nullptr;
   const void* name = nullptr;
   const void* file = nullptr;
-  std::int64_t instruction = 0;
+  std::uint32_t instruction = 0;  // code units from the start of the code
   bool operator==(const FrameKey&) const = default;
 };
 
-std::uint64_t hash_key(const void* code, std::int64_t instruction) noexcept {
-  const std::uint64_t h = (reinterpret_cast<std::uintptr_t>(code) >> 4) * 0x9e3779b97f4a7c15ull +
-                          static_cast<std::uint64_t>(instruction) * 0xc2b2ae3d27d4eb4full;
-  return h ^ (h >> 29);
+// One multiply: it runs once per frame of every captured stack.
+std::uint64_t hash_key(const void* code, std::uint32_t instruction) noexcept {
+  return ((reinterpret_cast<std::uintptr_t>(code) >> 4) ^ (std::uint64_t{instruction} << 40)) * 0x9e3779b97f4a7c15ull;
 }
 
 struct FrameKeyHash {
@@ -62,14 +61,14 @@ struct FrameKeyHash {
 // file, line), so the instructions of one line share a token and a stack.
 class FrameNames {
  public:
-  std::uint64_t token_of(NamedFrame frame) {
+  std::uint32_t token_of(NamedFrame frame) {
     std::string key = frame.function;
     key += '\0';
     key += frame.file;
     key += '\0';
     key += std::to_string(frame.line);
     std::lock_guard lock(mutex_);
-    auto [it, inserted] = tokens_.try_emplace(std::move(key), frames_.size() + 1);
+    auto [it, inserted] = tokens_.try_emplace(std::move(key), static_cast<std::uint32_t>(frames_.size() + 1));
     if (inserted) frames_.push_back(std::move(frame));
     return it->second;
   }
@@ -85,7 +84,7 @@ class FrameNames {
 
  private:
   std::mutex mutex_;
-  std::unordered_map<std::string, std::uint64_t> tokens_;
+  std::unordered_map<std::string, std::uint32_t> tokens_;
   std::deque<NamedFrame> frames_;
 };
 
@@ -94,12 +93,12 @@ class FrameNames {
 class SharedFrameTable {
  public:
   template <class Name>
-  std::uint64_t token_of(const FrameKey& key, Name&& name) {
-    Shard& shard = shards_[hash_key(key.code, key.instruction) % kShards];
+  std::uint32_t token_of(const FrameKey& key, Name&& name) {
+    Shard& shard = shards_[hash_key(key.code, key.instruction) >> 60];  // kShards: the top 4 bits
     std::lock_guard lock(shard.mutex);
     auto it = shard.tokens.find(key);
     if (it != shard.tokens.end()) return it->second;
-    const std::uint64_t token = names.token_of(name());
+    const std::uint32_t token = names.token_of(name());
     shard.tokens.emplace(key, token);
     return token;
   }
@@ -109,7 +108,7 @@ class SharedFrameTable {
   static constexpr std::size_t kShards = 16;
   struct alignas(64) Shard {
     std::mutex mutex;
-    std::unordered_map<FrameKey, std::uint64_t, FrameKeyHash> tokens;
+    std::unordered_map<FrameKey, std::uint32_t, FrameKeyHash> tokens;
   };
   Shard shards_[kShards];
 };
@@ -120,15 +119,22 @@ SharedFrameTable& shared_table() {
   return *table;
 }
 
-// One thread's last frames, direct-mapped: a hit is a few loads and
-// compares, no lock and no line another thread writes.
+// One thread's frames seen before: a hit is a few loads and compares, no
+// lock and no line another thread writes. Each level of the last stack
+// first (`last`: a loop allocates from the same frames again and again, and
+// that needs no hash), then a direct-mapped table by (code, instruction).
 struct ThreadCache {
   static constexpr std::size_t kEntries = 1024;
-  struct Entry {
-    FrameKey key;
-    std::uint64_t token = 0;  // 0: empty
+  static constexpr std::size_t kLevels = 128;
+  struct Entry {  // 32 bytes, two to a cache line
+    const void* code = nullptr;  // nullptr: empty
+    const void* name = nullptr;
+    const void* file = nullptr;
+    std::uint32_t instruction = 0;
+    std::uint32_t token = 0;
   };
   Entry entries[kEntries];
+  Entry last[kLevels];
 };
 
 thread_local ThreadCache* t_cache = nullptr;
@@ -225,7 +231,7 @@ bool skipped(_PyInterpreterFrame* frame, PyCodeObject* code, _Py_CODEUNIT* instr
   return frame->owner != FRAME_OWNED_BY_GENERATOR && instruction < _PyCode_CODE(code) + code->_co_firsttraceable;
 }
 
-NamedFrame name_frame(PyCodeObject* code, std::int64_t instruction) {
+NamedFrame name_frame(PyCodeObject* code, std::uint32_t instruction) {
   NamedFrame frame;
   frame.function = utf8_of(code->co_name);
   frame.file = utf8_of(code->co_filename);
@@ -235,13 +241,35 @@ NamedFrame name_frame(PyCodeObject* code, std::int64_t instruction) {
   return frame;
 }
 
+// A frame the thread's cache does not hold: the shared table, which names it
+// if no thread has seen it. Out of line, so that the walk keeps its
+// registers. Returns 0 when out of memory.
+__attribute__((noinline)) std::uint32_t token_on_miss(ThreadCache::Entry& entry, PyCodeObject* code,
+                                                      std::uint32_t instruction) noexcept {
+  const FrameKey key{code, code->co_name, code->co_filename, instruction};
+  try {
+    entry.token = shared_table().token_of(key, [&] { return name_frame(code, instruction); });
+  } catch (...) {
+    return 0;  // the frame is left out, the allocation goes on
+  }
+  entry.code = key.code;
+  entry.name = key.name;
+  entry.file = key.file;
+  entry.instruction = instruction;
+  return entry.token;
+}
+
 std::uint32_t capture_python_frames(std::uint64_t* tokens, std::uint32_t max_tokens, void*) {
   // The calling thread's own state, from the thread-specific key: with the
   // GIL released, the "current" thread state is another thread's, or none.
   PyThreadState* thread = PyGILState_GetThisThreadState();
   if (thread == nullptr) return 0;
-  ThreadCache* cache = thread_cache();
+  ThreadCache* const cache = thread_cache();
   if (cache == nullptr) return 0;
+  const auto matches = [](const ThreadCache::Entry& entry, PyCodeObject* code, std::uint32_t offset) {
+    return entry.code == code && entry.instruction == offset && entry.name == code->co_name &&
+           entry.file == code->co_filename;
+  };
   std::uint32_t count = 0;
   for (_PyInterpreterFrame* frame = innermost_frame(thread); frame != nullptr && count < max_tokens;
        frame = frame->previous) {
@@ -249,20 +277,20 @@ std::uint32_t capture_python_frames(std::uint64_t* tokens, std::uint32_t max_tok
     if (code == nullptr) continue;
     _Py_CODEUNIT* instruction = instruction_of(frame);
     if (skipped(frame, code, instruction)) continue;
-    const std::int64_t offset = instruction - _PyCode_CODE(code);
-    const FrameKey key{code, code->co_name, code->co_filename, offset};
-    ThreadCache::Entry& entry = cache->entries[hash_key(code, offset) >> 54];  // 10 bits: kEntries
-    if (entry.token == 0 || !(entry.key == key)) [[unlikely]] {
-      std::uint64_t token = 0;
-      try {
-        token = shared_table().token_of(key, [&] { return name_frame(code, offset); });
-      } catch (...) {
-        continue;  // out of memory: the frame is left out, the allocation goes on
-      }
-      entry.key = key;
-      entry.token = token;
+    const auto offset = static_cast<std::uint32_t>(instruction - _PyCode_CODE(code));
+    ThreadCache::Entry* level = count < ThreadCache::kLevels ? &cache->last[count] : nullptr;
+    if (level != nullptr && matches(*level, code, offset)) [[likely]] {
+      tokens[count++] = level->token;
+      continue;
     }
-    tokens[count++] = entry.token;
+    ThreadCache::Entry& entry = cache->entries[hash_key(code, offset) >> 54];  // 10 bits: kEntries
+    std::uint32_t token = entry.token;
+    if (!matches(entry, code, offset)) [[unlikely]] {
+      token = token_on_miss(entry, code, offset);
+      if (token == 0) continue;
+    }
+    if (level != nullptr) *level = entry;
+    tokens[count++] = token;
   }
   return count;
 }
