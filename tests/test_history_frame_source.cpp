@@ -4,8 +4,10 @@
 #include <doctest/doctest.h>
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "cachealloc/cachealloc.h"
 #include "cachealloc/errors.hpp"
 #include "cachealloc/history.hpp"
+#include "cachealloc/snapshot/format.hpp"
 
 using namespace cachealloc;
 using snapshot::EventKind;
@@ -137,6 +140,27 @@ TEST_CASE("stacks=python records the source's frames innermost first, named at t
   CHECK(stack->frames.size() == 3);
   CHECK(interpreter_frames(s, *stack) == std::vector<std::string>{"f3 app.py:30", "f2 app.py:20", "f1 app.py:10"});
   CHECK(s.settings.at("history.stacks") == "python");
+}
+
+TEST_CASE("a streamed recording names the source's frames as the dump does") {
+  InstalledSource installed(fake_source());
+  t_interpreter_frames = {2, 1};
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("frame_source_stream_" + std::to_string(::getpid()) + ".bin");
+  auto device = test_support::simulated();
+  CachingAllocator allocator(device);
+  HistoryOptions options;
+  options.stacks = StackCapture::python;
+  options.stream = path;
+  HistoryRecorder recorder(allocator, options);
+  void* ptr = allocator.allocate(MiB);
+  recorder.stop();
+  allocator.deallocate(ptr);
+  const snapshot::Snapshot s = snapshot::read_snapshot(path);
+  std::filesystem::remove(path);
+  const snapshot::Stack* stack = alloc_stack(s);
+  REQUIRE(stack != nullptr);
+  CHECK(interpreter_frames(s, *stack) == std::vector<std::string>{"f2 app.py:20", "f1 app.py:10"});
 }
 
 TEST_CASE("stacks=python gives no stack on a thread that runs no interpreter code, or with no source installed") {
