@@ -22,6 +22,11 @@ install(TARGETS cachealloc_allocator_types cachealloc_snapshot cachealloc_alloca
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # libcachealloc.so (the C ABI, for ctypes and PyTorch's CUDAPluggableAllocator) and the tools.
 install(TARGETS cachealloc_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# Python frames for libcachealloc.so's recordings (python/src/python_install.cpp),
+# where Python's headers were found.
+if(TARGET cachealloc_python)
+  install(TARGETS cachealloc_python LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(TARGETS ${CACHEALLOC_EXECUTABLES} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY recorder/allocator/types/ recorder/allocator/include/ recorder/history/include/ snapshot/include/
                   analyzer/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
