@@ -295,11 +295,20 @@ std::uint32_t capture_python_frames(std::uint64_t* tokens, std::uint32_t max_tok
   return count;
 }
 
-#else
-
-std::uint32_t capture_python_frames(std::uint64_t*, std::uint32_t, void*) { return 0; }
-
 #endif
+
+std::uint32_t capture_nothing(std::uint64_t*, std::uint32_t, void*) { return 0; }
+
+// The frame structs are those of the headers' minor version: read by
+// another interpreter (a library built for 3.12 loaded into 3.11) they
+// would be garbage, so the walk runs only where the versions agree.
+bool walks_running_interpreter() noexcept {
+#if CACHEALLOC_WALKS_PYTHON_FRAMES
+  return (Py_Version >> 16) == (static_cast<unsigned long>(PY_VERSION_HEX) >> 16);
+#else
+  return false;
+#endif
+}
 
 static_assert(ThreadCache::kEntries == 1024, "capture_python_frames indexes the cache by the hash's top 10 bits");
 
@@ -316,7 +325,7 @@ int describe_python_frame(std::uint64_t token, cachealloc_interpreter_frame* fra
 cachealloc_frame_source python_frame_source() noexcept {
   cachealloc_frame_source source{};
   source.size = sizeof(source);
-  source.capture = capture_python_frames;
+  source.capture = walks_running_interpreter() ? capture_python_frames : capture_nothing;
   source.describe = describe_python_frame;
   // Any function of the interpreter: its module (libpython, or the python
   // executable that links it statically) is where the merged stacks' native
@@ -325,6 +334,6 @@ cachealloc_frame_source python_frame_source() noexcept {
   return source;
 }
 
-bool python_frames_supported() noexcept { return CACHEALLOC_WALKS_PYTHON_FRAMES != 0; }
+bool python_frames_supported() noexcept { return walks_running_interpreter(); }
 
 }  // namespace cachealloc::python

@@ -11,8 +11,9 @@
 //
 // Built against Python's headers only (not torch), for the interpreter those
 // headers are: CPython 3.11, 3.12 and 3.13, through their internal frame
-// structs. Other versions build a source that captures nothing
-// (python_frames_supported() says so).
+// structs. Other versions, and an interpreter of another minor version than
+// the headers' (which would lay its frames out otherwise), get a source that
+// captures nothing (python_frames_supported() says so).
 #pragma once
 
 #include "cachealloc/cachealloc.h"
@@ -25,7 +26,8 @@ namespace cachealloc::python {
 // initialized before the first capture.
 cachealloc_frame_source python_frame_source() noexcept;
 
-// Whether this build walks the interpreter's frames (CPython 3.11 to 3.13).
+// Whether this build walks the running interpreter's frames: CPython 3.11 to
+// 3.13, the minor version of the headers it was built against.
 bool python_frames_supported() noexcept;
 
 }  // namespace cachealloc::python

@@ -18,7 +18,8 @@ __attribute__((visibility("default"))) int cachealloc_python_install(void) {
 }
 
 // 1 when this build walks the running interpreter's frames (CPython 3.11 to
-// 3.13), 0 when its frame source captures nothing.
+// 3.13, the version of the headers it was built against), 0 when its frame
+// source captures nothing.
 __attribute__((visibility("default"))) int cachealloc_python_frames_supported(void) {
   return cachealloc::python::python_frames_supported() ? 1 : 0;
 }
