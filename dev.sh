@@ -19,7 +19,7 @@ cd "$(dirname "$0")"
 mode=${1:-demo}
 case "$mode" in demo|test|build|asan|tsan|fuzz) ;; *) echo "usage: $0 demo|test|build|asan|tsan|fuzz" >&2; exit 2 ;; esac
 
-packages=(cmake g++ make ninja-build libcereal-dev libcli11-dev libboost-stacktrace-dev doctest-dev python3
+packages=(cmake g++ make ninja-build libcereal-dev libcli11-dev libboost-stacktrace-dev doctest-dev python3 python3-dev
           zlib1g-dev libzstd-dev help2man chromium gzip clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
