@@ -48,11 +48,23 @@ bool is_trace_entry(EventKind kind) {
          kind != EventKind::annotation_begin && kind != EventKind::annotation_end;
 }
 
+// Segments by device, then address: PyTorch's format lists each device's
+// apart, so the order across devices is the writer's, not the file's.
+std::vector<const Segment*> by_device(const Snapshot& s) {
+  std::vector<const Segment*> out;
+  for (const Segment& segment : s.segments) out.push_back(&segment);
+  std::stable_sort(out.begin(), out.end(), [](const Segment* a, const Segment* b) {
+    return std::tie(a->device, a->address) < std::tie(b->device, b->address);
+  });
+  return out;
+}
+
 void same_layout(const Snapshot& original, const Snapshot& back) {
   if (back.segments.size() != original.segments.size()) std::abort();
+  const std::vector<const Segment*> original_segments = by_device(original), back_segments = by_device(back);
   for (std::size_t i = 0; i < original.segments.size(); ++i) {
-    const Segment& a = original.segments[i];
-    const Segment& b = back.segments[i];
+    const Segment& a = *original_segments[i];
+    const Segment& b = *back_segments[i];
     if (std::tie(a.device, a.stream, a.address, a.total_size, a.large_pool, a.expandable) !=
         std::tie(b.device, b.stream, b.address, b.total_size, b.large_pool, b.expandable))
       std::abort();
