@@ -662,6 +662,33 @@ TEST_CASE("a segment_alloc with flag bits beyond large pool and expandable is re
   CHECK(message.find(expected) != std::string::npos);
 }
 
+TEST_CASE("an alloc or free whose block is smaller than its request is refused, naming the event") {
+  // Given a free_requested of a 0-byte block that requests 1 byte (a
+  // fuzz_convert finding: a pickle, which holds only the request, brings
+  // back a block of 512 bytes)
+  for (const EventKind kind : {EventKind::alloc, EventKind::free_requested, EventKind::free_completed}) {
+    CAPTURE(to_string(kind));
+    Snapshot bad = make_rich_snapshot();
+    const auto event = std::find_if(bad.events.begin(), bad.events.end(), [&](const Event& e) { return e.kind == kind; });
+    REQUIRE(event != bad.events.end());
+    event->aux = event->size + 1;
+    const std::string expected = "event " + std::to_string(event - bad.events.begin()) + " (" + to_string(kind) +
+                                 ") holds " + std::to_string(event->size) + " bytes, fewer than the " +
+                                 std::to_string(event->aux) + " it requests";
+    // When the writer sees it, then it refuses
+    try {
+      (void)encode(bad);
+      FAIL("encode accepted a block smaller than its request");
+    } catch (const SnapshotError& error) {
+      CHECK(std::string(error.what()).find(expected) != std::string::npos);
+    }
+    // And when a file holds it anyway, then the reader refuses, naming the event
+    std::string message;
+    CHECK(decode_error(detail::encode_unvalidated(bad), &message) == ErrorCode::inconsistent);
+    CHECK(message.find(expected) != std::string::npos);
+  }
+}
+
 TEST_CASE("random corruption is rejected with a SnapshotError or decodes, never crashes") {
   // Given a valid file, flip bytes at random
   const std::vector<std::byte> original = encode(make_rich_snapshot());

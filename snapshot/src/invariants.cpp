@@ -117,7 +117,12 @@ std::optional<std::string> implausible_event(const Event& event, std::uint64_t i
     case EventKind::free_requested:
     case EventKind::free_completed:
       if (auto problem = too_large(event.size, "holds", false)) return problem;
-      return too_large(event.aux, "requests", false);
+      if (auto problem = too_large(event.aux, "requests", false)) return problem;
+      // A block is rounded up from its request, never down.
+      if (event.aux > event.size)
+        return which + " (" + std::string(to_string(event.kind)) + ") holds " + std::to_string(event.size) +
+               " bytes, fewer than the " + std::to_string(event.aux) + " it requests";
+      return std::nullopt;
     case EventKind::split:
     case EventKind::merge:
       // An expandable segment's unmapped remainder is split and merged too.

@@ -351,6 +351,8 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
     }
     flagged |= (event.aux & aux_screen[kind].mask) >= aux_screen[kind].bound;
     flagged |= (event.size > size_limit) | (event.time_ns > time_limit) | (event.time_ns < previous.time_ns);
+    // An alloc's or free's block is never smaller than its request.
+    flagged |= screen != nullptr && (kind <= static_cast<std::uint8_t>(EventKind::free_completed)) & (event.aux > event.size);
     out[index] = event;
     previous = event;
   }
