@@ -169,6 +169,30 @@ TEST_CASE("with Python-only stacks, the backward pass is named and the report sa
   CHECK(explained);
 }
 
+TEST_CASE("in our recorder's Python frames, a frameless allocation is a thread with no Python frame, not the backward "
+          "pass") {
+  // Given the same Python-only stacks, as our recorder writes them (its
+  // settings): a C or C++ program's own threads run no Python either
+  snapshot::Snapshot snap = analyzer::load(kPyTorch / "gru_python_stacks.pickle");
+  snap.settings["history.stacks"] = "python";
+  // when the peak's sites are listed, then the frameless ones say only that
+  const analyzer::Document peak = analyzer::peak_report(snap, {});
+  bool thread = false, backward = false;
+  for (const auto& section : peak.sections) {
+    const auto* table = std::get_if<analyzer::Table>(&section);
+    if (!table) continue;
+    for (const auto& row : table->rows) {
+      const std::string site = std::holds_alternative<std::string>(row.back())
+                                   ? std::get<std::string>(row.back())
+                                   : std::get<std::vector<std::string>>(row.back()).front();
+      thread |= site == "a thread with no Python frame";
+      backward |= site == "backward pass (no Python frame)";
+    }
+  }
+  CHECK(thread);
+  CHECK(!backward);
+}
+
 TEST_CASE("a recording with no stack at all keeps '<unknown site>', with a note on recording them") {
   const snapshot::Snapshot snap = analyzer::load(kPyTorch / "no_context.pickle");
   const analyzer::Document peak = analyzer::peak_report(snap, {});

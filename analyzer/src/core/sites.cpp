@@ -280,6 +280,7 @@ struct SiteNamer::State {
   // engine's thread, which runs no Python (see frameless_site).
   bool python_frames_only = false;
   bool named_frameless_backward = false;
+  bool recorded_by_us = false;  // our recorder's settings: a C or C++ program's own threads may run no Python
   bool named_unknown = false;
   bool named_inside_pytorch = false;
   std::string remember(std::string name) {
@@ -299,6 +300,7 @@ SiteNamer::SiteNamer(const snapshot::Snapshot& snapshot, const SiteFilter& filte
     else if (frame.function || frame.ip != 0) cpp = cpp || is_cpp_frame(snapshot, frame);
   }
   state_->python_frames_only = python && !cpp;
+  state_->recorded_by_us = snapshot.settings.count("history.stacks") != 0;
 }
 
 SiteNamer::~SiteNamer() = default;
@@ -449,15 +451,19 @@ SiteChoice choose_site(const snapshot::Snapshot& snapshot, const snapshot::Stack
 
 constexpr std::string_view kUnknownSite = "<unknown site>";
 constexpr std::string_view kFramelessBackward = "backward pass (no Python frame)";
+constexpr std::string_view kFramelessThread = "a thread with no Python frame";
 
 }  // namespace
 
-// Stack 0 has no frame. In a recording of Python frames (PyTorch's
-// stacks='python'), the thread that ran no Python is the autograd engine's:
+// Stack 0 has no frame. In PyTorch's recording of Python frames
+// (stacks='python'), the thread that ran no Python is the autograd engine's:
 // the program's own threads all run Python, and the engine's device threads
-// are where PyTorch allocates without it (gradients, DDP's buckets).
+// are where PyTorch allocates without it (gradients, DDP's buckets). Our
+// recorder's Python frames may come from any program, whose native threads
+// run no Python either: there it is only a thread with no Python frame.
 std::string SiteNamer::frameless_site() {
   State& s = *state_;
+  if (s.python_frames_only && s.recorded_by_us) return s.remember(std::string(kFramelessThread));
   if (s.python_frames_only) {
     s.named_frameless_backward = true;
     return std::string(kFramelessBackward);
