@@ -207,6 +207,27 @@ TEST_CASE("given a refused file, no subcommand writes anything to stdout before 
   }
 }
 
+TEST_CASE("given a stream that lost its trailer, a command that then fails prints its error line alone; one that "
+          "succeeds prints the note") {
+  const std::string path = (kHostile / "truncated_mid_chunk_v7.bin").string();
+  // When a command reads it and then fails (an event past the last)
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"summary", path, "--from", "999999"}, {"segments", path, "--at", "99999"}}) {
+    std::string line;
+    for (const std::string& a : args) line += a + " ";
+    CAPTURE(line);
+    const Run r = analyze(args);
+    // Then stderr is the one error line, without the note before it
+    CHECK(r.code == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.starts_with("cachealloc-analyze: error: "));
+  }
+  // And a command that succeeds says the file ended early, after its report
+  const Run ok = analyze({"summary", path});
+  CHECK(ok.code == 0);
+  CHECK(ok.err.find("cachealloc-analyze: note: " + path + ": the recording ended without its trailer") == 0);
+}
+
 TEST_CASE("given control characters in frame names, collapsed stacks, CSV, JSON and the Perfetto trace spell them out") {
   for (const auto& [name, expected] : expectations()) {
     if (expected.code != 0) continue;

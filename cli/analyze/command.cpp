@@ -332,7 +332,7 @@ analyzer::ReportOptions Runner::one_file_options(analyzer::EventSource& source) 
   // With --follow that is the normal state of a recording in progress: no note.
   if (const auto note = source.head().settings.find(snapshot::kStreamNoteSetting);
       note != source.head().settings.end() && !common.follow)
-    std::fprintf(stderr, "cachealloc-analyze: note: %s: %s\n", common.file.c_str(), note->second.c_str());
+    notes->push_back(common.file + ": " + note->second);
   analyzer::ReportOptions options;
   options.device = common.device;
   options.sites = common.sites;

@@ -78,6 +78,9 @@ class Runner {
   CommonOptions common;
   // The exit status after a successful run: 0, or a verdict (check: 1 a budget exceeded, 3 one unconfirmed).
   std::shared_ptr<int> verdict = std::make_shared<int>(0);
+  // Notes on the input (a stream that lost its trailer) printed once the
+  // command has succeeded: a failure prints its one error line alone.
+  std::shared_ptr<std::vector<std::string>> notes = std::make_shared<std::vector<std::string>>();
   // Remembers the job of subcommand `name`; main() calls run() after parsing succeeded.
   void select(std::string name, Job job) {
     name_ = std::move(name);

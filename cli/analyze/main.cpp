@@ -147,6 +147,7 @@ int main(int argc, char** argv) {
       const std::string input = runner.common.file == "-" ? "standard input" : runner.common.file;
       throw UsageError("cannot read " + input + ": " + error.what());
     }
+    for (const std::string& note : *runner.notes) std::fprintf(stderr, "%s: note: %s\n", kProgram, note.c_str());
     return *runner.verdict;
   });
 }
