@@ -36,6 +36,20 @@ bool names_allocator(const std::string& text) {
          text.find("CUDACachingAllocator") != std::string::npos || text.find("gather_with_cpp") != std::string::npos;
 }
 
+// The site of every row of a report's tables (each row's last cell).
+std::vector<std::string> row_sites(const analyzer::Document& document) {
+  std::vector<std::string> sites;
+  for (const auto& section : document.sections) {
+    const auto* table = std::get_if<analyzer::Table>(&section);
+    if (!table) continue;
+    for (const auto& row : table->rows)
+      sites.push_back(std::holds_alternative<std::string>(row.back())
+                          ? std::get<std::string>(row.back())
+                          : std::get<std::vector<std::string>>(row.back()).front());
+  }
+  return sites;
+}
+
 }  // namespace
 
 TEST_CASE("with stacks='all', every site is a frame of the user's program where the stack has one") {
@@ -147,18 +161,11 @@ TEST_CASE("with Python-only stacks, the backward pass is named and the report sa
   // when the peak's sites are listed
   const analyzer::Document peak = analyzer::peak_report(snap, {});
   bool named = false;
-  for (const auto& section : peak.sections) {
-    const auto* table = std::get_if<analyzer::Table>(&section);
-    if (!table) continue;
-    for (const auto& row : table->rows) {
-      const std::string site = std::holds_alternative<std::string>(row.back())
-                                   ? std::get<std::string>(row.back())
-                                   : std::get<std::vector<std::string>>(row.back()).front();
-      CAPTURE(site);
-      // then no site is unknown, and the frameless ones are the backward pass
-      CHECK(site != "<unknown site>");
-      named |= site == "backward pass (no Python frame)";
-    }
+  for (const std::string& site : row_sites(peak)) {
+    CAPTURE(site);
+    // then no site is unknown, and the frameless ones are the backward pass
+    CHECK(site != "<unknown site>");
+    named |= site == "backward pass (no Python frame)";
   }
   CHECK(named);
   // and a note says how to record the frames that name each node
@@ -178,16 +185,9 @@ TEST_CASE("in our recorder's Python frames, a frameless allocation is a thread w
   // when the peak's sites are listed, then the frameless ones say only that
   const analyzer::Document peak = analyzer::peak_report(snap, {});
   bool thread = false, backward = false;
-  for (const auto& section : peak.sections) {
-    const auto* table = std::get_if<analyzer::Table>(&section);
-    if (!table) continue;
-    for (const auto& row : table->rows) {
-      const std::string site = std::holds_alternative<std::string>(row.back())
-                                   ? std::get<std::string>(row.back())
-                                   : std::get<std::vector<std::string>>(row.back()).front();
-      thread |= site == "a thread with no Python frame";
-      backward |= site == "backward pass (no Python frame)";
-    }
+  for (const std::string& site : row_sites(peak)) {
+    thread |= site == "a thread with no Python frame";
+    backward |= site == "backward pass (no Python frame)";
   }
   CHECK(thread);
   CHECK(!backward);
