@@ -689,6 +689,35 @@ TEST_CASE("an alloc or free whose block is smaller than its request is refused, 
   }
 }
 
+TEST_CASE("a block in use that requests more than it holds is refused, naming the block") {
+  // Given a final layout whose active block requests 2^63-1 bytes (a
+  // campaign finding: a pickle's requested_size edited; the replay's start
+  // state then held an impossible requested total)
+  Snapshot bad = make_rich_snapshot();
+  Block* block = nullptr;
+  std::size_t s = 0, b = 0;
+  for (std::size_t i = 0; i < bad.segments.size() && block == nullptr; ++i) {
+    for (std::size_t k = 0; k < bad.segments[i].blocks.size(); ++k) {
+      if (bad.segments[i].blocks[k].state == BlockState::inactive) continue;
+      block = &bad.segments[i].blocks[k], s = i, b = k;
+      break;
+    }
+  }
+  REQUIRE(block != nullptr);
+  block->requested = (std::uint64_t{1} << 63) - 1;
+  const std::string expected = "block " + std::to_string(b) + " of segment " + std::to_string(s) + " requests " +
+                               std::to_string(block->requested) + " bytes, more than its " + std::to_string(block->size);
+  try {
+    (void)encode(bad);
+    FAIL("encode accepted a block requesting more than it holds");
+  } catch (const SnapshotError& error) {
+    CHECK(std::string(error.what()).find(expected) != std::string::npos);
+  }
+  std::string message;
+  CHECK(decode_error(detail::encode_unvalidated(bad), &message) == ErrorCode::inconsistent);
+  CHECK(message.find(expected) != std::string::npos);
+}
+
 TEST_CASE("random corruption is rejected with a SnapshotError or decodes, never crashes") {
   // Given a valid file, flip bytes at random
   const std::vector<std::byte> original = encode(make_rich_snapshot());

@@ -35,6 +35,10 @@ std::optional<std::string> segments_problem(const Snapshot& snapshot, const std:
       if (block.address < cursor) return which + " overlaps the block before it";
       if (block.address > cursor) return which + " leaves a gap of " + std::to_string(block.address - cursor) +
                                          " bytes before it: the block sizes do not add up to the segment's";
+      // A block in use is rounded up from its request, never down.
+      if (block.state != BlockState::inactive && block.requested > block.size)
+        return which + " requests " + std::to_string(block.requested) + " bytes, more than its " +
+               std::to_string(block.size);
       cursor = block.address + block.size;
     }
     if (cursor != end) {

@@ -122,6 +122,11 @@ dump('implausible_alloc_2e62.pickle',
      snapshot([ok_segment], ok_trace + [trace_entry('alloc', A + (1 << 20), 2**62, 1002)]))
 dump('implausible_alloc_2e63.pickle',
      snapshot([ok_segment], ok_trace + [trace_entry('alloc', A + (1 << 20), 2**63 - 1, 1002)]))
+# A block in use that requests 2^63-1 bytes, more than it holds (the replay's
+# start state once summed them to an impossible requested total).
+dump('implausible_block_request.pickle',
+     snapshot([segment_of(A, [block(A, 1 << 20, requested=2**63 - 1), block(A + (1 << 20), 1 << 20, 'inactive')])],
+              ok_trace))
 # 9.29e15 us: 9.29e18 ns, past 2^62 ns.
 dump('implausible_time.pickle',
      snapshot([ok_segment], ok_trace + [trace_entry('free_requested', A, 1 << 20, 9_290_000_000_000_000, [frame])]))
