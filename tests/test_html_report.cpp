@@ -84,3 +84,86 @@ TEST_CASE("given a 200k-event trace, when the html report is written, then the k
   // The fixed part (uPlot, the script, the style) is ~100 KB.
   CHECK(page.stats.bytes < 200'000 + 8 * page.stats.events);
 }
+
+namespace {
+
+Page page_of(const fs::path& file, const analyzer::HtmlOptions& html) {
+  analyzer::FileEvents source(file);
+  std::ostringstream out;
+  Page page;
+  page.stats = analyzer::write_html_report(source, analyzer::ReportOptions{}, html, out);
+  page.text = out.str();
+  return page;
+}
+
+std::size_t decoded_bytes(const std::string& text, const char* id) {
+  const std::regex column(std::string("id=\"") + id + R"re(" data-bytes="(\d+)")re");
+  std::smatch match;
+  REQUIRE(std::regex_search(text, match, column));
+  return std::stoull(match[1]);
+}
+
+bool covers(const std::vector<analyzer::EventWindow>& windows, std::size_t event) {
+  for (const analyzer::EventWindow& w : windows)
+    if (w.begin <= event && event < w.end) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("given a trace longer than the detail budget, when the html report is written, then it keeps events "
+          "only in windows around the peaks and the last events, within the budget, and the page shrinks with them") {
+  const fs::path file = kData / "pytorch" / "long" / "long_train.pickle.zst";
+  analyzer::FileEvents source(file);
+  const std::size_t n = source.event_count();
+  REQUIRE(n > 100'000);
+  analyzer::AnalysisOptions whole;
+  const analyzer::Analysis analysis = analyzer::analyze(source, whole);
+
+  analyzer::HtmlOptions small;
+  small.detail_events = 20'000;
+  const Page page = page_of(file, small);
+  const Page full = page_of(file, analyzer::HtmlOptions{});
+
+  CHECK(page.stats.events == n);
+  CHECK(page.stats.detail_events <= small.detail_events);
+  // Windows that overlap merge: at least one anchor's share is kept.
+  CHECK(page.stats.detail_events >= small.detail_events / 4);
+  // One kind byte per event kept, none for the others.
+  CHECK(decoded_bytes(page.text, "data-kinds") == page.stats.detail_events);
+  // Windows in order, disjoint, never adjacent; each opens with a keyframe.
+  REQUIRE_FALSE(page.stats.detail_windows.empty());
+  for (std::size_t k = 1; k < page.stats.detail_windows.size(); ++k)
+    CHECK(page.stats.detail_windows[k - 1].end < page.stats.detail_windows[k].begin);
+  CHECK(page.stats.keyframes >= page.stats.detail_windows.size());
+  // The moments the first screen opens on: the state after each peak (and the
+  // event after it, where a free settles) and the last events.
+  for (const analyzer::Peak* peak : {&analysis.peak_allocated, &analysis.peak_reserved}) {
+    REQUIRE(peak->event != analyzer::kNoEvent);
+    CHECK(covers(page.stats.detail_windows, peak->event));
+    CHECK(covers(page.stats.detail_windows, peak->event + 1));
+  }
+  CHECK(covers(page.stats.detail_windows, n - 1));
+  // The timeline still covers every event, bucket by bucket.
+  CHECK(page.stats.buckets == full.stats.buckets);
+  // Size: the fixed part (~100 KB), ~4-6 bytes per event kept, the buckets.
+  CHECK(page.stats.bytes < 200'000 + 8 * page.stats.detail_events + 40 * page.stats.buckets);
+  // Each event left out saves at least a byte of the page.
+  CHECK(full.stats.bytes - page.stats.bytes > n - page.stats.detail_events);
+  // Within the budget, nothing changes: one window, the whole trace.
+  CHECK(full.stats.detail_events == n);
+  REQUIRE(full.stats.detail_windows.size() == 1);
+  CHECK(full.stats.detail_windows[0].begin == 0);
+  CHECK(full.stats.detail_windows[0].end == n);
+  CHECK(decoded_bytes(full.text, "data-kinds") == n);
+}
+
+TEST_CASE("given a bucket limit, when the html report is written, then the buckets grow to stay within it") {
+  const fs::path file = kData / "pytorch" / "long" / "long_train.pickle.zst";
+  analyzer::HtmlOptions few;
+  few.max_buckets = 1000;
+  const Page page = page_of(file, few);
+  CHECK(page.stats.buckets <= 1000);
+  CHECK(page.stats.bucket_events == (page.stats.events + 999) / 1000);
+  CHECK(page.stats.buckets == (page.stats.events + page.stats.bucket_events - 1) / page.stats.bucket_events);
+}

@@ -43,9 +43,36 @@
   const [kinds, addresses, sizes, auxes, stacks, streams, times, bucketBytes, bucketCategoryBytes, keyframeBytes] = await Promise.all(
     ['data-kinds', 'data-addresses', 'data-sizes', 'data-auxes', 'data-stacks', 'data-streams', 'data-times',
      'data-buckets', 'data-bucket-categories', 'data-keyframes'].map(bytesOf));
-  const kindOf = (event) => kinds[event] & 15;
   const CATS = meta.categories.map(([key, label, inferred]) => ({ key, label, inferred }));
   const N = meta.events;
+  // ---- detail windows ----------------------------------------------------
+  // The events kept event by event (all of them within the detail budget),
+  // each window's kinds consecutive in the kinds column.
+  const details = [];
+  for (const [from, to, why] of meta.detail_windows) {
+    const prev = details[details.length - 1];
+    details.push({ from, to, why, kindsAt: prev ? prev.kindsAt + prev.to - prev.from + 1 : 0 });
+  }
+  const wholeDetail = details.length === 1 && details[0].from === 0 && details[0].to === N - 1;
+  // The detail window holding events [from, to], or null.
+  const detailOf = (from, to) => details.find((w) => w.from <= from && to <= w.to) || null;
+  const kindOf = (event) => { const w = detailOf(event, event); return w ? kinds[w.kindsAt + event - w.from] & 15 : K.other; };
+  // The state after `event` is in the page when its window holds the event,
+  // and the next one where that settles a free (free_requested, then its
+  // free_completed), or the trace ends there.
+  const momentKept = (event) => N === 0 || (event < 0 ? details.length > 0 && details[0].from === 0 :
+    details.some((w) => w.from <= event && (event < w.to || (event === w.to && (w.to === N - 1 || kindOf(event) !== K.free_requested)))));
+  const evRange = (w) => 'events #' + w.from.toLocaleString('en') + ' to #' + w.to.toLocaleString('en');
+  const detailList = () => details.map((w) => evRange(w) + ' (' + w.why.join(', ') + ')').join('; ');
+  // The detail window nearest to `event`, and the event in it nearest to it.
+  function nearestDetail(event) {
+    let best = null, bestEvent = 0, bestGap = Infinity;
+    for (const w of details) {
+      const e = Math.max(w.from, Math.min(w.to === N - 1 ? w.to : w.to - 1, event)), gap = Math.abs(e - event);
+      if (gap < bestGap) { best = w; bestEvent = e; bestGap = gap; }
+    }
+    return best && { window: best, event: bestEvent };
+  }
   mark('decoded');
 
   // ---- formatting --------------------------------------------------------
@@ -81,11 +108,12 @@
       this.ra = new Reader(addresses, frame.off[0]); this.rs = new Reader(sizes, frame.off[1]);
       this.rx = new Reader(auxes, frame.off[2]); this.rk = new Reader(stacks, frame.off[3]);
       this.rr = new Reader(streams, frame.off[4]); this.rt = new Reader(times, frame.off[5]);
-      this.address = frame.addressBase; this.time = frame.timeBase;
+      this.address = frame.addressBase; this.time = frame.timeBase; this.kp = frame.off[6];
       this.e = { kind: 0, address: 0, size: 0, aux: 0, stack: 0, stream: 0, time: 0, category: 0 };
     }
     next() {
-      const e = this.e, byte = kinds[this.i++], kind = byte & 15;
+      const e = this.e, byte = kinds[this.kp++], kind = byte & 15;
+      ++this.i;
       e.kind = kind; e.category = byte >> 4;
       this.time += this.rt.s(); e.time = this.time;
       if (kind === K.alloc) {

@@ -161,7 +161,10 @@
   // The layout after `event`. A free no stream waited on is one call in
   // PyTorch: a free_requested followed by its own free_completed settles
   // with it, as the CLI's --at and --to do (no pending free between them).
+  // Null where the page does not hold that state (outside the detail windows).
   function layoutAfter(event) {
+    if (!momentKept(event)) return null;
+    const end = N === 0 || event < 0 ? N : detailOf(event, event).to + 1;  // the window's end
     // A keyframe before `event` itself (not only before event + 1): the
     // settling needs the event's own address.
     const frame = keyframeFor(kindOf(event) === K.free_requested ? event : event + 1);
@@ -172,13 +175,14 @@
       layout.apply(e);
       lastKind = e.kind; lastAddress = e.address;
     }
-    if (lastKind === K.free_requested && cursor.i < N) {
+    if (lastKind === K.free_requested && cursor.i < end) {
       const next = cursor.next();
       if (next.kind === K.free_completed && next.address === lastAddress) layout.apply(next);
     }
     return layout;
   }
-  // Per-event totals, allocated per category and times over [from, to] (inclusive), exact.
+  // Per-event totals, allocated per category and times over [from, to]
+  // (inclusive, inside one detail window), exact.
   function exactSeries(from, to) {
     const frame = keyframeFor(from);
     const layout = new Layout(frame), cursor = new Cursor(frame);

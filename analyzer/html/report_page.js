@@ -12,7 +12,7 @@
     el('header', {}, '<h1>cachealloc memory report</h1><p class="sub">' + esc(meta.title) + ' &middot; ' + N.toLocaleString('en') + ' events' +
       (headline ? ' &middot; ' + headline : '') + (oomCount ? ' &middot; <a href="#summary" class="oom-count">' + oomCount + ' out-of-memory errors</a>' : '') + '</p>'),
     el('div', { id: 'first-screen' }),
-    el('section', { id: 'segments-panel', className: 'panel' }, '<h2 id="segments-title">Segment map</h2><div id="segment-legend" class="legend"></div><div id="segment-scroll"><canvas id="segment-map"></canvas></div>'),
+    el('section', { id: 'segments-panel', className: 'panel' }, '<h2 id="segments-title">Segment map</h2><p id="segments-note" class="notice"></p><div id="segment-legend" class="legend"></div><div id="segment-scroll"><canvas id="segment-map"></canvas></div>'),
     el('section', { id: 'sites-panel', className: 'panel' },
       '<h2 id="live-title">Sites live</h2><canvas id="icicle"></canvas><table id="live-sites" class="sites"></table>' +
       '<h2 id="window-title">Sites allocated in the window</h2><table id="window-sites" class="sites"></table>'),
@@ -26,7 +26,10 @@
       '<button id="pan-right" title="pan right">&#9654;</button> <button id="zoom-out">zoom out</button> <button id="reset">whole run</button>' +
       ' <span id="window-label"></span></div>' +
       '<p class="hint">Hover a band for its top sites and stack; drag to zoom into a window (and list the sites allocated in it), wheel to zoom, shift+wheel to pan, click for the state at an event, double-click for the whole run.</p>' +
-      '<div id="timeline-box"><div id="timeline"></div><div id="timeline-labels"></div></div><div id="markers"></div><div id="timeline-legend" class="legend"></div>'),
+      '<div id="timeline-box"><div id="timeline"></div><div id="timeline-labels"></div></div><div id="markers"></div><div id="timeline-legend" class="legend"></div>' +
+      '<p id="detail-note" class="notice"></p>' + (wholeDetail || N === 0 ? '' : '<p id="detail-windows" class="sub">This trace has more events than the page keeps event by event (' +
+      meta.detail_budget.toLocaleString('en') + '): the timeline covers the whole run; the segment map, the sites and event-by-event zoom cover ' +
+      details.map((w, i) => '<a href="#" data-detail="' + i + '">' + evRange(w) + '</a> (' + esc(w.why.join(', ')) + ')').join('; ') + '.</p>')),
     el('section', { id: 'peak-panel', className: 'panel' }));
   const tooltip = $('tooltip');
   // Beside the cursor, on the side with room, so the tip never leaves the window.

@@ -66,7 +66,7 @@
       model.reduce((n, s) => n + s.blocks.length, 0).toLocaleString('en') + ' blocks (as segments --at ' + event + ')';
   }
   canvas.addEventListener('mousemove', (ev) => {
-    const m = report.segmentMap; if (!m) return;
+    const m = report.segmentMap; if (!m || !m.segments) return;
     const rect = canvas.getBoundingClientRect(), x = ev.clientX - rect.left, row = Math.floor((ev.clientY - rect.top - 2) / ROW);
     const seg = m.segments[row]; if (!seg) return hideTip();
     let hit = null;

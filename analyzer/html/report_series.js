@@ -33,11 +33,11 @@
     }
   }
   const exactLimit = meta.exact_events;
-  // Points for the events [from, to]: exact below the limit, else the finest
-  // level with at most ~2,000 buckets in the window.
+  // Points for the events [from, to]: exact below the limit inside a detail
+  // window, else the finest level with at most ~2,000 buckets in the window.
   function seriesFor(from, to) {
     const count = to - from + 1;
-    if (count <= exactLimit || levels[0].t.length === 0) {
+    if ((count <= exactLimit && detailOf(from, to)) || levels[0].t.length === 0) {
       const s = exactSeries(from, to);
       return { exact: true, ev: s.ev, t: s.t, amax: s.a, amin: s.a, rmax: s.r, cmax: s.c, cats: s.cats };
     }
@@ -49,7 +49,8 @@
     return { exact: false, width: l.width, ev, t: l.t.slice(b0, b1 + 1), amax: l.amax.slice(b0, b1 + 1), amin: l.amin.slice(b0, b1 + 1),
              rmax: l.rmax.slice(b0, b1 + 1), cmax: l.cmax.slice(b0, b1 + 1), cats: l.cats.map((c) => c.slice(b0, b1 + 1)) };
   }
-  // The first event of [from, to] where allocated is largest.
+  // The first event of [from, to] where allocated is largest; null where
+  // the events that decide it are not in the page.
   function peakIn(from, to) {
     let best = -1, bestBytes = -1;
     if (to - from + 1 > exactLimit * 4) {
@@ -58,6 +59,7 @@
       for (let b = Math.floor(from / l.width); b <= Math.min(l.t.length - 1, Math.floor(to / l.width)); ++b) if (l.amax[b] > bv) { bv = l.amax[b]; bb = b; }
       from = Math.max(from, bb * l.width); to = Math.min(to, bb * l.width + l.width - 1);
     }
+    if (!detailOf(from, to)) return null;
     const s = exactSeries(from, to);
     for (let j = 0; j < s.a.length; ++j) if (s.a[j] > bestBytes) { bestBytes = s.a[j]; best = s.ev[j]; }
     return best;

@@ -76,6 +76,13 @@
   // ---- sites allocated in the window, as `top --from A --to B` ------------
   function windowSites(a, b) {
     const bySite = new Map();
+    const kept = (a === 0 && b >= N - 1) || N === 0 || detailOf(a, b);
+    if (!kept) {
+      report.windowSites = { from: a, to: b, sites: null };
+      $('window-title').textContent = 'Sites allocated in events #' + a.toLocaleString('en') + ' to #' + b.toLocaleString('en') + ': not in this page';
+      $('window-sites').innerHTML = '<tr><td>Event-level detail kept only for ' + esc(detailList()) + ': see <code>cachealloc-analyze top --from ' + a + ' --to ' + b + '</code>.</td></tr>';
+      return;
+    }
     if (a === 0 && b >= N - 1) {
       for (const [site, allocations, bytes] of meta.sites_whole_trace) bySite.set(site, { site, allocations, bytes });
     } else if (N > 0) {
@@ -98,17 +105,52 @@
   function selectMoment(event) {
     report.moment = event;
     const layout = layoutAfter(event);
-    drawSegmentMap(layout, event);
-    liveSites(layout, event);
+    $('segments-note').innerHTML = '';
+    if (layout) {
+      drawSegmentMap(layout, event);
+      liveSites(layout, event);
+    } else {
+      layoutMissing(event);
+    }
     timeline.redraw(false);
   }
+  // Outside the detail windows: say so, clear the views, offer the nearest window.
+  function layoutMissing(event) {
+    const near = nearestDetail(event);
+    report.segmentMap = { event, segments: null, nearest: near ? [near.window.from, near.window.to] : null };
+    report.liveSites = null;
+    canvas.style.height = '0px'; canvas.height = 0;
+    const what = 'after event #' + event.toLocaleString('en');
+    $('segments-title').textContent = 'Segment map ' + what + ': not in this page';
+    $('segments-note').innerHTML = 'The layout ' + what + ' is not in this page: event-level detail kept only for ' + esc(detailList()) +
+      ' (see <code>cachealloc-analyze segments --at ' + event + '</code>).' + (near ? ' Nearest: <a href="#" data-detail="' + details.indexOf(near.window) + '" data-event="' + near.event + '">event #' +
+      near.event.toLocaleString('en') + ' in ' + evRange(near.window) + '</a>.' : '');
+    $('live-title').textContent = 'Sites live ' + what + ': not in this page';
+    $('live-sites').innerHTML = '';
+    icicleRoot = icicleFocus = { name: 'not in this page', bytes: 0, children: new Map() }; drawIcicle();
+  }
+  // A detail window's link: zoom to it and show the state there.
+  document.addEventListener('click', (ev) => {
+    const link = ev.target.closest && ev.target.closest('a[data-detail]');
+    if (!link) return;
+    ev.preventDefault();
+    const w = details[Number(link.dataset.detail)];
+    setView(w.from, w.to);
+    selectMoment(link.dataset.event !== undefined ? Number(link.dataset.event) : nearestDetail(w.from).event);
+  });
 
 
   // ---- what was live at the peak (as `cachealloc-analyze peak`) ------------
   function drawPeakPanel() {
     const p = peakOf('allocated');
     const event = p && p.event !== null && p.event !== undefined ? p.event : -1;
-    const layout = layoutAfter(event), rows = liveBySite(layout), allocated = layout.allocated;
+    const layout = layoutAfter(event);
+    if (!layout) {  // the detail windows always hold the peak; a page without it says so
+      $('peak-panel').innerHTML = '<h2>Live at the peak</h2><p>The state after event #' + event + ' is not in this page: see <code>cachealloc-analyze peak</code>.</p>';
+      report.peakPanel = null;
+      return;
+    }
+    const rows = liveBySite(layout), allocated = layout.allocated;
     const cats = CATS.map((c, k) => ({ key: c.key, label: c.label, inferred: c.inferred, bytes: layout.byCategory[k], k })).filter((c) => c.bytes > 0).sort((x, y) => y.bytes - x.bytes);
     const share = (bytes) => allocated ? (100 * bytes / allocated).toFixed(1) + '%' : '';
     let html = '<h2>Live at the peak: ' + fmtBytes(allocated) + ' allocated</h2><p class="sub">' + (event < 0 ? 'before the first event' : 'after event #' + event.toLocaleString('en')) +

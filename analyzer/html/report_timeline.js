@@ -166,7 +166,12 @@
   }
   function bandTip(j, k) {
     const e = current.exact ? current.ev[j] : peakIn(current.ev[j], Math.min(N - 1, current.ev[j] + current.width - 1));
-    const rows = liveBySite(layoutAfter(e), (b) => b.category === k);
+    const layout = e === null ? null : layoutAfter(e);
+    if (!layout) {  // outside the detail windows: the bucket's figure, no sites
+      const html = '<b>' + esc(catName(k)) + '</b>: ' + fmtBytes(current.cats[k][j]) + ' in ' + esc(pointName(j)) + '<br><i>the sites here are not in this page: event-level detail kept only for ' + esc(detailList()) + '</i>';
+      return { event: null, category: CATS[k].key, bytes: current.cats[k][j], sites: null, html };
+    }
+    const rows = liveBySite(layout, (b) => b.category === k);
     let html = '<b>' + esc(catName(k)) + '</b>: ' + fmtBytes(current.cats[k][j]) + ' after event #' + e.toLocaleString('en');
     html += '<br>' + rows.slice(0, 5).map((r, i) => (i + 1) + '. ' + fmtBytes(r.bytes) + ' in ' + r.blocks + ' blocks: ' + esc(siteLabel(r.site))).join('<br>');
     if (rows.length > 5) html += '<br>' + (rows.length - 5) + ' more sites';
@@ -203,6 +208,10 @@
     report.timelinePeakReserved = whole ? Math.max(peakReserved, meta.start[1]) : peakReserved;
     $('window-label').textContent = 'window: events #' + a.toLocaleString('en') + ' to #' + b.toLocaleString('en') +
       (current.exact ? ' (every event)' : ' (each point: the largest allocated of ' + current.width + ' events)');
+    // A window small enough to draw event by event, outside the detail windows.
+    report.detailNote = !current.exact && b - a + 1 <= exactLimit ? 'Event-level detail kept only for ' + detailList() +
+      ': see `cachealloc-analyze timeline --from ' + a + ' --to ' + b + '` or html --from/--to.' : '';
+    $('detail-note').textContent = report.detailNote;
     renderLegend(null);
     const w0 = performance.now();
     windowSites(a, b);
@@ -218,7 +227,8 @@
     // A click snaps to the highest allocated point within 3 pixels.
     const lo = eventAt(timeline, Math.max(0, x - 3)), hi = eventAt(timeline, Math.min(rect.width, x + 3));
     const from = current.ev[lo.index], to = current.exact ? current.ev[hi.index] : Math.min(N - 1, current.ev[hi.index] + current.width - 1);
-    selectMoment(peakIn(from, to));
+    const e = peakIn(from, to);
+    selectMoment(e === null ? from : e);
   });
   timeline.over.addEventListener('dblclick', () => setView(0, N - 1));
   timeline.over.addEventListener('wheel', (ev) => {

@@ -266,15 +266,7 @@ async function checkFirstScreen(page, input, name, summary) {
       map: r.segmentMap }));
   });
   check(got.panel !== null && got.panel < 1200, name + ': the peak panel starts within the first 1200 px (at ' + got.panel + ')');
-  const p = got.peak;
-  if (check(p, name + ': the page has a peak panel')) {
-    check(p.allocated === peak.allocated_bytes, name + ': the peak panel holds ' + p.allocated + ' bytes, peak says ' + peak.allocated_bytes);
-    for (const c of peak.categories || [])
-      check(p.categories[c.category] === c.bytes, name + ': at the peak, ' + c.category + ' ' + p.categories[c.category] + ' == peak ' + c.bytes);
-    const key = (stack, bytes, n) => JSON.stringify([stack, bytes, n]);
-    const want = (peak.sites || []).map((x) => key(x.stack, x.bytes, x.allocations)).sort(), have = p.sites.map((x) => key(x.stack, x.bytes, x.allocations)).sort();
-    check(JSON.stringify(want) === JSON.stringify(have), name + ': the peak panel\'s sites are those of peak (' + have.length + ' vs ' + want.length + ')');
-  }
+  samePeakPanel(got.peak, peak, name);
   for (const l of got.labels) check(l.ok, name + ': the label "' + l.text + '" stays inside its box');
   check(got.axis && got.axis.widest + got.axis.tick + got.axis.gap <= got.axis.size, name + ': the y axis (' + JSON.stringify(got.axis) + ') is wider than its ticks, so its title does not overlap them');
   check(got.colors && got.colors.oom !== got.colors.reserved && !Object.values(got.colors.categories).includes(got.colors.oom),
@@ -302,6 +294,69 @@ async function checkFirstScreen(page, input, name, summary) {
         name + ': segments drawn to scale, widths in the order of sizes (' + segs.map((s) => s.size + ':' + (s.width || 0).toFixed(1)).slice(0, 6).join(' ') + ')');
   for (const [id, texts] of Object.entries(got.tables))
     check(new Set(texts).size === texts.length, name + ': the site labels of #' + id + ' are distinct (' + texts.length + ' rows)');
+}
+
+// The page's peak panel against `peak --format json`: bytes, categories, sites.
+function samePeakPanel(p, peak, name) {
+  if (!check(p, name + ': the page has a peak panel')) return;
+  check(p.allocated === peak.allocated_bytes, name + ': the peak panel holds ' + p.allocated + ' bytes, peak says ' + peak.allocated_bytes);
+  for (const c of peak.categories || [])
+    check(p.categories[c.category] === c.bytes, name + ': at the peak, ' + c.category + ' ' + p.categories[c.category] + ' == peak ' + c.bytes);
+  const key = (stack, bytes, n) => JSON.stringify([stack, bytes, n]);
+  const want = (peak.sites || []).map((x) => key(x.stack, x.bytes, x.allocations)).sort(), have = p.sites.map((x) => key(x.stack, x.bytes, x.allocations)).sort();
+  check(JSON.stringify(want) === JSON.stringify(have), name + ': the peak panel\'s sites are those of peak (' + have.length + ' vs ' + want.length + ')');
+}
+
+// A page of a trace longer than its detail budget (html --detail-events):
+// the whole run from buckets, event by event only inside the detail windows.
+async function checkDetailBudget(browser, input, name) {
+  const html = path.join(outdir, name + '.detail.html');
+  const budget = 20000;
+  run(['html', input, '-o', html, '-f', '--detail-events', String(budget)]);
+  const summary = json(['summary', input]), peak = json(['peak', input]);
+  const { page, problems } = await open(browser, html);
+  const ready = await page.waitForFunction(() => window.cacheallocReport && window.cacheallocReport.ready, { timeout: 60000 }).then(() => true, () => false);
+  if (!check(ready, name + ' (detail budget): the report became interactive')) { console.log('  ' + problems.join('\n  ')); await page.close(); return; }
+  const got = await page.evaluate(() => { const r = window.cacheallocReport;
+    return JSON.parse(JSON.stringify({ peak: r.timelinePeak, panel: r.peakPanel, windows: r.detailWindows, points: r.drawnPoints(),
+      listed: (document.getElementById('detail-windows') || { textContent: '' }).textContent })); });
+  check(got.points > 0 && got.peak === summary.peak_allocated, name + ' (detail budget): the timeline is drawn, its peak ' + got.peak + ' == summary ' + summary.peak_allocated);
+  samePeakPanel(got.panel, peak, name + ' (detail budget)');
+  const kept = got.windows.reduce((n, w) => n + w.to - w.from + 1, 0);
+  check(kept <= budget && kept < summary.at_event + 1, name + ' (detail budget): ' + kept + ' events kept in ' + got.windows.length + ' windows');
+  const inside = (e) => got.windows.find((w) => w.from <= e && e <= w.to);
+  const peakWindow = inside(summary.peak_allocated_event);
+  check(peakWindow && inside(summary.at_event) && got.listed.includes('allocated peak') && got.listed.includes('last events'),
+        name + ' (detail budget): the page names windows around the allocated peak and the last events: ' + JSON.stringify(got.listed.slice(0, 300)));
+  // Inside a detail window: event by event, as timeline --all-events.
+  const a = peakWindow.from, b = Math.min(peakWindow.to, a + 999);
+  const zoom = await page.evaluate((a, b) => { const r = window.cacheallocReport; r.setView(a, b); const s = r.seriesSample(b - a + 1);
+    return { exact: s.exact, points: s.points.map((p) => [p.event, p.allocated]), note: r.detailNote }; }, a, b);
+  const rows = json(['timeline', input, '--all-events', '--from', String(a), '--to', String(b)]).timeline.filter((r) => r.event !== null);
+  check(zoom.exact && zoom.points.length === b - a + 1 && zoom.note === '', name + ' (detail budget): events #' + a + ' to #' + b + ' drawn event by event (' + zoom.points.length + ' points)');
+  const differ = zoom.points.findIndex((p, j) => !rows[j] || rows[j].event !== p[0] || rows[j].allocated !== p[1]);
+  check(rows.length === zoom.points.length && differ < 0, name + ' (detail budget): the zoomed window equals timeline --all-events' + (differ >= 0 ? ' (first difference at #' + zoom.points[differ][0] + ')' : ''));
+  const map = await page.evaluate((e) => { const r = window.cacheallocReport; r.selectMoment(e); return JSON.parse(JSON.stringify(r.segmentMap)); }, summary.peak_allocated_event);
+  sameMap(map, json(['segments', input, '--at', String(summary.peak_allocated_event)]), name + ' (detail budget) at the peak');
+  // Outside every detail window: buckets, and one line saying so.
+  let x = 0;
+  for (const w of got.windows) if (x >= w.from - 1000 && x <= w.to) x = w.to + 1;
+  if (check(x + 999 < summary.at_event, name + ' (detail budget): some events lie outside the detail windows')) {
+    const out = await page.evaluate((x) => { const r = window.cacheallocReport; r.setView(x, x + 999); r.selectMoment(x + 10);
+      return JSON.parse(JSON.stringify({ exact: r.seriesSample(10).exact, note: r.detailNote, shown: document.getElementById('detail-note').textContent,
+        map: r.segmentMap, sites: r.windowSites, mapNote: document.getElementById('segments-note').textContent })); }, x);
+    check(!out.exact && /event-level detail kept only for/i.test(out.note) && out.shown === out.note && /timeline --from/.test(out.note),
+          name + ' (detail budget): events #' + x + ' to #' + (x + 999) + ' stay at bucket level and say so: ' + JSON.stringify(out.note.slice(0, 200)));
+    check(out.map.segments === null && out.map.nearest !== null && /not in this page/.test(out.mapNote) && out.sites.sites === null,
+          name + ' (detail budget): the segment map and the sites there say the layout is not in the page and offer the nearest window');
+  }
+  let status = 0, stderr = '';
+  try { execFileSync(analyze, ['html', input, '-o', html, '-f', '--detail-events', '0'], { stdio: 'pipe' }); }
+  catch (e) { status = e.status; stderr = e.stderr.toString(); }
+  check(status === 2 && stderr.trim().split('\n').length === 1, name + ': html --detail-events 0 is refused with exit 2 and one line (' + status + ', ' + JSON.stringify(stderr) + ')');
+  check(problems.length === 0, name + ' (detail budget): no console errors and no requests' + (problems.length ? ':\n    ' + problems.join('\n    ') : ''));
+  console.log('ok   ' + name + ' with --detail-events ' + budget + ' (' + fs.statSync(html).size + ' bytes, ' + kept + ' events kept in ' + got.windows.length + ' windows)');
+  await page.close();
 }
 
 async function checkFlameGraph(browser, input, name) {
@@ -362,6 +417,8 @@ function checkPerfetto(validate, input, name) {
       if (/cnn_train|synthetic_2k_native|varlen_transformer|stacks_all/.test(name)) await checkFlameGraph(browser, input, name);
       checkPerfetto(validate, input, name);
     }
+    const long = files.find((f) => /long_train\.pickle/.test(f)) || (oneInput ? files[0] : null);
+    if (check(long, 'testdata holds a long trace for the detail budget')) await checkDetailBudget(browser, long, path.relative(testdata, long).replace(/[\/]/g, '_'));
     check(mostKeyframes >= 3, 'some input has three or more keyframes (the most: ' + mostKeyframes + ')');
     const wantMany = oneInput ? 1 : 3;
     check(manyKeyframeInputs >= wantMany, manyKeyframeInputs + ' inputs of three or more keyframes held to segments --at at every moment (want ' + wantMany + ' or more)');

@@ -16,6 +16,7 @@
 #include "html_script_parts.hpp"
 #include "cachealloc/analyzer/categories.hpp"
 #include "render/html_categories.hpp"
+#include "render/html_detail.hpp"
 #include "render/html_payload.hpp"
 #include "reports/report_helpers.hpp"
 
@@ -66,16 +67,16 @@ struct KeyframeWriter {
   // Per keyframe: the event it precedes, its byte offset, the delta bases, and
   // the byte offsets of the event columns there, so the page starts decoding
   // at any keyframe without a scan.
-  std::vector<std::array<std::uint64_t, 10>> index;
+  std::vector<std::array<std::uint64_t, 11>> index;
   std::size_t count = 0;
   std::size_t blocks = 0;
   // `address_base` and `time_base`: where the event columns' delta chains
   // stand before `before_event`, so the page can start decoding there.
   std::size_t write(std::size_t before_event, std::uint64_t address_base, std::uint64_t time_base,
-                    const std::array<std::uint64_t, 6>& offsets, const std::vector<Segment>& layout,
+                    const std::array<std::uint64_t, 7>& offsets, const std::vector<Segment>& layout,
                     const html::BlockCategories& categories) {
     index.push_back({before_event, column.bytes().size(), address_base, time_base, offsets[0], offsets[1], offsets[2],
-                     offsets[3], offsets[4], offsets[5]});
+                     offsets[3], offsets[4], offsets[5], offsets[6]});
     column.u(before_event);
     column.u(address_base);
     column.u(time_base);
@@ -128,6 +129,24 @@ struct Bucket {
   }
 };
 
+// Past the budget: windows around the allocated and reserved peaks, the
+// first OOMs and the last events (one more pass, analyze(), finds them).
+std::vector<html::DetailWindow> detail_windows(EventSource& source, std::int32_t device, std::size_t budget) {
+  const std::size_t n = source.event_count();
+  if (n <= budget) return html::plan_detail_windows(n, budget, {});
+  AnalysisOptions options;
+  options.device = device;
+  const Analysis analysis = analyze(source, options);
+  std::vector<html::DetailAnchor> anchors;
+  auto peak = [&](const Peak& p, const char* reason) { anchors.push_back({p.event == kNoEvent ? 0 : p.event, reason}); };
+  peak(analysis.peak_allocated, "the allocated peak");
+  peak(analysis.peak_reserved, "the reserved peak");
+  for (std::size_t k = 0; k < std::min<std::size_t>(2, analysis.ooms.size()); ++k)
+    anchors.push_back({analysis.ooms[k].event, k == 0 ? "the first OOM" : "the second OOM"});
+  anchors.push_back({n, "the last events"});
+  return html::plan_detail_windows(n, budget, anchors);
+}
+
 std::string render_json(const Document& document) {
   std::ostringstream out;
   render(document, Format::json, out);
@@ -161,16 +180,32 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   // Each bucket's events, for its bytes per category where allocated peaked.
   std::vector<std::pair<std::size_t, std::size_t>> bucket_ranges;
   KeyframeWriter keyframes;
-  auto offsets = [&]() -> std::array<std::uint64_t, 6> {
-    return {addresses.bytes().size(), sizes.bytes().size(), auxes.bytes().size(),
-            stacks.bytes().size(),    streams.bytes().size(), times.bytes().size()};
+  auto offsets = [&]() -> std::array<std::uint64_t, 7> {
+    return {addresses.bytes().size(), sizes.bytes().size(),   auxes.bytes().size(), stacks.bytes().size(),
+            streams.bytes().size(),   times.bytes().size(),   kinds.bytes().size()};
   };
+  // Event-level columns and keyframes only inside these (all of a trace
+  // within the budget); the delta chains run on across the gaps, and each
+  // window opens with a keyframe holding the chains' bases.
+  const std::vector<html::DetailWindow> windows = detail_windows(source, device, html.detail_events);
+  std::size_t window_at = 0;  // the first window not yet behind the event
+  auto in_detail = [&](std::size_t i) {
+    while (window_at < windows.size() && windows[window_at].end <= i) ++window_at;
+    return window_at < windows.size() && windows[window_at].begin <= i;
+  };
+  for (const html::DetailWindow& w : windows) stats.detail_events += w.end - w.begin;
+  for (const html::DetailWindow& w : windows) stats.detail_windows.push_back(EventWindow{w.begin, w.end});
+  const std::size_t max_buckets = std::max<std::size_t>(html.max_buckets, 1);
+  const std::size_t bucket_events = std::max(kHtmlBucketEvents, (n + max_buckets - 1) / max_buckets);
+  stats.bucket_events = bucket_events;
   // Allocations and their bytes per stack over the whole trace: the page's
   // first window, which it would otherwise decode every event for.
   std::vector<std::uint64_t> allocs_by_stack(head.stacks.size() + 1, 0), bytes_by_stack(head.stacks.size() + 1, 0);
   std::uint64_t previous_address = 0, previous_time = 0, time_origin = 0;
   std::size_t last_keyframe = 0;
-  std::size_t next_keyframe_gap = std::max(kHtmlMinKeyframeGap, 4 * keyframes.write(0, 0, 0, offsets(), replay.layout(), block_categories));
+  std::size_t next_keyframe_gap = 0;
+  if (n == 0 || in_detail(0))
+    next_keyframe_gap = std::max(kHtmlMinKeyframeGap, 4 * keyframes.write(0, 0, 0, offsets(), replay.layout(), block_categories));
   Bucket bucket;
   std::uint64_t bucket_previous[7] = {};
   auto flush_bucket = [&] {
@@ -221,6 +256,7 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
 
   for_each_event(source, 0, n, [&](std::size_t i, const Event& e) {
     if (i == 0) previous_time = time_origin = e.time_ns;
+    const bool detail = in_detail(i);
     const bool mine = e.device == device;
     const bool global = e.kind == EventKind::annotation_begin || e.kind == EventKind::annotation_end;
     // An alloc's category rides in the high bits of its kind byte (kinds
@@ -228,17 +264,19 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
     std::uint8_t kind_byte = mine || global ? static_cast<std::uint8_t>(e.kind) : kOtherDevice;
     const std::uint8_t category = block_categories.on_event(i, e);
     if (mine && e.kind == EventKind::alloc) kind_byte |= static_cast<std::uint8_t>(category << 4);
-    kinds.u(kind_byte);
-    times.s(static_cast<std::int64_t>(e.time_ns - previous_time));
+    if (detail) {
+      kinds.u(kind_byte);
+      times.s(static_cast<std::int64_t>(e.time_ns - previous_time));
+      if (mine && has_address(e.kind)) addresses.delta(e.address, previous_address);
+    }
     previous_time = e.time_ns;
-    if (mine && has_address(e.kind)) addresses.delta(e.address, previous_address);
-    if (mine) {
+    if (mine && e.kind == EventKind::alloc && e.stack.value < allocs_by_stack.size()) {
+      ++allocs_by_stack[e.stack.value];
+      bytes_by_stack[e.stack.value] += e.size;
+    }
+    if (mine && detail) {
       switch (e.kind) {
         case EventKind::alloc:
-          if (e.stack.value < allocs_by_stack.size()) {
-            ++allocs_by_stack[e.stack.value];
-            bytes_by_stack[e.stack.value] += e.size;
-          }
           sizes.u(e.size);
           auxes.s(static_cast<std::int64_t>(e.size - e.aux));
           stacks.u(e.stack.value);
@@ -253,17 +291,16 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
         case EventKind::segment_unmap:
           sizes.u(e.size);
           break;
-        case EventKind::oom:
-        case EventKind::empty_cache:
-          marks.begin_array();
-          marks.value(e.kind == EventKind::oom ? "oom" : "empty_cache");
-          marks.value(static_cast<std::uint64_t>(i));
-          marks.value(e.size);
-          marks.end_array();
-          break;
         default:
           break;
       }
+    }
+    if (mine && (e.kind == EventKind::oom || e.kind == EventKind::empty_cache)) {
+      marks.begin_array();
+      marks.value(e.kind == EventKind::oom ? "oom" : "empty_cache");
+      marks.value(static_cast<std::uint64_t>(i));
+      marks.value(e.size);
+      marks.end_array();
     }
     if (e.kind == EventKind::annotation_begin) {
       open.push_back(OpenAnnotation{e.aux, i});
@@ -283,10 +320,12 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
     }
     bucket.last_event = i;
     bucket.add(replay.totals());
-    if ((i + 1) % kHtmlBucketEvents == 0) flush_bucket();
+    if ((i + 1) % bucket_events == 0) flush_bucket();
     if ((i + 1) % sample_every == 0 || i + 1 == n) sample(i);
     // A keyframe holds the state before event i + 1.
-    if (i + 1 < n && i + 1 - last_keyframe >= next_keyframe_gap) {
+    // A detail window opens with one, so the page starts decoding there.
+    const bool opens = i + 1 < n && !detail && in_detail(i + 1);
+    if (opens || (i + 1 < n && detail && in_detail(i + 1) && i + 1 - last_keyframe >= next_keyframe_gap)) {
       last_keyframe = i + 1;
       next_keyframe_gap = std::max(kHtmlMinKeyframeGap, 4 * keyframes.write(i + 1, previous_address, previous_time - time_origin, offsets(), replay.layout(), block_categories));
     }
@@ -330,7 +369,21 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   meta.key("inferred_sizes");
   meta.value(Replay::sizes_may_be_inferred(head));
   meta.key("bucket_events");
-  meta.value(static_cast<std::uint64_t>(kHtmlBucketEvents));
+  meta.value(static_cast<std::uint64_t>(bucket_events));
+  meta.key("detail_budget");
+  meta.value(static_cast<std::uint64_t>(html.detail_events));
+  meta.key("detail_windows");  // [first event, last event, [why]], in event order
+  meta.begin_array();
+  for (const html::DetailWindow& w : windows) {
+    meta.begin_array();
+    meta.value(static_cast<std::uint64_t>(w.begin));
+    meta.value(static_cast<std::uint64_t>(w.end - 1));
+    meta.begin_array();
+    for (const std::string& reason : w.reasons) meta.value(reason);
+    meta.end_array();
+    meta.end_array();
+  }
+  meta.end_array();
   meta.key("buckets");
   meta.value(static_cast<std::uint64_t>(stats.buckets));
   meta.key("categories");  // [key, label, inferred], in Category order
