@@ -37,8 +37,15 @@
     u() { let r = 0, m = 1, x; do { x = this.b[this.p++]; r += (x & 127) * m; m *= 128; } while (x & 128); return r; }
     s() { const v = this.u(); return v % 2 ? -(v + 1) / 2 : v / 2; }
   }
-  const [meta, summary, oom, fragmentation, annotations, markers] = await Promise.all(
-    ['data-meta', 'data-summary', 'data-oom', 'data-fragmentation', 'data-annotations', 'data-markers'].map(jsonOf));
+  const [meta, summary, oom, fragmentation, markers] = await Promise.all(
+    ['data-meta', 'data-summary', 'data-oom', 'data-fragmentation', 'data-markers'].map(jsonOf));
+  // Phase bands [name, begin, end, depth]: names and begins delta-coded.
+  const annotations = [];
+  {
+    const bandBytes = await bytesOf('data-annotations'), r = new Reader(bandBytes);
+    let name = 0, begin = 0;
+    while (r.p < bandBytes.length) { name += r.s(); begin += r.s(); const length = r.u(); annotations.push([name, begin, begin + length, r.u()]); }
+  }
   // An alloc's kind byte holds its category in the high bits.
   const [kinds, addresses, sizes, auxes, stacks, streams, times, bucketBytes, bucketCategoryBytes, keyframeBytes] = await Promise.all(
     ['data-kinds', 'data-addresses', 'data-sizes', 'data-auxes', 'data-stacks', 'data-streams', 'data-times',

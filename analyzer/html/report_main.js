@@ -38,6 +38,7 @@
   report.peakEvent = peakOf('allocated') ? peakOf('allocated').event : null;
   report.keyframes = keyframes.length;
   report.keyframeEvents = keyframes.map((k) => k.before);  // the event each keyframe's state precedes
+  report.momentKept = momentKept;
   report.detailWindows = details.map((w) => ({ from: w.from, to: w.to, why: w.why }));  // the events kept event by event
 
   report.colors = Object.assign({}, COLORS, { categories: CAT_COLORS });

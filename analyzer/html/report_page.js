@@ -29,7 +29,8 @@
       '<div id="timeline-box"><div id="timeline"></div><div id="timeline-labels"></div></div><div id="markers"></div><div id="timeline-legend" class="legend"></div>' +
       '<p id="detail-note" class="notice"></p>' + (wholeDetail || N === 0 ? '' : '<p id="detail-windows" class="sub">This trace has more events than the page keeps event by event (' +
       meta.detail_budget.toLocaleString('en') + '): the timeline covers the whole run; the segment map, the sites and event-by-event zoom cover ' +
-      details.map((w, i) => '<a href="#" data-detail="' + i + '">' + evRange(w) + '</a> (' + esc(w.why.join(', ')) + ')').join('; ') + '.</p>')),
+      details.map((w, i) => '<a href="#" data-detail="' + i + '">' + evRange(w) + '</a> (' + esc(w.why.join(', ')) + ')').join('; ') +
+      '. Outside them the phases strip leaves out phases shorter than ' + meta.bucket_events.toLocaleString('en') + ' events.</p>')),
     el('section', { id: 'peak-panel', className: 'panel' }));
   const tooltip = $('tooltip');
   // Beside the cursor, on the side with room, so the tip never leaves the window.

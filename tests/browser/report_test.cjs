@@ -187,7 +187,10 @@ async function checkReport(browser, input, name) {
   mostKeyframes = Math.max(mostKeyframes, keyframes);
   let mapsChecked = 0;
   if (lastEvent !== null && lastEvent !== undefined) {
-    const points = momentsToCheck(lastEvent, keyframeEvents);
+    // Past the detail budget, the moments inside the detail windows (checkDetailBudget checks the others).
+    const spread = momentsToCheck(lastEvent, keyframeEvents);
+    const kept = await page.evaluate((points) => points.map((e) => window.cacheallocReport.momentKept(e)), spread);
+    const points = spread.filter((e, j) => kept[j]);
     for (const at of points) {
       const page_ = await page.evaluate((e) => { const r = window.cacheallocReport; r.selectMoment(e);
         return JSON.parse(JSON.stringify({ map: r.segmentMap, sites: r.liveSites })); }, at);
@@ -213,8 +216,9 @@ async function checkReport(browser, input, name) {
     s = await state();
     const w = s.window;
     check(w.from > 0 || w.to < summary.at_event, name + ': the brush selected a window (#' + w.from + ' to #' + w.to + ')');
-    const top = json(['top', input, '--from', String(w.from), '--to', String(w.to), '--limit', '0']);
+    const top = w.sites === null ? { sites: [] } : json(['top', input, '--from', String(w.from), '--to', String(w.to), '--limit', '0']);
     const expected = top.sites.filter((site) => site.allocations > 0);
+    if (w.sites === null) w.sites = [];  // outside the detail windows: the page says so (checkDetailBudget)
     let same = check(w.sites.length === expected.length, name + ': ' + w.sites.length + ' sites in the window, top lists ' + expected.length);
     for (let i = 0; same && i < expected.length; ++i) {
       const g = w.sites[i], e = expected[i];
@@ -223,7 +227,9 @@ async function checkReport(browser, input, name) {
     }
   }
   // A window of fewer than 10,000 events is drawn event by event.
-  const exact = await page.evaluate(() => { const r = window.cacheallocReport; r.setView(0, 999); return { points: r.drawnPoints(), view: r.view }; });
+  // (past the detail budget: the first 1,000 events of the first detail window)
+  const exact = await page.evaluate(() => { const r = window.cacheallocReport, w = r.detailWindows[0] || { from: 0, to: 999 };
+    r.setView(w.from, Math.min(w.to, w.from + 999)); return { points: r.drawnPoints(), view: r.view }; });
   check(exact.points === exact.view[1] - exact.view[0] + 1, name + ': events #0 to #' + exact.view[1] + ' drawn as ' + exact.points + ' points, one per event');
   await page.evaluate((w) => window.cacheallocReport.setView(w.from, w.to), s.window);
   // The time axis: the same window, drawn against time.
@@ -276,7 +282,7 @@ async function checkFirstScreen(page, input, name, summary) {
   check(row('oom').count === ooms && row('empty_cache').count === emptied, name + ': the marker strip counts ' + row('oom').count + ' OOMs and ' + row('empty_cache').count + ' empty_cache calls, summary ' + ooms + ' and ' + emptied);
   const sumsHold = (sample) => sample && sample.points.length > 0 && sample.points.every((q) => q.categories.reduce((a, b) => a + b, 0) === q.allocated && q.stackTop === q.allocated);
   check(sumsHold(got.sample), name + ': the category bands add up to allocated at ' + (got.sample ? got.sample.points.length : 0) + ' points of the run');
-  const exact = await page.evaluate(() => { const r = window.cacheallocReport; if (!r.seriesSample) return { s: { exact: false, points: [] }, band: null }; r.setView(0, 999); const s = r.seriesSample(60);
+  const exact = await page.evaluate(() => { const r = window.cacheallocReport; if (!r.seriesSample) return { s: { exact: false, points: [] }, band: null }; const w = r.detailWindows[0] || { from: 0, to: 999 }; r.setView(w.from, Math.min(w.to, w.from + 999)); const s = r.seriesSample(60);
     // The largest band at the middle point, as a hover there shows it.
     const p = s.points[Math.floor(s.points.length / 2)];
     let bk = -1;

@@ -241,17 +241,29 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
     std::size_t begin;
   };
   std::vector<OpenAnnotation> open;
-  std::ostringstream annotations, markers;
-  JsonWriter bands(annotations), marks(markers);
-  bands.begin_array();
+  std::ostringstream markers;
+  JsonWriter marks(markers);
   marks.begin_array();
+  // Phase bands, as the page's strip draws them: the outermost two levels
+  // (name, begin, length, depth; names and begins delta-coded, ~3 bytes a
+  // band). Past the detail budget, outside the detail windows, only phases
+  // of a bucket or longer: there the page draws buckets, and the bands stay
+  // at most two per bucket whatever the trace's length.
+  VarintColumn bands;
+  std::vector<bool> band_names(head.strings.size(), false);  // the strings the page needs
+  std::uint64_t previous_band_name = 0, previous_band_begin = 0;
+  auto meets_detail = [&](std::size_t begin, std::size_t end) {
+    for (const html::DetailWindow& w : windows)
+      if (begin < w.end && end >= w.begin) return true;
+    return false;
+  };
   auto band = [&](const OpenAnnotation& a, std::size_t end, std::size_t depth) {
-    bands.begin_array();
-    bands.value(a.name);
-    bands.value(static_cast<std::uint64_t>(a.begin));
-    bands.value(static_cast<std::uint64_t>(end));
-    bands.value(static_cast<std::uint64_t>(depth));
-    bands.end_array();
+    if (depth > 1 || (stats.detail_events < n && end - a.begin + 1 < bucket_events && !meets_detail(a.begin, end))) return;
+    if (a.name < band_names.size()) band_names[a.name] = true;
+    bands.delta(a.name, previous_band_name);
+    bands.delta(a.begin, previous_band_begin);
+    bands.u(end - a.begin);
+    bands.u(depth);
   };
 
   for_each_event(source, 0, n, [&](std::size_t i, const Event& e) {
@@ -342,7 +354,6 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
       for (std::size_t c = 0; c < kCategoryCount; ++c) bucket_categories.delta(at_max.bytes[c], previous[c]);
   }
   for (std::size_t k = 0; k < open.size(); ++k) band(open[k], n == 0 ? 0 : n - 1, k);
-  bands.end_array();
   marks.end_array();
   frag.end_array();
   stats.keyframes = keyframes.count;
@@ -409,7 +420,7 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   meta.end_array();
   meta.key("strings");
   meta.begin_array();
-  for (const std::string& s : head.strings) meta.value(s);
+  for (std::size_t k = 0; k < head.strings.size(); ++k) meta.value(band_names[k] ? head.strings[k] : std::string());
   meta.end_array();
   // Sites in the order of their representative StackId (top's tie-break).
   std::map<std::uint32_t, std::uint32_t> site_of_representative;
@@ -462,7 +473,6 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   meta.end_object();
   const std::string meta_json = meta_text.str();
   const std::string fragmentation_json = fragmentation.str();
-  const std::string annotations_json = annotations.str();
   const std::string markers_json = markers.str();
 
   std::ostringstream page;
@@ -478,7 +488,7 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   write_payload(page, "data-summary", summary);
   write_payload(page, "data-oom", oom);
   write_payload(page, "data-fragmentation", fragmentation_json);
-  write_payload(page, "data-annotations", annotations_json);
+  write_payload(page, "data-annotations", bands.bytes());
   write_payload(page, "data-markers", markers_json);
   write_payload(page, "data-kinds", kinds.bytes());
   write_payload(page, "data-addresses", addresses.bytes());
