@@ -167,3 +167,23 @@ TEST_CASE("given a bucket limit, when the html report is written, then the bucke
   CHECK(page.stats.bucket_events == (page.stats.events + 999) / 1000);
   CHECK(page.stats.buckets == (page.stats.events + page.stats.bucket_events - 1) / page.stats.bucket_events);
 }
+
+TEST_CASE("given a tiny detail budget and few buckets, when the html report is written, then the windows stay "
+          "within the budget, hold the peaks and the OOM, and the kinds column holds just their events") {
+  const fs::path file = kData / "synthetic_2k_native.bin";
+  analyzer::FileEvents source(file);
+  analyzer::AnalysisOptions whole;
+  const analyzer::Analysis analysis = analyzer::analyze(source, whole);
+  REQUIRE_FALSE(analysis.ooms.empty());
+  analyzer::HtmlOptions tiny;
+  tiny.detail_events = 100;
+  tiny.max_buckets = 4;
+  const Page page = page_of(file, tiny);
+  CHECK(page.stats.detail_events <= 100);
+  CHECK(decoded_bytes(page.text, "data-kinds") == page.stats.detail_events);
+  CHECK(page.stats.buckets <= 4);
+  CHECK(covers(page.stats.detail_windows, analysis.peak_allocated.event));
+  CHECK(covers(page.stats.detail_windows, analysis.peak_reserved.event));
+  CHECK(covers(page.stats.detail_windows, analysis.ooms.front().event));
+  CHECK(covers(page.stats.detail_windows, page.stats.events - 1));
+}
