@@ -220,6 +220,14 @@ void check_kept_equals_replayed(analyzer::EventSource& source) {
   std::vector<std::pair<std::size_t, std::size_t>> ranges{{analyzer::kNoEvent, analyzer::kNoEvent}};
   for (std::size_t k = 1; k < moments.size(); ++k)
     ranges.emplace_back(moments[k - 1] == analyzer::kNoEvent ? 0 : moments[k - 1] + 1, moments[k]);
+  // The same moments summed by the walk itself (CategorizeOptions::moments).
+  analyzer::CategorizeOptions summed = replay_only;
+  summed.moments = moments;
+  const analyzer::Categorization walked = analyzer::categorize(source, -1, summed);
+  {
+    const auto a = kept.at(moments), b = walked.at(moments);
+    for (std::size_t k = 0; k < a.size(); ++k) CHECK(same(a[k], b[k]));
+  }
   for (const analyzer::Categorization* other : {&replayed, &cut}) {
     const auto a = kept.at(moments), b = other->at(moments);
     for (std::size_t k = 0; k < a.size(); ++k) CHECK(same(a[k], b[k]));

@@ -41,7 +41,8 @@ class CategoryWalk {
         evidence_(head),
         engine_(initial.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head)),
         pools_(config),
-        max_kept_(options.max_kept_changes) {
+        max_kept_(options.max_kept_changes),
+        moments_(options.moments) {
     result_.device = device;
     result_.kept_ = max_kept_ != 0;
     // Blocks alive before the first event: categorized by their stacks alone.
@@ -54,6 +55,13 @@ class CategoryWalk {
       live_[block.address] = Live{id, block.size, block.stack, life};
       keep({kNoEvent, id, block.address, block.size, block.stack.value, false});
     });
+    while (next_moment_ < moments_.size() && moments_[next_moment_] == kNoEvent) capture(kNoEvent);
+  }
+
+  // After event i: the moments it closes take the allocations alive now.
+  void after(std::size_t i) {
+    while (next_moment_ < moments_.size() && moments_[next_moment_] != kNoEvent && moments_[next_moment_] <= i)
+      capture(moments_[next_moment_]);
   }
 
   void on_event(std::size_t i, const Event& e) {
@@ -94,8 +102,19 @@ class CategoryWalk {
   }
 
   Categorization finish() {
+    while (next_moment_ < moments_.size()) capture(moments_[next_moment_]);  // past the last event
     for (auto& [address, live] : live_) settle(live.id, live.bytes, live.life);
     live_.clear();
+    // Each moment's sums, now that every category is settled: its live
+    // allocations, and those the trace freed later without having made
+    // them (alive from the start).
+    for (std::size_t m = 0; m < captured_.size(); ++m) {
+      Categorization::Moment moment{moments_[m], {}};
+      for (const auto& [id, bytes] : captured_[m]) moment.bytes[result_.category_of(id).category] += bytes;
+      for (const Categorization::Unmade& u : result_.unmade_)
+        if (moment.event == kNoEvent || u.freed_at > moment.event) moment.bytes[result_.category_of(u.allocation).category] += u.bytes;
+      result_.moments_.push_back(moment);
+    }
     return std::move(result_);
   }
 
@@ -106,6 +125,16 @@ class CategoryWalk {
     snapshot::StackId stack;
     Lifetime life;
   };
+
+  void capture(std::size_t moment) {
+    std::vector<std::pair<std::size_t, std::uint64_t>> alive;
+    alive.reserve(live_.size() + forever_.size());
+    for (const auto& [address, live] : live_) alive.emplace_back(live.id, live.bytes);
+    alive.insert(alive.end(), forever_.begin(), forever_.end());
+    captured_.push_back(std::move(alive));
+    ++next_moment_;
+    (void)moment;
+  }
 
   std::size_t add(std::uint64_t bytes, const Lifetime& life) {
     if (life.evidence.parameter) parameter_sizes_.insert(bytes);
@@ -141,8 +170,12 @@ class CategoryWalk {
     life.private_pool = routed;
     const std::size_t id = add(bytes, life);
     keep({i, id, e.address, bytes, e.stack.value, false});
-    if (e.kind == EventKind::alloc) live_[e.address] = Live{id, bytes, e.stack, life};
-    else settle(id, bytes, life);  // nothing frees it: alive to the end
+    if (e.kind == EventKind::alloc) {
+      live_[e.address] = Live{id, bytes, e.stack, life};
+    } else {
+      settle(id, bytes, life);  // nothing frees it: alive to the end
+      forever_.emplace_back(id, bytes);
+    }
   }
 
   void shrank(std::size_t i, const Event& e, std::uint64_t bytes) {
@@ -167,7 +200,7 @@ class CategoryWalk {
     life.freed_instance = phases_.instance();
     const std::size_t id = add(bytes, life);
     settle(id, bytes, life);
-    result_.unmade_.push_back({id, e.address, bytes});
+    result_.unmade_.push_back({id, e.address, bytes, i});
     keep({i, id, e.address, bytes, 0, true});
   }
 
@@ -181,6 +214,10 @@ class CategoryWalk {
   Categorization result_;
   std::unordered_set<std::uint64_t> parameter_sizes_;
   std::unordered_map<std::uint64_t, Live> live_;  // address -> allocation
+  std::vector<std::pair<std::size_t, std::uint64_t>> forever_;  // grown by no alloc: alive to the end
+  std::vector<std::size_t> moments_;
+  std::size_t next_moment_ = 0;
+  std::vector<std::vector<std::pair<std::size_t, std::uint64_t>>> captured_;  // per moment: (allocation, bytes)
 };
 
 Categorization categorize(EventSource& source, std::int32_t device, const CategorizeOptions& options) {
@@ -192,6 +229,7 @@ Categorization categorize(EventSource& source, std::int32_t device, const Catego
   CategoryWalk walk(head, device, *initial, config, options);
   for_each_event(source, 0, source.event_count(), [&](std::size_t i, const Event& e) {
     walk.on_event(i, e);
+    walk.after(i);
     return true;
   });
   Categorization result = walk.finish();

@@ -34,6 +34,14 @@ void Categorization::follow(Visit&& visit) const {
 std::vector<CategoryBytes> Categorization::at(const std::vector<std::size_t>& events) const {
   std::vector<CategoryBytes> out;
   out.reserve(events.size());
+  // Moments the walk summed already.
+  for (const std::size_t event : events) {
+    const auto found = std::find_if(moments_.begin(), moments_.end(), [&](const Moment& m) { return m.event == event; });
+    if (found == moments_.end()) break;
+    out.push_back(found->bytes);
+  }
+  if (out.size() == events.size()) return out;
+  out.clear();
   CategoryBytes previous;  // the state before the moment being visited
   follow([&](const Follower& f, std::size_t index) {
     if (index == kNoEvent) {

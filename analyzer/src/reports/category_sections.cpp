@@ -7,6 +7,14 @@ std::size_t state_after(const Analysis& analysis, std::size_t event) {
   return analysis.window.begin == 0 ? kNoEvent : analysis.window.begin - 1;
 }
 
+std::vector<std::size_t> peak_and_end(const Analysis& analysis) {
+  std::vector<std::size_t> moments = {state_after(analysis, analysis.peak_allocated.event),
+                                      state_after(analysis, analysis.window.end - 1)};
+  // kNoEvent (before the first event) first, as Categorization::at takes them.
+  if (moments[1] == kNoEvent || (moments[0] != kNoEvent && moments[0] > moments[1])) std::swap(moments[0], moments[1]);
+  return moments;
+}
+
 std::string category_source(const Categorization& c) {
   if (c.any_exact() && c.any_inferred()) return "inferred and exact";
   return c.any_exact() ? "exact" : "inferred";

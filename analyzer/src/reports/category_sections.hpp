@@ -15,6 +15,11 @@ namespace cachealloc::analyzer::detail {
 // the window's start (kNoEvent) is the state before the window's first event.
 std::size_t state_after(const Analysis& analysis, std::size_t event);
 
+// The states after the allocated peak and after the window's last event:
+// the moments summary and diff describe, in order, for
+// CategorizeOptions::moments and Categorization::at.
+std::vector<std::size_t> peak_and_end(const Analysis& analysis);
+
 // "inferred", "exact", or "inferred and exact" where both occur.
 std::string category_source(const Categorization& categorization);
 

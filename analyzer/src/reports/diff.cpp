@@ -176,9 +176,11 @@ RunSummary summarize(EventSource& source, const SummaryOptions& options) {
   run.device_frees = a.device_frees();
   run.ooms = a.ooms.size();
   run.fragmentation_at_end = a.cache_at_end.external_fragmentation();
-  const Categorization categories = categorize(source, a.device);
-  const std::vector<CategoryBytes> by_category =
-      categories.at({detail::state_after(a, a.peak_allocated.event), detail::state_after(a, a.window.end - 1)});
+  CategorizeOptions at_peak_and_end;
+  at_peak_and_end.moments = detail::peak_and_end(a);
+  const Categorization categories = categorize(source, a.device, at_peak_and_end);
+  std::vector<CategoryBytes> by_category = categories.at(at_peak_and_end.moments);
+  if (at_peak_and_end.moments[0] != detail::state_after(a, a.peak_allocated.event)) std::swap(by_category[0], by_category[1]);
   run.categories_at_peak = by_category[0];
   run.categories_at_end = by_category[1];
   run.category_source = detail::category_source(categories);

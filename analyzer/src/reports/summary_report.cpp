@@ -193,9 +193,11 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
       .add("peak_requested", "", a.peak_requested.bytes, Unit::bytes, lower);
 
   // What allocated is made of, at its peak and at the end.
-  const Categorization categories = categorize(source, a.device);
-  const std::vector<CategoryBytes> by_category =
-      categories.at({detail::state_after(a, a.peak_allocated.event), detail::state_after(a, a.window.end - 1)});
+  CategorizeOptions at_peak_and_end;
+  at_peak_and_end.moments = detail::peak_and_end(a);
+  const Categorization categories = categorize(source, a.device, at_peak_and_end);
+  std::vector<CategoryBytes> by_category = categories.at(at_peak_and_end.moments);
+  if (at_peak_and_end.moments[0] != detail::state_after(a, a.peak_allocated.event)) std::swap(by_category[0], by_category[1]);
   detail::add_category_table(doc, "categories",
                              "categories (" + detail::category_source(categories) + "): allocated at its peak and " + moment,
                              {{"at_peak_allocated", "at the allocated peak", Unit::bytes},

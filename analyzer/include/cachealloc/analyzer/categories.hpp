@@ -101,6 +101,11 @@ struct CategorizeOptions {
   // is replayed from its source for each query, in memory bounded by its
   // layout. 0: always replay.
   std::size_t max_kept_changes = std::size_t{1} << 20;
+  // Moments whose bytes per category the walk itself sums (in increasing
+  // order, kNoEvent first: before the first event), so that at() of them
+  // needs no further walk: a report that asks for the peak and the end
+  // reads a long trace once less.
+  std::vector<std::size_t> moments;
 };
 
 // Memory: half a byte per allocation (its category), plus the kept changes
@@ -191,6 +196,12 @@ class Categorization {
     std::size_t allocation;
     std::uint64_t address;
     std::uint64_t bytes;
+    std::size_t freed_at;  // the event that freed it
+  };
+  // A moment of CategorizeOptions::moments, with its bytes per category.
+  struct Moment {
+    std::size_t event;
+    CategoryBytes bytes;
   };
   void set_category(std::size_t allocation, AllocationCategory category);
   // Walks every event of the source through a Follower.
@@ -206,6 +217,7 @@ class Categorization {
   std::array<std::size_t, kCategoryCount> exact_by_category_{};
   std::vector<std::uint8_t> packed_;  // two categories a byte: bits 0-2 the category, bit 3 exact
   std::vector<Unmade> unmade_;
+  std::vector<Moment> moments_;
   bool kept_ = true;
   std::vector<Kept> kept_changes_;  // in event order, those before the first event first
 };
