@@ -612,6 +612,24 @@ TEST_CASE("references past their tables are rejected by the writer and the reade
   CHECK(decode_error(detail::encode_unvalidated(bad)) == ErrorCode::inconsistent);
 }
 
+namespace {
+
+// The writer refuses `bad` with a message holding `expected`, and a file
+// that holds it anyway is refused by the reader with the same words.
+void check_refused_by_writer_and_reader(const Snapshot& bad, const std::string& expected) {
+  try {
+    (void)encode(bad);
+    FAIL("encode accepted what it should refuse: " << expected);
+  } catch (const SnapshotError& error) {
+    CHECK(std::string(error.what()).find(expected) != std::string::npos);
+  }
+  std::string message;
+  CHECK(decode_error(detail::encode_unvalidated(bad), &message) == ErrorCode::inconsistent);
+  CHECK(message.find(expected) != std::string::npos);
+}
+
+}  // namespace
+
 TEST_CASE("an aux figure on a kind that has none is refused by the writer and the reader, naming the event") {
   // Given a snapshot with an aux figure on a segment_release, segment_unmap,
   // empty_cache or snapshot event, which no report reads and PyTorch's
@@ -625,17 +643,8 @@ TEST_CASE("an aux figure on a kind that has none is refused by the writer and th
     event->aux = 1923072;
     const std::string expected = "event " + std::to_string(event - bad.events.begin()) + " (" + to_string(kind) +
                                  ") has an aux figure of 1923072, which its kind does not have";
-    // When the writer sees it, then it refuses
-    try {
-      (void)encode(bad);
-      FAIL("encode accepted an aux figure on " << to_string(kind));
-    } catch (const SnapshotError& error) {
-      CHECK(std::string(error.what()).find(expected) != std::string::npos);
-    }
-    // And when a file holds it anyway, then the reader refuses, naming the event
-    std::string message;
-    CHECK(decode_error(detail::encode_unvalidated(bad), &message) == ErrorCode::inconsistent);
-    CHECK(message.find(expected) != std::string::npos);
+    // Then the writer refuses it, and the reader a file that holds it, naming the event
+    check_refused_by_writer_and_reader(bad, expected);
   }
 }
 
@@ -649,17 +658,8 @@ TEST_CASE("a segment_alloc with flag bits beyond large pool and expandable is re
   event->aux |= 886368;
   const std::string expected = "event " + std::to_string(event - bad.events.begin()) + " (segment_alloc) has flags " +
                                std::to_string(event->aux) + ", bits other than large pool (1) and expandable (2)";
-  // When the writer sees it, then it refuses
-  try {
-    (void)encode(bad);
-    FAIL("encode accepted segment flags " << event->aux);
-  } catch (const SnapshotError& error) {
-    CHECK(std::string(error.what()).find(expected) != std::string::npos);
-  }
-  // And when a file holds it anyway, then the reader refuses, naming the event
-  std::string message;
-  CHECK(decode_error(detail::encode_unvalidated(bad), &message) == ErrorCode::inconsistent);
-  CHECK(message.find(expected) != std::string::npos);
+  // Then the writer refuses it, and the reader a file that holds it, naming the event
+  check_refused_by_writer_and_reader(bad, expected);
 }
 
 TEST_CASE("an alloc or free whose block is smaller than its request is refused, naming the event") {
@@ -675,17 +675,8 @@ TEST_CASE("an alloc or free whose block is smaller than its request is refused, 
     const std::string expected = "event " + std::to_string(event - bad.events.begin()) + " (" + to_string(kind) +
                                  ") holds " + std::to_string(event->size) + " bytes, fewer than the " +
                                  std::to_string(event->aux) + " it requests";
-    // When the writer sees it, then it refuses
-    try {
-      (void)encode(bad);
-      FAIL("encode accepted a block smaller than its request");
-    } catch (const SnapshotError& error) {
-      CHECK(std::string(error.what()).find(expected) != std::string::npos);
-    }
-    // And when a file holds it anyway, then the reader refuses, naming the event
-    std::string message;
-    CHECK(decode_error(detail::encode_unvalidated(bad), &message) == ErrorCode::inconsistent);
-    CHECK(message.find(expected) != std::string::npos);
+    // Then the writer refuses it, and the reader a file that holds it, naming the event
+    check_refused_by_writer_and_reader(bad, expected);
   }
 }
 
@@ -707,15 +698,8 @@ TEST_CASE("a block in use that requests more than it holds is refused, naming th
   block->requested = (std::uint64_t{1} << 63) - 1;
   const std::string expected = "block " + std::to_string(b) + " of segment " + std::to_string(s) + " requests " +
                                std::to_string(block->requested) + " bytes, more than its " + std::to_string(block->size);
-  try {
-    (void)encode(bad);
-    FAIL("encode accepted a block requesting more than it holds");
-  } catch (const SnapshotError& error) {
-    CHECK(std::string(error.what()).find(expected) != std::string::npos);
-  }
-  std::string message;
-  CHECK(decode_error(detail::encode_unvalidated(bad), &message) == ErrorCode::inconsistent);
-  CHECK(message.find(expected) != std::string::npos);
+  // Then the writer refuses it, and the reader a file that holds it, naming the block
+  check_refused_by_writer_and_reader(bad, expected);
 }
 
 TEST_CASE("random corruption is rejected with a SnapshotError or decodes, never crashes") {
