@@ -49,7 +49,7 @@ struct MemoryStats {
   std::int64_t num_sync_all_streams = 0;
   std::int64_t num_device_alloc = 0;   // cudaMalloc calls
   std::int64_t num_device_free = 0;    // cudaFree calls
-  std::int64_t max_split_size = 0;
+  std::int64_t max_split_size = 0;   // the setting in bytes; -1 without a limit, as PyTorch reports it
 
   // Flattens to PyTorch's keys: "allocated_bytes.all.current", ...
   std::map<std::string, std::int64_t> to_map() const;

@@ -37,8 +37,9 @@ CachingAllocator::Impl::Impl(std::shared_ptr<Device> dev, AllocatorConfig cfg)
     unregister_live();
     throw InvalidArgument("CachingAllocator: no device");
   }
+  // PyTorch casts its size_t setting, so "no limit" reads -1 in memory_stats().
   stats.max_split_size = config.max_split_size == std::numeric_limits<std::size_t>::max()
-                             ? std::numeric_limits<std::int64_t>::max()
+                             ? -1
                              : static_cast<std::int64_t>(config.max_split_size);
 }
 

@@ -23,6 +23,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <vector>
 
 #include "cachealloc/allocator.hpp"
@@ -387,7 +388,8 @@ struct CachingAllocator::Impl {
   // free segments and those of private pools no longer used (all of them
   // for the default id, else only that pool's).
   void release_cached_blocks(PrivatePoolId which = {});
-  void synchronize_and_free_events();
+  // Waits for pending frees and frees their blocks: every shard's, or only one private pool's.
+  void synchronize_and_free_events(std::optional<PrivatePoolId> only = std::nullopt);
   void release_block(Block* block);
   std::size_t release_unsplit(FreeSet& set);
 

@@ -176,12 +176,13 @@ bool CachingAllocator::Impl::release_available_cached_blocks(Shard& shard, bool 
   return released >= key;
 }
 
-void CachingAllocator::Impl::synchronize_and_free_events() {
+void CachingAllocator::Impl::synchronize_and_free_events(std::optional<PrivatePoolId> only) {
   {
     std::lock_guard lock(stats_lock);
     ++stats.num_sync_all_streams;
   }
   for (Shard* shard : shards) {
+    if (only && shard->private_pool != *only) continue;
     for (auto& [stream, queue] : shard->pending) {
       for (PendingFree& pending : queue) {
         device->synchronize_event(pending.event);
@@ -215,8 +216,10 @@ std::size_t CachingAllocator::Impl::release_unsplit(FreeSet& set) {
 // Private pools: only those no longer used (use count 0), and only for the
 // default id or their own; a pool left with no segment is forgotten.
 void CachingAllocator::Impl::release_cached_blocks(PrivatePoolId which) {
-  if (which.is_default()) {
-    if (!capturing()) synchronize_and_free_events();
+  // As PyTorch: while a graph is being captured the default pool keeps its
+  // cached blocks (its frees may still be pending on the capture).
+  if (which.is_default() && !capturing()) {
+    synchronize_and_free_events();
     for (Shard* s : shards)
       if (s->private_pool.is_default()) release_unsplit(s->large_blocks);
     for (Shard* s : shards)
@@ -228,6 +231,9 @@ void CachingAllocator::Impl::release_cached_blocks(PrivatePoolId which) {
       ++it;
       continue;
     }
+    // Emptying one pool first settles that pool's pending frees (and counts
+    // a sync, as PyTorch's memory_stats() does); a capture cannot sync.
+    if (!which.is_default() && !capturing()) synchronize_and_free_events(pool);
     for (Shard* s : shards)
       if (s->private_pool == pool) release_unsplit(s->small_blocks);
     for (Shard* s : shards)
