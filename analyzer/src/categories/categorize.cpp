@@ -223,7 +223,9 @@ class CategoryWalk {
 Categorization categorize(EventSource& source, std::int32_t device, const CategorizeOptions& options) {
   const snapshot::Snapshot& head = source.head();
   device = pick_device(source, device);
-  auto initial = std::make_shared<const InitialLayout>(confirmed_start(source, device));
+  std::shared_ptr<const InitialLayout> initial = options.start && options.start->device == device
+                                                     ? options.start
+                                                     : std::make_shared<const InitialLayout>(confirmed_start(source, device));
   bool known = false;
   const AllocatorConfig config = recorded_settings(head, known);
   CategoryWalk walk(head, device, *initial, config, options);

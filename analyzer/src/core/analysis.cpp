@@ -343,7 +343,12 @@ Analysis analyze(EventSource& source, const AnalysisOptions& options) {
   // derived start could invent memory that was never there (20 MiB of
   // reserved for a PyTorch trace of expandable segments cut at its peak).
   const std::optional<InitialLayout> guess = start_guess(head, device);
-  if (!guess) return run_analysis(source, options, device, derive_initial_layout(source, device));
+  const auto analyze_from = [&](std::shared_ptr<const InitialLayout> start) {
+    Analysis a = run_analysis(source, options, device, *start);
+    a.start = std::move(start);
+    return a;
+  };
+  if (!guess) return analyze_from(std::make_shared<const InitialLayout>(derive_initial_layout(source, device)));
 
   // at_end sees the state only once the guess holds: keep a copy until then.
   AnalysisOptions guess_options = options;
@@ -357,9 +362,10 @@ Analysis analyze(EventSource& source, const AnalysisOptions& options) {
   if (!explains) derived = derive_initial_layout(source, device);
   if (explains || derived == *guess) {
     if (at_end) options.at_end(*at_end);
+    a.start = std::make_shared<const InitialLayout>(*guess);
     return a;
   }
-  return run_analysis(source, options, device, std::move(derived));
+  return analyze_from(std::make_shared<const InitialLayout>(std::move(derived)));
 }
 
 Analysis analyze(const Snapshot& snapshot, const AnalysisOptions& options) {

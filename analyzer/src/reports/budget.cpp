@@ -100,7 +100,7 @@ BudgetResult check_budgets(EventSource& source, const Budgets& budgets) {
   over_bytes(result.exceeded, "leaked (allocated at the end)", f.leaked, budgets.leaked);
   if (budgets.leaked) bytes_verdict("leaked", f.leaked, budgets.leaked, true);  // the end is always exact
   if (!budgets.categories.empty()) {
-    const Categorization categories = categorize(source, a.device);
+    const Categorization categories = categorize(source, a.device, detail::from_start_of(a));
     f.category_peaks = categories.peaks();
     f.category_source = detail::category_source(categories);
   }

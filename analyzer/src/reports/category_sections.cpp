@@ -15,6 +15,12 @@ std::vector<std::size_t> peak_and_end(const Analysis& analysis) {
   return moments;
 }
 
+CategorizeOptions from_start_of(const Analysis& analysis) {
+  CategorizeOptions options;
+  options.start = analysis.start;
+  return options;
+}
+
 std::string category_source(const Categorization& c) {
   if (c.any_exact() && c.any_inferred()) return "inferred and exact";
   return c.any_exact() ? "exact" : "inferred";

@@ -20,6 +20,10 @@ std::size_t state_after(const Analysis& analysis, std::size_t event);
 // CategorizeOptions::moments and Categorization::at.
 std::vector<std::size_t> peak_and_end(const Analysis& analysis);
 
+// Categorizes from the start `analysis` confirmed, rather than finding it
+// again with a replay of every event.
+CategorizeOptions from_start_of(const Analysis& analysis);
+
 // "inferred", "exact", or "inferred and exact" where both occur.
 std::string category_source(const Categorization& categorization);
 

@@ -141,7 +141,7 @@ Document peak_report(EventSource& source, const ReportOptions& options) {
       .add("allocated_bytes", "allocated then", live, Unit::bytes)
       .add("allocation_count", "allocations live then", static_cast<std::uint64_t>(blocks.size()), Unit::count)
       .add("site_count", "sites", static_cast<std::uint64_t>(groups.size()), Unit::count);
-  const Categorization categories = categorize(source, a.device);
+  const Categorization categories = categorize(source, a.device, detail::from_start_of(a));
   detail::add_category_table(doc, "categories", "live allocations by category (" + detail::category_source(categories) + ")",
                              {{"bytes", "bytes", Unit::bytes}}, {categories.at(until)}, categories);
   doc.notes.push_back(detail::category_note(detail::category_source(categories)));

@@ -51,7 +51,7 @@ Document streamed_timeline(EventSource& source, const ReportOptions& options) {
   Document doc;
   doc.report = "timeline";
   doc.title = detail::title(snapshot, a.device, "timeline");
-  auto categories = std::make_shared<const Categorization>(categorize(source, a.device));
+  auto categories = std::make_shared<const Categorization>(categorize(source, a.device, detail::from_start_of(a)));
   auto produce = [&source, a, categories](const RowSink& row, std::vector<std::string>& /*notes*/) {
     Categorization::Follower categories_now(*categories);
     const std::string category_source = detail::category_source(*categories);
@@ -119,7 +119,7 @@ Document timeline_report(EventSource& source, const ReportOptions& options) {
                            timeline_columns_with_categories());
   // The categories where allocated was largest in each row, so that they
   // add up to the row's allocated.
-  const Categorization categories = categorize(source, a.device);
+  const Categorization categories = categorize(source, a.device, detail::from_start_of(a));
   const std::string category_source = detail::category_source(categories);
   std::vector<std::pair<std::size_t, std::size_t>> ranges;
   const std::size_t before_window = detail::state_after(a, kNoEvent);

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -178,6 +179,10 @@ struct Analysis {
   // Threads the events were analysed on: AnalysisOptions::threads where the
   // parallel pass covered the trace, else 1.
   unsigned threads = 1;
+  // The state before events[0] the events confirmed, confirmed_start()'s
+  // answer: a later walk of the same trace (categorize()) starts from it
+  // instead of replaying every event again to find it.
+  std::shared_ptr<const InitialLayout> start;
 
   // The allocator already held memory when the ring began (the history was
   // switched on mid-run, or a PyTorch ring overflowed without saying so).

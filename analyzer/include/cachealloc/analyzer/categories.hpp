@@ -106,6 +106,10 @@ struct CategorizeOptions {
   // needs no further walk: a report that asks for the peak and the end
   // reads a long trace once less.
   std::vector<std::size_t> moments;
+  // The start the events confirmed, where the caller has it already
+  // (Analysis::start, of the same device): saves confirmed_start()'s replay
+  // of every event. Null: categorize() finds it.
+  std::shared_ptr<const InitialLayout> start;
 };
 
 // Memory: half a byte per allocation (its category), plus the kept changes
