@@ -125,3 +125,11 @@ TEST_CASE("without a CUDA device the cuda backend says so cleanly") {
   if (cuda_device_count() > 0) return;  // only meaningful where there is no GPU
   CHECK_THROWS_WITH_AS((void)make_cuda_device(0), doctest::Contains("no CUDA device"), DeviceError);
 }
+
+TEST_CASE("memory_stats' max_split_size is the setting in bytes, and -1 without a limit (PyTorch casts its size_t)") {
+  auto device = test_support::simulated();
+  CHECK(CachingAllocator(device).stats().max_split_size == -1);
+  CHECK(CachingAllocator(device).stats().to_map().at("max_split_size") == -1);
+  CHECK(CachingAllocator(device, parse_config("max_split_size_mb:128")).stats().max_split_size ==
+        static_cast<std::int64_t>(128 * MiB));
+}

@@ -76,6 +76,40 @@ TEST_CASE("empty_cache keeps a pool's free segments while the pool is used and r
   CHECK(allocator.private_segments().empty());
 }
 
+TEST_CASE("emptying one released pool settles that pool's pending frees and counts a sync, as PyTorch 2.11 does") {
+  auto device = simulated();
+  CachingAllocator allocator(device);
+  const Stream other = device->create_stream();
+  allocator.begin_allocate_to_pool(kGraphPool, every_stream());
+  void* in_pool = allocator.allocate(30 * MiB);
+  allocator.end_allocate_to_pool(kGraphPool);
+  allocator.record_stream(in_pool, other);
+  allocator.deallocate(in_pool);  // waits for the other stream
+  allocator.release_pool(kGraphPool);
+  const std::int64_t syncs = allocator.stats().num_sync_all_streams;
+  allocator.empty_cache(kOtherPool);  // a pool that does not exist: no sync
+  CHECK(allocator.stats().num_sync_all_streams == syncs);
+  allocator.empty_cache(kGraphPool);
+  CHECK(allocator.stats().num_sync_all_streams == syncs + 1);
+  CHECK(allocator.memory_reserved() == 0);  // the pending free settled, the segment released
+  CHECK(allocator.stats().active_bytes[stat_all].current == 0);
+}
+
+TEST_CASE("empty_cache during a capture keeps the default pool's cached blocks and syncs nothing") {
+  auto device = simulated();
+  CachingAllocator allocator(device);
+  allocator.deallocate(allocator.allocate(30 * MiB));
+  allocator.begin_allocate_to_pool(kGraphPool, [](Stream) { return false; });
+  const std::int64_t syncs = allocator.stats().num_sync_all_streams;
+  allocator.empty_cache();
+  CHECK(allocator.memory_reserved() == 30 * MiB);
+  CHECK(allocator.stats().num_sync_all_streams == syncs);
+  allocator.end_allocate_to_pool(kGraphPool);
+  allocator.empty_cache();
+  CHECK(allocator.memory_reserved() == 0);
+  CHECK(allocator.stats().num_sync_all_streams == syncs + 1);
+}
+
 TEST_CASE("a released pool whose blocks are still live keeps them until they are freed") {
   auto device = simulated();
   CachingAllocator allocator(device);
