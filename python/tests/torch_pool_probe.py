@@ -29,6 +29,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--allocator", choices=["pytorch", "cachealloc"], required=True)
 parser.add_argument("--scenario", required=True)
 parser.add_argument("--out", required=True)
+parser.add_argument("--trace", help="also record the memory history and dump it here (PyTorch's pickle)")
 args = parser.parse_args()
 if args.allocator == "cachealloc":
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -211,8 +212,12 @@ def mempool_graphs():
 SCENARIOS = {f.__name__: f for f in (shared_pool, side_stream_warmup, graph_trees, compile_delete, mempool_graphs)}
 result = {"allocator": args.allocator, "scenario": args.scenario, "steps": steps, "error": None}
 try:
+    if args.trace:
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, max_entries=1_000_000)
     record("start")
     SCENARIOS[args.scenario]()
+    if args.trace:
+        torch.cuda.memory._dump_snapshot(args.trace)
 except Exception as error:  # reported, not hidden: the comparison then fails
     result["error"] = "".join(traceback.format_exception_only(type(error), error)).strip()[-800:]
 with open(args.out, "w") as fh:
