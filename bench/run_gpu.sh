@@ -29,6 +29,8 @@
 #   CONFORMANCE_RUNS  conformance runs on the cuda device [3]
 #   WORK        scratch folder for the large files [/tmp/cachealloc-bench]
 #   CUDA_HOME   [/usr/local/cuda]
+#   EXT         the torch extension (libcachealloc_torch.so): with it, row 2 also
+#               runs our allocator through torch's API from Python and C++ [none]
 #
 # What each row prints, and its row in docs/PERFORMANCE.md:
 #   1  a cached 4 KiB alloc+free pair, one thread, 500k pairs: ours
@@ -108,8 +110,20 @@ if [ "$PART" != suites ]; then
 
   echo "== 2. the same pinned, best of 9: history off, on without stacks, with native stacks, coarse clock"
   for c in $CPUS; do echo "-- cpu $c"; PIN="taskset -c $c" run bench_history_overhead 500000 9; done
-  echo "-- PyTorch's pair from Python, history off and on"
-  python3 bench/torch_history.py
+  echo "-- the pair from Python through torch's API, history off and on, 1, 10 and 30 frames deep: PyTorch's allocator, then ours (EXT)"
+  for depth in 1 10 30; do
+    python3 bench/torch_history.py "$depth"
+    [ -z "${EXT:-}" ] || CACHEALLOC_TORCH_LIBRARY=$EXT python3 bench/torch_history.py "$depth" --allocator cachealloc
+  done
+  if [ -n "${EXT:-}" ]; then
+    echo "-- torch's raw_alloc/raw_delete from C++ (bench/torch_peer.cpp): PyTorch's allocator, ours through torch (EXT), our C++ API ($ROUNDS rounds)"
+    for r in $(seq "$ROUNDS"); do
+      "$P" --default 1000000 5; CACHEALLOC_TORCH_LIBRARY=$EXT "$P" --default 1000000 5
+      "$P" --default 300000 5 --history; CACHEALLOC_TORCH_LIBRARY=$EXT "$P" --default 300000 5 --history
+      "$P" 1 500000; CACHEALLOC_TORCH_LIBRARY=$EXT "$P" 1 500000; "$B/bench_threads" 1 500000 off | tail -1
+      "$P" 16 200000; CACHEALLOC_TORCH_LIBRARY=$EXT "$P" 16 200000; "$B/bench_threads" 16 200000 off | tail -1
+    done
+  fi
 
   echo "== 3. mixed workload, 256 slots, 512 B-8 MiB, one thread: ours, PyTorch ($ROUNDS rounds)"
   for r in $(seq "$ROUNDS"); do run bench_mixed 1000000 3 off; "$P" --mixed 1000000 3; done

@@ -62,6 +62,7 @@ def load():
         lib.cachealloc_torch_set_stacks.restype = ctypes.c_int
         lib.cachealloc_torch_set_stream.argtypes = [ctypes.c_char_p]
         lib.cachealloc_torch_set_stream.restype = ctypes.c_int
+        lib.cachealloc_torch_set_torch_frames.argtypes = [ctypes.c_int]
         lib.cachealloc_torch_tag_category.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p]
         lib.cachealloc_torch_tag_category.restype = ctypes.c_int
         _lib = lib

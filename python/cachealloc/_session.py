@@ -14,7 +14,7 @@ def _device_index(device):
     return torch.device(device).index or 0
 
 
-def record(max_entries=1_000_000, stacks="unwind", python=True, stream=None):
+def record(max_entries=1_000_000, stacks="unwind", python=True, stream=None, torch_frames=True):
     """Starts recording every allocator event (torch.cuda.memory._record_memory_history).
 
     stream: a path (str or os.PathLike) to which every event of the run is
@@ -36,6 +36,9 @@ def record(max_entries=1_000_000, stacks="unwind", python=True, stream=None):
     after the C++ frames of `stacks` (with "none", Python frames alone).
     PyTorch's hook and our stacks are switched on together, so with stacks
     other than "none" the Python frames are gathered whatever python says.
+    torch_frames: False keeps PyTorch's hook off: our recorder still walks
+    the Python frames for dump("run.bin"), _snapshot() and dump("run.pickle")
+    then carry none, and each allocation costs far less (docs/PERFORMANCE.md).
     """
     import torch
     if stacks not in ("unwind", "native", "none"):
@@ -46,6 +49,7 @@ def record(max_entries=1_000_000, stacks="unwind", python=True, stream=None):
     lib = _native.load()
     _native.check(lib.cachealloc_torch_set_stacks(stacks.encode()))
     _native.check(lib.cachealloc_torch_set_stream(stream_path))
+    lib.cachealloc_torch_set_torch_frames(1 if torch_frames else 0)
     torch.cuda.memory._record_memory_history(
         enabled="all", context="all" if (python or stacks != "none") else None,
         stacks="python", max_entries=max_entries)

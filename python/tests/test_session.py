@@ -56,19 +56,25 @@ class RecordTest(unittest.TestCase):
     def test_a_stream_path_reaches_the_extension_before_recording_starts(self):
         cachealloc.record(stream=pathlib.Path("/tmp/run.{device}.bin"), stacks="none")
         self.assertEqual(self.names(), ["cachealloc_torch_set_stacks", "cachealloc_torch_set_stream",
-                                        "_record_memory_history"])
+                                        "cachealloc_torch_set_torch_frames", "_record_memory_history"])
         self.assertEqual(self.lib.calls[1], ("cachealloc_torch_set_stream", b"/tmp/run.{device}.bin"))
-        self.assertEqual(self.lib.calls[2][1]["enabled"], "all")
+        self.assertEqual(self.lib.calls[2], ("cachealloc_torch_set_torch_frames", 1))
+        self.assertEqual(self.lib.calls[3][1]["enabled"], "all")
 
     def test_a_recording_without_stream_clears_an_earlier_one(self):
         cachealloc.record(stream="run.bin")
         cachealloc.record()
-        self.assertEqual(self.lib.calls[-2], ("cachealloc_torch_set_stream", None))
+        self.assertEqual(self.lib.calls[-3], ("cachealloc_torch_set_stream", None))
 
     def test_an_empty_stream_path_is_refused_before_anything_changes(self):
         with self.assertRaises(ValueError):
             cachealloc.record(stream="")
         self.assertEqual(self.lib.calls, [])
+
+    def test_torch_frames_off_reaches_the_extension_and_torch_still_records(self):
+        cachealloc.record(stacks="none", python=True, torch_frames=False)
+        self.assertIn(("cachealloc_torch_set_torch_frames", 0), self.lib.calls)
+        self.assertEqual(self.lib.calls[-1][1]["context"], "all")  # our recorder's frames stay on
 
     def test_stop_ends_recording_through_torch(self):
         cachealloc.stop()
