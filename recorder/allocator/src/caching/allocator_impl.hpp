@@ -338,6 +338,11 @@ struct CachingAllocator::Impl {
     } else {
       ++t_call_events;
     }
+    // The size through a register: callers pass a block's address and size
+    // just after a split or merge stored the size, and the two loads,
+    // combined into one 16-byte load, would wait for that store to retire
+    // (a failed store forwarding, ~5 ns per merge on the dev VM).
+    asm("" : "+r"(size));
     batch.items[batch.count++] = AllocatorEventBatch::Item{kind, address, size, aux};
   }
   // The batch's shared fields, from its first event.
