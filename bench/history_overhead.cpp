@@ -1,17 +1,23 @@
 // bench_history_overhead: what memory history costs per alloc+free pair on the
 // cached path (4 KiB, one thread), side by side in one run: history off, on
-// without stacks, on with native stacks, and both again with the coarse
-// clock (HistoryClock::coarse). Each pair makes 5 events (split, alloc,
-// free_requested, free_completed, merge) in two observer calls; only the
-// alloc gets a stack.
+// without stacks, on with native stacks, both again with the coarse clock
+// (HistoryClock::coarse), and both again streamed to a file
+// (HistoryOptions::stream, in $TMPDIR, removed at exit) beside the ring's.
+// Each pair makes 5 events (split, alloc, free_requested, free_completed,
+// merge) in two observer calls; only the alloc gets a stack.
 //
 // Rounds interleave the modes so that frequency changes and neighbours on a
-// shared machine hit all three alike; each mode reports its best round.
+// shared machine hit them all alike; each mode reports its best round and
+// its median. A streamed mode also reports its best against the ring's
+// with the same stacks ("vs ring"); its writer runs on a thread of its own.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <string>
+#include <unistd.h>
 #include <vector>
 
 #include "args.hpp"
@@ -26,6 +32,22 @@ struct Mode {
   bool history;
   cachealloc::StackCapture stacks;
   cachealloc::HistoryClock clock = cachealloc::HistoryClock::precise;
+  bool streamed = false;
+  int ring_mode = -1;  // a streamed mode: the ring mode with the same stacks ("vs ring")
+};
+
+// The stream files, removed at exit (also when a round throws).
+struct StreamFiles {
+  std::vector<std::filesystem::path> paths;
+  std::filesystem::path make(std::size_t mode) {
+    paths.push_back(std::filesystem::temp_directory_path() /
+                    ("bench_history_overhead." + std::to_string(::getpid()) + "." + std::to_string(mode) + ".bin"));
+    return paths.back();
+  }
+  ~StreamFiles() {
+    std::error_code ignored;
+    for (const auto& path : paths) std::filesystem::remove(path, ignored);
+  }
 };
 
 // A few frames between main and the allocator, as in a real program.
@@ -56,10 +78,14 @@ int main(int argc, char** argv) {
       {"history on, native stacks", true, cachealloc::StackCapture::native},
       {"no stacks, coarse clock", true, cachealloc::StackCapture::none, cachealloc::HistoryClock::coarse},
       {"native stacks, coarse clock", true, cachealloc::StackCapture::native, cachealloc::HistoryClock::coarse},
+      {"streamed, no stacks", true, cachealloc::StackCapture::none, cachealloc::HistoryClock::precise, true, 1},
+      {"streamed, native stacks", true, cachealloc::StackCapture::native, cachealloc::HistoryClock::precise, true, 2},
   };
+  StreamFiles stream_files;
   std::vector<std::unique_ptr<cachealloc::CachingAllocator>> allocators;
   std::vector<std::unique_ptr<cachealloc::HistoryRecorder>> recorders;
-  for (const Mode& mode : modes) {
+  for (std::size_t m = 0; m < std::size(modes); ++m) {
+    const Mode& mode = modes[m];
     allocators.push_back(std::make_unique<cachealloc::CachingAllocator>(cachealloc::make_simulated_device()));
     allocators.back()->deallocate(allocators.back()->allocate(4096));  // the segment exists: cached path from here
     if (mode.history) {
@@ -67,12 +93,13 @@ int main(int argc, char** argv) {
       options.stacks = mode.stacks;
       options.clock = mode.clock;
       options.max_entries = std::getenv("RING") ? std::strtoul(std::getenv("RING"), nullptr, 0) : 1u << 20;  // overflows: the steady state of a long run
+      if (mode.streamed) options.stream = stream_files.make(m);
       recorders.push_back(std::make_unique<cachealloc::HistoryRecorder>(*allocators.back(), options));
     }
   }
   std::vector<std::vector<double>> results(std::size(modes));
   // ONLY=m runs mode m alone (0 off, 1 no stacks, 2 native, 3 and 4 the
-  // same with the coarse clock), for an
+  // same with the coarse clock, 5 and 6 streamed), for a profile or an
   // instruction count per mode under valgrind --tool=callgrind.
   const char* only = std::getenv("ONLY");
   for (int round = 0; round < rounds; ++round)
@@ -82,14 +109,17 @@ int main(int argc, char** argv) {
 
   std::printf("alloc+free pairs of 4 KiB on the cached path, one thread, %ld pairs x %d rounds\n", pairs_per_round,
               rounds);
-  std::printf("%-28s %12s %12s %10s\n", "mode", "best ns/pair", "median", "vs off");
-  double off = 0;
+  std::printf("%-28s %12s %12s %10s %10s\n", "mode", "best ns/pair", "median", "vs off", "vs ring");
+  for (std::vector<double>& r : results) std::sort(r.begin(), r.end());
+  const double off = results[0].front();
   for (std::size_t m = 0; m < std::size(modes); ++m) {
-    std::vector<double>& r = results[m];
-    std::sort(r.begin(), r.end());
+    const std::vector<double>& r = results[m];
     const double best = r.front();
-    if (m == 0) off = best;
-    std::printf("%-28s %12.1f %12.1f %9.2fx\n", modes[m].name, best, r[r.size() / 2], best / off);
+    std::printf("%-28s %12.1f %12.1f %9.2fx", modes[m].name, best, r[r.size() / 2], best / off);
+    if (modes[m].ring_mode >= 0) std::printf(" %9.2fx", best / results[static_cast<std::size_t>(modes[m].ring_mode)].front());
+    std::printf("\n");
   }
+  // The streams end here (their trailers written) before the files go.
+  recorders.clear();
   return 0;
 }
