@@ -9,7 +9,10 @@
 // Rounds interleave the modes so that frequency changes and neighbours on a
 // shared machine hit them all alike; each mode reports its best round and
 // its median. A streamed mode also reports its best against the ring's
-// with the same stacks ("vs ring"); its writer runs on a thread of its own.
+// with the same stacks ("vs ring"). Its writer runs on a thread of its own,
+// and each streamed round waits, untimed, for the writer to finish that
+// round's events: the rows are the recording thread's cost, and the
+// writer's work stays out of the other modes' rounds.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +20,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -66,6 +70,19 @@ __attribute__((noinline)) double ns_per_pair(cachealloc::CachingAllocator& alloc
   return elapsed / static_cast<double>(count);
 }
 
+// Waits, untimed, until a streamed mode's writer has written what its round
+// recorded (its count stays put for 5 ms), so that the writer's work does
+// not fall into the next mode's round: the rows time the recording thread.
+void wait_for_writer(const cachealloc::HistoryRecorder& recorder) {
+  std::uint64_t written = recorder.stream_status().events_written;
+  for (int still = 0, polls = 0; still < 5 && polls < 20'000; ++polls) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const std::uint64_t now = recorder.stream_status().events_written;
+    still = now == written ? still + 1 : 0;
+    written = now;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,6 +101,7 @@ int main(int argc, char** argv) {
   StreamFiles stream_files;
   std::vector<std::unique_ptr<cachealloc::CachingAllocator>> allocators;
   std::vector<std::unique_ptr<cachealloc::HistoryRecorder>> recorders;
+  std::vector<cachealloc::HistoryRecorder*> recorder_of(std::size(modes), nullptr);
   for (std::size_t m = 0; m < std::size(modes); ++m) {
     const Mode& mode = modes[m];
     allocators.push_back(std::make_unique<cachealloc::CachingAllocator>(cachealloc::make_simulated_device()));
@@ -95,6 +113,7 @@ int main(int argc, char** argv) {
       options.max_entries = std::getenv("RING") ? std::strtoul(std::getenv("RING"), nullptr, 0) : 1u << 20;  // overflows: the steady state of a long run
       if (mode.streamed) options.stream = stream_files.make(m);
       recorders.push_back(std::make_unique<cachealloc::HistoryRecorder>(*allocators.back(), options));
+      recorder_of[m] = recorders.back().get();
     }
   }
   std::vector<std::vector<double>> results(std::size(modes));
@@ -103,9 +122,14 @@ int main(int argc, char** argv) {
   // instruction count per mode under valgrind --tool=callgrind.
   const char* only = std::getenv("ONLY");
   for (int round = 0; round < rounds; ++round)
-    for (std::size_t m = 0; m < std::size(modes); ++m)
-      results[m].push_back(only && std::strtoul(only, nullptr, 10) != m ? 1.0
-                                                                        : ns_per_pair(*allocators[m], pairs_per_round));
+    for (std::size_t m = 0; m < std::size(modes); ++m) {
+      if (only && std::strtoul(only, nullptr, 10) != m) {
+        results[m].push_back(1.0);
+        continue;
+      }
+      results[m].push_back(ns_per_pair(*allocators[m], pairs_per_round));
+      if (modes[m].streamed) wait_for_writer(*recorder_of[m]);
+    }
 
   std::printf("alloc+free pairs of 4 KiB on the cached path, one thread, %ld pairs x %d rounds\n", pairs_per_round,
               rounds);

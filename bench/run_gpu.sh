@@ -37,10 +37,11 @@
 #      (bench_threads 1 500000 off) and PyTorch's (bench/torch_peer.cpp, built
 #      here against the installed torch): "cached 4 KiB pair, one thread".
 #   2  the same pair pinned to each of CPUS, best of 9 rounds, with history off,
-#      on without stacks, on with native stacks, and both again with the coarse
-#      clock (bench_history_overhead 500000 9): "the same, pinned", "history
-#      on, ..."; PyTorch's pair from Python with its history off and on
-#      (bench/torch_history.py).
+#      on without stacks, on with native stacks, both again with the coarse
+#      clock, and both again streamed to a file in $TMPDIR, against the
+#      ring's (bench_history_overhead 500000 9): "the same, pinned", "history
+#      on, ...", "streamed recording"; PyTorch's pair from Python with its
+#      history off and on (bench/torch_history.py).
 #   3  the mixed workload (256 slots, 512 B-8 MiB), unpinned and pinned
 #      (bench_mixed 1000000 3 off; torch_peer --mixed 1000000 3): "mixed workload".
 #   4  1, 8 and 16 threads, each on its own stream, glibc's malloc as the
@@ -108,7 +109,7 @@ if [ "$PART" != suites ]; then
   echo "== 1. cached 4 KiB pair, one thread: ours, PyTorch ($ROUNDS rounds)"
   for r in $(seq "$ROUNDS"); do run bench_threads 1 500000 off; "$P" 1 500000; done
 
-  echo "== 2. the same pinned, best of 9: history off, on without stacks, with native stacks, coarse clock"
+  echo "== 2. the same pinned, best of 9: history off, on without stacks, with native stacks, coarse clock, streamed"
   for c in $CPUS; do echo "-- cpu $c"; PIN="taskset -c $c" run bench_history_overhead 500000 9; done
   echo "-- the pair from Python through torch's API, history off and on, 1, 10 and 30 frames deep: PyTorch's allocator, then ours (EXT)"
   for depth in 1 10 30; do
