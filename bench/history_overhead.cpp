@@ -12,7 +12,9 @@
 // with the same stacks ("vs ring"). Its writer runs on a thread of its own,
 // and each streamed round waits, untimed, for the writer to finish that
 // round's events: the rows are the recording thread's cost, and the
-// writer's work stays out of the other modes' rounds.
+// writer's work stays out of the other modes' rounds. Pinned to one CPU
+// (taskset -c N), the writer shares it with the loop, and what it does
+// during a round lands in that round.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
