@@ -240,49 +240,58 @@ std::uint32_t HistoryRecorder::on_events(const AllocatorEventBatch& batch) noexc
   s.make_room(*slot, t, batch.stream.handle, detail::kMaxBatchWords);
   Chunk& chunk = slot->staging;
   const StackCapture capture = s.stacks.load(std::memory_order_relaxed);
-  const bool on_free = s.stacks_on_free.load(std::memory_order_relaxed);
+  const AllocatorEventBatch::Item* const items = batch.items;
   std::uint32_t alloc_id = 0;
-  std::uint32_t recorded = 0;
+  std::uint32_t i = 0;
   std::uint64_t* record = chunk.words + chunk.used;
   const std::uint64_t header = (t - chunk.base_ticks) << 8;
-  for (std::uint32_t i = 0; i < count;) {
-    const AllocatorEventBatch::Item& e = batch.items[i];
-    const AllocatorEventBatch::Item* next = i + 1 < count ? &batch.items[i + 1] : nullptr;
-    record[1] = e.address;
-    record[2] = e.size;
-    record[3] = e.aux;
-    if (next && e.kind == EventKind::split && next->kind == EventKind::alloc && next->address == e.address &&
-        next->size == e.size) {
+  // The allocator's batches open with the pair a compound holds (a split
+  // and its alloc, a free's two halves), then merges: the compound is
+  // looked for there only, and the rest written as plain records, which
+  // decode to the same events as a compound would.
+  if (count >= 2 && items[0].address == items[1].address && items[0].size == items[1].size) {
+    if (items[0].kind == EventKind::split && items[1].kind == EventKind::alloc) {
       const std::uint32_t stack = capture != StackCapture::none ? s.capture_stack(*slot, capture) : 0;
       record[0] = header | detail::kRecordSplitAlloc | (stack ? std::uint64_t{detail::kRecordHasStack} : 0);
-      record[4] = next->aux;
+      record[1] = items[0].address;
+      record[2] = items[0].size;
+      record[3] = items[0].aux;
+      record[4] = items[1].aux;
       record[5] = stack;
       record += stack ? 6 : 5;
       alloc_id = stack;
-      recorded += 2;
-      i += 2;
-      continue;
-    }
-    const std::uint32_t stack =
-        capture != StackCapture::none && wants_stack(e.kind, on_free) ? s.capture_stack(*slot, capture) : 0;
-    const std::uint64_t stack_flag = stack ? std::uint64_t{detail::kRecordHasStack} : 0;
-    record[4] = stack;
-    if (next && e.kind == EventKind::free_requested && next->kind == EventKind::free_completed &&
-        next->address == e.address && next->size == e.size && next->aux == e.aux) {
-      record[0] = header | detail::kRecordFree | stack_flag;
+      i = 2;
+    } else if (items[0].kind == EventKind::free_requested && items[1].kind == EventKind::free_completed &&
+               items[0].aux == items[1].aux) {
+      const std::uint32_t stack =
+          capture != StackCapture::none && s.stacks_on_free.load(std::memory_order_relaxed)
+              ? s.capture_stack(*slot, capture)
+              : 0;
+      record[0] = header | detail::kRecordFree | (stack ? std::uint64_t{detail::kRecordHasStack} : 0);
+      record[1] = items[0].address;
+      record[2] = items[0].size;
+      record[3] = items[0].aux;
+      record[4] = stack;
       record += stack ? 5 : 4;
-      recorded += 2;
-      i += 2;
-      continue;
+      i = 2;
     }
-    record[0] = header | static_cast<std::uint64_t>(e.kind) | stack_flag;
+  }
+  for (; i < count; ++i) {
+    const AllocatorEventBatch::Item& e = items[i];
+    const std::uint32_t stack =
+        capture != StackCapture::none && wants_stack(e.kind, s.stacks_on_free.load(std::memory_order_relaxed))
+            ? s.capture_stack(*slot, capture)
+            : 0;
+    record[0] = header | static_cast<std::uint64_t>(e.kind) | (stack ? std::uint64_t{detail::kRecordHasStack} : 0);
+    record[1] = e.address;
+    record[2] = e.size;
+    record[3] = e.aux;
+    record[4] = stack;
     record += stack ? 5 : 4;
     if (e.kind == EventKind::alloc) alloc_id = stack;
-    ++recorded;
-    ++i;
   }
   chunk.used = static_cast<std::uint32_t>(record - chunk.words);
-  chunk.count.store(chunk.count.load(std::memory_order_relaxed) + recorded, std::memory_order_relaxed);
+  chunk.count.store(chunk.count.load(std::memory_order_relaxed) + count, std::memory_order_relaxed);
   slot->last_record = ThreadSlot::kNoRecord;
   return alloc_id;
 }
