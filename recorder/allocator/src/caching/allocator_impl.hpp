@@ -335,9 +335,9 @@ struct CachingAllocator::Impl {
     } else if (batch.count == AllocatorEventBatch::kCapacity) [[unlikely]] {
       send(gathered);  // not on any path today: kCapacity covers them
       start_batch(gathered, shard, kind);
-    } else {
-      ++t_call_events;
     }
+    // A later event of the batch leaves t_call_events alone: the first one
+    // made it non-zero, which is all continues_call asks.
     // The size through a register: callers pass a block's address and size
     // just after a split or merge stored the size, and the two loads,
     // combined into one 16-byte load, would wait for that store to retire
