@@ -228,6 +228,22 @@ void check_kept_equals_replayed(analyzer::EventSource& source) {
     const auto a = kept.at(moments), b = walked.at(moments);
     for (std::size_t k = 0; k < a.size(); ++k) CHECK(same(a[k], b[k]));
   }
+  // Rows at their allocated maximum summed by the walk itself
+  // (CategorizeOptions::allocated_max_ranges): the 13 above, and 101 rows
+  // like timeline's, each of whose allocations is settled after its row.
+  std::vector<std::pair<std::size_t, std::size_t>> rows{{analyzer::kNoEvent, analyzer::kNoEvent}};
+  for (std::size_t k = 0; k < 101 && n > 0; ++k)
+    if ((k + 1) * n / 101 > k * n / 101) rows.emplace_back(k * n / 101, (k + 1) * n / 101 - 1);
+  for (const auto& wanted : {ranges, rows}) {
+    analyzer::CategorizeOptions in_rows = replay_only;
+    in_rows.allocated_max_ranges = wanted;
+    const analyzer::Categorization rows_walked = analyzer::categorize(source, -1, in_rows);
+    const auto a = kept.at_allocated_max(wanted), b = rows_walked.at_allocated_max(wanted);
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      CAPTURE(k);
+      CHECK(same(a[k], b[k]));
+    }
+  }
   for (const analyzer::Categorization* other : {&replayed, &cut}) {
     const auto a = kept.at(moments), b = other->at(moments);
     for (std::size_t k = 0; k < a.size(); ++k) CHECK(same(a[k], b[k]));

@@ -8,12 +8,14 @@
 
 #include "cachealloc/analyzer/allocator_replay.hpp"
 #include "cachealloc/analyzer/categories.hpp"
+#include "categories/allocated_max_ranges.hpp"
 #include "categories/category_rules.hpp"
 #include "categories/phases.hpp"
 #include "whatif/replay_parts.hpp"
 
 namespace cachealloc::analyzer {
 
+using categories::AllocatedMaxRanges;
 using categories::FrameEvidenceCache;
 using categories::Lifetime;
 using categories::Phase;
@@ -42,7 +44,8 @@ class CategoryWalk {
         engine_(initial.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head)),
         pools_(config),
         max_kept_(options.max_kept_changes),
-        moments_(options.moments) {
+        moments_(options.moments),
+        ranges_(options.allocated_max_ranges) {
     result_.device = device;
     result_.kept_ = max_kept_ != 0;
     // Blocks alive before the first event: categorized by their stacks alone.
@@ -56,12 +59,14 @@ class CategoryWalk {
       keep({kNoEvent, id, block.address, block.size, block.stack.value, false});
     });
     while (next_moment_ < moments_.size() && moments_[next_moment_] == kNoEvent) capture(kNoEvent);
+    ranges_.start(result_.count_, engine_.totals().allocated);
   }
 
   // After event i: the moments it closes take the allocations alive now.
   void after(std::size_t i) {
     while (next_moment_ < moments_.size() && moments_[next_moment_] != kNoEvent && moments_[next_moment_] <= i)
       capture(moments_[next_moment_]);
+    ranges_.after(i, engine_.totals().allocated, result_.count_);
   }
 
   void on_event(std::size_t i, const Event& e) {
@@ -103,8 +108,17 @@ class CategoryWalk {
 
   Categorization finish() {
     while (next_moment_ < moments_.size()) capture(moments_[next_moment_]);  // past the last event
-    for (auto& [address, live] : live_) settle(live.id, live.bytes, live.life);
+    ranges_.end(result_.count_);
+    for (auto& [address, live] : live_) {
+      settle(live.id, live.bytes, live.life);
+      ranges_.alive_at_end(live.id, live.bytes, result_.category_of(live.id).category);
+    }
     live_.clear();
+    for (const auto& [id, bytes] : forever_) ranges_.alive_at_end(id, bytes, result_.category_of(id).category);
+    if (ranges_.active()) {
+      result_.summed_ranges_ = ranges_.ranges();
+      result_.range_bytes_ = ranges_.result();
+    }
     // Each moment's sums, now that every category is settled: its live
     // allocations, and those the trace freed later without having made
     // them (alive from the start).
@@ -171,7 +185,10 @@ class CategoryWalk {
     const std::size_t id = add(bytes, life);
     keep({i, id, e.address, bytes, e.stack.value, false});
     if (e.kind == EventKind::alloc) {
-      live_[e.address] = Live{id, bytes, e.stack, life};
+      // A block at an address still held (a damaged trace): the one held
+      // leaves the walk unsettled, as the Follower keeps it.
+      const auto [at, made] = live_.try_emplace(e.address, Live{id, bytes, e.stack, life});
+      if (!made) at->second = Live{id, bytes, e.stack, life}, ranges_.give_up();
     } else {
       settle(id, bytes, life);  // nothing frees it: alive to the end
       forever_.emplace_back(id, bytes);
@@ -187,6 +204,7 @@ class CategoryWalk {
       live.life.freed_in = phases_.phase();
       live.life.freed_instance = phases_.instance();
       settle(live.id, bytes, live.life);
+      ranges_.freed(live.id, bytes, result_.category_of(live.id).category);
       keep({i, live.id, e.address, bytes, live.stack.value, true});
       return;
     }
@@ -201,6 +219,7 @@ class CategoryWalk {
     const std::size_t id = add(bytes, life);
     settle(id, bytes, life);
     result_.unmade_.push_back({id, e.address, bytes, i});
+    ranges_.give_up();
     keep({i, id, e.address, bytes, 0, true});
   }
 
@@ -218,6 +237,7 @@ class CategoryWalk {
   std::vector<std::size_t> moments_;
   std::size_t next_moment_ = 0;
   std::vector<std::vector<std::pair<std::size_t, std::uint64_t>>> captured_;  // per moment: (allocation, bytes)
+  AllocatedMaxRanges ranges_;
 };
 
 Categorization categorize(EventSource& source, std::int32_t device, const CategorizeOptions& options) {

@@ -59,6 +59,7 @@ std::vector<CategoryBytes> Categorization::at(const std::vector<std::size_t>& ev
 
 std::vector<CategoryBytes> Categorization::at_allocated_max(
     const std::vector<std::pair<std::size_t, std::size_t>>& ranges) const {
+  if (!summed_ranges_.empty() && ranges == summed_ranges_) return range_bytes_;  // summed by the walk
   std::vector<CategoryBytes> out(ranges.size());
   std::size_t r = 0;
   bool open = false;  // out[r] holds the state after ranges[r].first, or a larger one of the range

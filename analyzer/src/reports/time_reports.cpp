@@ -119,14 +119,16 @@ Document timeline_report(EventSource& source, const ReportOptions& options) {
                            timeline_columns_with_categories());
   // The categories where allocated was largest in each row, so that they
   // add up to the row's allocated.
-  const Categorization categories = categorize(source, a.device, detail::from_start_of(a));
-  const std::string category_source = detail::category_source(categories);
   std::vector<std::pair<std::size_t, std::size_t>> ranges;
   const std::size_t before_window = detail::state_after(a, kNoEvent);
   for (const TimelineRow& row : a.timeline) {
     if (row.last_event == kNoEvent) ranges.emplace_back(before_window, before_window);
     else ranges.emplace_back(row.first_event, row.last_event);
   }
+  CategorizeOptions in_rows = detail::from_start_of(a);
+  in_rows.allocated_max_ranges = ranges;
+  const Categorization categories = categorize(source, a.device, in_rows);
+  const std::string category_source = detail::category_source(categories);
   const std::vector<CategoryBytes> by_row = categories.at_allocated_max(ranges);
   std::size_t row_index = 0;
   // A peak belongs to the row whose range holds its event; the start row has none.

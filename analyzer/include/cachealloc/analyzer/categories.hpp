@@ -106,6 +106,13 @@ struct CategorizeOptions {
   // needs no further walk: a report that asks for the peak and the end
   // reads a long trace once less.
   std::vector<std::size_t> moments;
+  // Ranges [first, last] of events whose bytes per category at their
+  // allocated maximum the walk itself sums, as at_allocated_max() gives them
+  // (timeline's rows), so that at_allocated_max() of the same ranges needs
+  // no further walk. Allocations are settled only when freed, so a range's
+  // figures are gathered as its allocations are freed: O(log ranges) a
+  // free, O(ranges) memory.
+  std::vector<std::pair<std::size_t, std::size_t>> allocated_max_ranges;
   // The start the events confirmed, where the caller has it already
   // (Analysis::start, of the same device): saves confirmed_start()'s replay
   // of every event. Null: categorize() finds it.
@@ -222,6 +229,10 @@ class Categorization {
   std::vector<std::uint8_t> packed_;  // two categories a byte: bits 0-2 the category, bit 3 exact
   std::vector<Unmade> unmade_;
   std::vector<Moment> moments_;
+  // CategorizeOptions::allocated_max_ranges and their figures, where the
+  // walk could sum them (not in a trace that frees what it never made).
+  std::vector<std::pair<std::size_t, std::size_t>> summed_ranges_;
+  std::vector<CategoryBytes> range_bytes_;
   bool kept_ = true;
   std::vector<Kept> kept_changes_;  // in event order, those before the first event first
 };
