@@ -3,11 +3,11 @@
 // (category_rules.cpp) to an allocation when the trace frees it, or at the
 // end. Only the allocations alive at a moment are held, with what the rules
 // need of them; each allocation's category is half a byte.
-#include <unordered_map>
 #include <unordered_set>
 
 #include "cachealloc/analyzer/allocator_replay.hpp"
 #include "cachealloc/analyzer/categories.hpp"
+#include "cachealloc/snapshot/detail/flat_map.hpp"
 #include "categories/allocated_max_ranges.hpp"
 #include "categories/category_rules.hpp"
 #include "categories/phases.hpp"
@@ -55,7 +55,7 @@ class CategoryWalk {
       life.made_in = life.evidence.phase;
       life.known_start = false;
       const std::size_t id = add(block.size, life);
-      live_[block.address] = Live{id, block.size, block.stack, life};
+      hold(block.address, Live{id, block.size, block.stack, life});
       keep({kNoEvent, id, block.address, block.size, block.stack.value, false});
     });
     while (next_moment_ < moments_.size() && moments_[next_moment_] == kNoEvent) capture(kNoEvent);
@@ -99,8 +99,8 @@ class CategoryWalk {
       case EventKind::segment_alloc:
       case EventKind::segment_map: return true;
       case EventKind::free_requested: {
-        const auto it = live_.find(e.address);
-        return it == live_.end() || it->second.stack != e.stack;
+        const Live* live = held(e.address);
+        return live == nullptr || live->stack != e.stack;
       }
       default: return false;
     }
@@ -109,11 +109,12 @@ class CategoryWalk {
   Categorization finish() {
     while (next_moment_ < moments_.size()) capture(moments_[next_moment_]);  // past the last event
     ranges_.end(result_.count_);
-    for (auto& [address, live] : live_) {
+    for (Live& live : live_slots_) {
+      if (!live.held) continue;
       settle(live.id, live.bytes, live.life);
       ranges_.alive_at_end(live.id, live.bytes, result_.category_of(live.id).category);
     }
-    live_.clear();
+    live_slots_.clear();
     for (const auto& [id, bytes] : forever_) ranges_.alive_at_end(id, bytes, result_.category_of(id).category);
     if (ranges_.active()) {
       result_.summed_ranges_ = ranges_.ranges();
@@ -138,12 +139,45 @@ class CategoryWalk {
     std::uint64_t bytes;
     snapshot::StackId stack;
     Lifetime life;
+    bool held = true;  // false: a free slot
   };
+
+  // The allocations alive now: address -> slot of live_slots_, whose free
+  // slots are reused, so memory follows the live set (an unordered_map's
+  // node allocation per alloc and free per free was a tenth of the walk).
+  // Returns false where the address was held already (then replaced).
+  bool hold(std::uint64_t address, const Live& live) {
+    if (const std::uint32_t* slot = live_at_.find(address)) {
+      live_slots_[*slot] = live;
+      return false;
+    }
+    std::uint32_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+      live_slots_[slot] = live;
+    } else {
+      slot = static_cast<std::uint32_t>(live_slots_.size());
+      live_slots_.push_back(live);
+    }
+    live_at_.insert(address, slot);
+    return true;
+  }
+  const Live* held(std::uint64_t address) const {
+    const std::uint32_t* slot = live_at_.find(address);
+    return slot != nullptr ? &live_slots_[*slot] : nullptr;
+  }
+  void release(std::uint64_t address, std::uint32_t slot) {
+    live_slots_[slot].held = false;
+    free_slots_.push_back(slot);
+    live_at_.erase(address);
+  }
 
   void capture(std::size_t moment) {
     std::vector<std::pair<std::size_t, std::uint64_t>> alive;
-    alive.reserve(live_.size() + forever_.size());
-    for (const auto& [address, live] : live_) alive.emplace_back(live.id, live.bytes);
+    alive.reserve(live_at_.size() + forever_.size());
+    for (const Live& live : live_slots_)
+      if (live.held) alive.emplace_back(live.id, live.bytes);
     alive.insert(alive.end(), forever_.begin(), forever_.end());
     captured_.push_back(std::move(alive));
     ++next_moment_;
@@ -187,8 +221,7 @@ class CategoryWalk {
     if (e.kind == EventKind::alloc) {
       // A block at an address still held (a damaged trace): the one held
       // leaves the walk unsettled, as the Follower keeps it.
-      const auto [at, made] = live_.try_emplace(e.address, Live{id, bytes, e.stack, life});
-      if (!made) at->second = Live{id, bytes, e.stack, life}, ranges_.give_up();
+      if (!hold(e.address, Live{id, bytes, e.stack, life})) ranges_.give_up();
     } else {
       settle(id, bytes, life);  // nothing frees it: alive to the end
       forever_.emplace_back(id, bytes);
@@ -196,10 +229,10 @@ class CategoryWalk {
   }
 
   void shrank(std::size_t i, const Event& e, std::uint64_t bytes) {
-    const auto it = live_.find(e.address);
-    if (it != live_.end() && it->second.bytes == bytes) {
-      Live live = it->second;
-      live_.erase(it);
+    const std::uint32_t* slot = live_at_.find(e.address);
+    if (slot != nullptr && live_slots_[*slot].bytes == bytes) {
+      Live live = live_slots_[*slot];
+      release(e.address, *slot);
       live.life.freed = true;
       live.life.freed_in = phases_.phase();
       live.life.freed_instance = phases_.instance();
@@ -232,7 +265,9 @@ class CategoryWalk {
   std::size_t max_kept_;
   Categorization result_;
   std::unordered_set<std::uint64_t> parameter_sizes_;
-  std::unordered_map<std::uint64_t, Live> live_;  // address -> allocation
+  snapshot::detail::FlatMap<std::uint32_t, 50> live_at_;  // address -> slot
+  std::vector<Live> live_slots_;
+  std::vector<std::uint32_t> free_slots_;
   std::vector<std::pair<std::size_t, std::uint64_t>> forever_;  // grown by no alloc: alive to the end
   std::vector<std::size_t> moments_;
   std::size_t next_moment_ = 0;
