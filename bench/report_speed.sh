@@ -17,9 +17,9 @@ for round in $(seq 1 "$rounds"); do
     for build in old new; do
       bin=$old; [[ $build == new ]] && bin=$new
       # shellcheck disable=SC2086
-      /usr/bin/time -f "%e %M" -o /tmp/report_speed.$$ taskset -c "$cpu" "$bin" $r "$file" >/dev/null || true
-      read -r seconds kib </tmp/report_speed.$$
-      python3 -c "print(f'round $round  ${r%% *}  $build  {$seconds:.2f} s  {$events/$seconds/1e6 if $seconds else 0:.1f} M events/s  {$kib/1024:.1f} MiB')"
+      /usr/bin/time -f "%e %U %M" -o /tmp/report_speed.$$ taskset -c "$cpu" "$bin" $r "$file" >/dev/null || true
+      read -r seconds user kib </tmp/report_speed.$$
+      python3 -c "print(f'round $round  ${r%% *}  $build  {$seconds:.2f} s  {$events/$seconds/1e6 if $seconds else 0:.1f} M events/s  {$kib/1024:.1f} MiB  (user {$user:.2f} s)')"
     done
   done
 done
