@@ -42,10 +42,10 @@ std::vector<FrameText> frames_of(const Snapshot& s, StackId id) {
 }
 
 // The events a pickle holds as trace entries (annotations go to
-// external_annotations, split, merge and empty_cache have no entry).
+// external_annotations, split, merge, empty_cache and category have no entry).
 bool is_trace_entry(EventKind kind) {
   return kind != EventKind::split && kind != EventKind::merge && kind != EventKind::empty_cache &&
-         kind != EventKind::annotation_begin && kind != EventKind::annotation_end;
+         kind != EventKind::annotation_begin && kind != EventKind::annotation_end && kind != EventKind::category;
 }
 
 // Segments by device, then address: PyTorch's format lists each device's

@@ -114,6 +114,9 @@ std::optional<std::string> implausible_event(const Event& event, std::uint64_t i
   if (event.aux != 0 && !kind_has_aux(event.kind))
     return which + " (" + std::string(to_string(event.kind)) + ") has an aux figure of " + std::to_string(event.aux) +
            ", which its kind does not have";
+  if (event.kind == EventKind::category && event.aux >= events::kAllocationCategoryCount)
+    return which + " (category) has category code " + std::to_string(event.aux) + ", past the last (" +
+           std::to_string(events::kAllocationCategoryCount - 1) + ", other)";
   if (event.kind == EventKind::segment_alloc && (event.aux & ~kSegmentFlagsMask) != 0)
     return which + " (segment_alloc) has flags " + std::to_string(event.aux) + ", bits other than large pool (1) and expandable (2)";
   switch (event.kind) {

@@ -8,8 +8,6 @@ namespace cachealloc::analyzer {
 
 namespace {
 
-constexpr std::array<const char*, kCategoryCount> kKeys = {
-    "parameter", "gradient", "optimizer_state", "activation", "temporary", "workspace", "cuda_graph_pool", "other"};
 constexpr std::array<const char*, kCategoryCount> kLabels = {
     "parameter", "gradient", "optimizer state", "activation", "temporary", "workspace", "CUDA graph pool", "other"};
 
@@ -17,7 +15,7 @@ constexpr std::array<const char*, kCategoryCount> kLabels = {
 
 const char* category_key(Category category) noexcept {
   const auto index = static_cast<std::size_t>(category);
-  return index < kKeys.size() ? kKeys[index] : "other";
+  return index < kCategoryCount ? events::to_string(category) : "other";
 }
 
 const char* category_label(Category category) noexcept {
@@ -30,8 +28,8 @@ std::optional<Category> parse_category(std::string_view name) noexcept {
   std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) {
     return c == '-' || c == ' ' ? '_' : static_cast<char>(std::tolower(c));
   });
-  for (std::size_t i = 0; i < kKeys.size(); ++i)
-    if (key == kKeys[i]) return static_cast<Category>(i);
+  Category category{};
+  if (events::parse_allocation_category(key, category)) return category;
   return std::nullopt;
 }
 

@@ -207,15 +207,21 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
   doc.notes.push_back(detail::category_note(detail::category_source(categories)));
 
   FieldGroup& counts = doc.group("events", std::string("events in the ring") + (lower ? " (lower bounds)" : ""));
+  // Category tags appear only where a program made them: a trace without
+  // them (every PyTorch pickle) prints no row for them.
+  const auto untagged = [&](snapshot::EventKind kind) {
+    return kind == snapshot::EventKind::category && a.counts[static_cast<std::size_t>(kind)] == 0;
+  };
   for (int k = 0; k < snapshot::kEventKindCount; ++k) {
     const auto kind = static_cast<snapshot::EventKind>(k);
+    if (untagged(kind)) continue;
     const Value count = detail::records_kind(snapshot, kind) ? Value{a.counts[static_cast<std::size_t>(k)]} : Value{};
     counts.add(snapshot::to_string(kind), snapshot::to_string(kind), count, Unit::count, lower);
   }
   std::string unrecorded;
   for (int k = 0; k < snapshot::kEventKindCount; ++k) {
     const auto kind = static_cast<snapshot::EventKind>(k);
-    if (!detail::records_kind(snapshot, kind)) unrecorded += (unrecorded.empty() ? "" : ", ") + std::string(snapshot::to_string(kind));
+    if (!detail::records_kind(snapshot, kind) && !untagged(kind)) unrecorded += (unrecorded.empty() ? "" : ", ") + std::string(snapshot::to_string(kind));
   }
   if (snapshot.header.source == snapshot::kPytorchPickleSource)
     doc.notes.push_back("unknown counts (" + unrecorded +

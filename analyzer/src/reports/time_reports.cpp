@@ -274,6 +274,8 @@ Document events_report(EventSource& source, const ReportOptions& options) {
       ++shown;
       Value aux = e.aux;
       if (is_annotation(e) && e.aux < snapshot.strings.size()) aux = snapshot.strings[e.aux];
+      if (e.kind == snapshot::EventKind::category && e.aux < events::kAllocationCategoryCount)
+        aux = std::string(events::to_string(static_cast<events::AllocationCategory>(e.aux)));
       row({static_cast<std::uint64_t>(i), detail::since_origin(a, e.time_ns), std::string(snapshot::to_string(e.kind)),
            e.address, e.size, aux, e.stream, static_cast<std::uint64_t>(e.thread),
            e.stack ? Value{names->site(e.stack)} : Value{}});

@@ -159,6 +159,20 @@ void cachealloc_annotate_begin(const char* name) {
 
 void cachealloc_annotate_end(void) { cachealloc::annotate_end(); }
 
+int cachealloc_tag_category(const void* ptr, const char* category) {
+  return guarded([&] {
+    cachealloc::events::AllocationCategory code{};
+    if (!category || !cachealloc::events::parse_allocation_category(category, code)) {
+      throw cachealloc::InvalidArgument(std::string("cachealloc_tag_category: unknown category \"") +
+                                        (category ? category : "(null)") +
+                                        "\" (parameter, gradient, optimizer_state, activation, temporary, workspace, "
+                                        "cuda_graph_pool or other)");
+    }
+    cachealloc::tag_category(reinterpret_cast<std::uintptr_t>(ptr), code);
+    return CACHEALLOC_OK;
+  });
+}
+
 int cachealloc_dump_snapshot(const char* path) {
   return guarded([&] {
     if (!path || !*path) throw cachealloc::InvalidArgument("cachealloc_dump_snapshot: no path");

@@ -5,8 +5,8 @@
 // A chunk is an array of 64-bit words holding variable-length records.
 // Every record starts with a header word:
 //
-//   bits 0-4   record kind: an EventKind (0-13), or one of the compounds
-//              below (14, 15), or a stream record (16)
+//   bits 0-4   record kind: an EventKind (0-15), or one of the compounds
+//              below (16, 17), or a stream record (18)
 //   bit 5      a thread word follows the record's fields (annotation chunk)
 //   bit 6      a stack word follows the record's fields
 //   bits 8-63  time in ticks relative to Chunk::base_ticks, signed
@@ -35,10 +35,12 @@
 
 namespace cachealloc::detail {
 
+static_assert(snapshot::kEventKindCount <= 16, "record tags 16-18 follow the event kinds");
+
 enum RecordTag : std::uint64_t {
-  kRecordSplitAlloc = 14,
-  kRecordFree = 15,
-  kRecordStream = 16,
+  kRecordSplitAlloc = 16,  // past the event kinds (at most 16: a kind is 4 bits on disk)
+  kRecordFree = 17,
+  kRecordStream = 18,
   kRecordKindMask = 0x1f,
   kRecordHasThread = 1u << 5,
   kRecordHasStack = 1u << 6,

@@ -87,6 +87,13 @@ void annotate_end() noexcept {
   }
 }
 
+void tag_category(std::uintptr_t address, events::AllocationCategory category) noexcept {
+  try {
+    global_history().tag_category(address, category);
+  } catch (...) {
+  }
+}
+
 bool dump_snapshot(const std::filesystem::path& path) noexcept {
   try {
     return global_history().dump_snapshot(path);

@@ -296,4 +296,45 @@ std::uint32_t HistoryRecorder::on_events(const AllocatorEventBatch& batch) noexc
   return alloc_id;
 }
 
+// A category event goes into the calling thread's own chunk, at a time no
+// earlier than the thread's last event, so that it follows the thread's
+// alloc of the same block in the ring's and the stream's order even where
+// the clock (coarse) stamps both alike; annotations' shared chunk would only
+// order it by time. Outside any shard lock, so ring_lock guards the chunk
+// against a cut or a dump reading it (both read stagings under ring_lock).
+void HistoryRecorder::tag_category(std::uintptr_t address, events::AllocationCategory category) noexcept {
+  State& s = *state_;
+  if (!s.recording.load(std::memory_order_relaxed)) return;
+  ThreadSlot* const slot = s.slot();
+  if (!slot) [[unlikely]]
+    return;
+  std::lock_guard lock(s.ring_lock);
+  if (!s.recording.load(std::memory_order_relaxed)) return;
+  const detail::TickSource source = s.tick_source();
+  if (t_state.call_source != source) {
+    t_state.call_source = source;
+    t_state.call_time = 0;
+  }
+  const std::uint64_t t = std::max(detail::now_ticks(source) + t_state.clock_skew, t_state.call_time);
+  t_state.call_time = t;
+  Chunk& chunk = slot->staging;
+  if (chunk.used + detail::kMaxRecordWords > Chunk::kWords || !detail::offset_fits(t, chunk.base_ticks))
+    s.flush_locked(*slot);
+  if (chunk.empty()) {
+    chunk.base_ticks = t;
+    chunk.words[chunk.used++] = detail::record_header(detail::kRecordStream, t, chunk.base_ticks);
+    chunk.words[chunk.used++] = slot->stream;
+  }
+  chunk.newest_ticks = std::max(chunk.newest_ticks, t);
+  std::uint64_t* record = chunk.words + chunk.used;
+  record[0] = detail::record_header(static_cast<std::uint64_t>(EventKind::category), t, chunk.base_ticks);
+  record[1] = address;
+  record[2] = 0;
+  record[3] = static_cast<std::uint64_t>(category);
+  chunk.used += 4;
+  chunk.count.store(chunk.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  slot->last_record = ThreadSlot::kNoRecord;
+  if (chunk.used + detail::kMaxRecordWords > Chunk::kWords) s.flush_locked(*slot);
+}
+
 }  // namespace cachealloc

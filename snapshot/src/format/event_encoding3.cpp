@@ -276,6 +276,7 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
       if (!kind_has_aux(static_cast<EventKind>(k))) aux_screen[k] = {UINT64_MAX, 1};
     }
     aux_screen[static_cast<unsigned>(EventKind::segment_alloc)] = {~kSegmentFlagsMask, 1};
+    aux_screen[static_cast<unsigned>(EventKind::category)] = {UINT64_MAX, events::kAllocationCategoryCount};
   }
   bool flagged = false;
   // The previous event, kept by value: thread, device, stream and time carry

@@ -163,6 +163,7 @@ void detail::validate_events(const Snapshot& snapshot, std::span<const Event> ev
                          (event.size > limits.size_limit) | ((kind <= last_block_kind) & (event.aux > limits.size_limit)) |
                          ((event.aux != 0) & !kind_has_aux(static_cast<EventKind>(kind))) |
                          ((kind == static_cast<unsigned>(EventKind::segment_alloc)) & ((event.aux & ~kSegmentFlagsMask) != 0)) |
+                         ((kind == static_cast<unsigned>(EventKind::category)) & (event.aux >= events::kAllocationCategoryCount)) |
                          (event.time_ns > kMaxPlausibleTimeNs) | (event.time_ns < last) |
                          ((kind <= static_cast<unsigned>(EventKind::free_completed)) & (event.aux > event.size));
     if (flagged) [[unlikely]]

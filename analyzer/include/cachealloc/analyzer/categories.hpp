@@ -33,20 +33,14 @@
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/analyzer/replay.hpp"
+#include "cachealloc/events.hpp"
 
 namespace cachealloc::analyzer {
 
-enum class Category : std::uint8_t {
-  parameter,
-  gradient,
-  optimizer_state,
-  activation,  // saved for backward
-  temporary,
-  workspace,  // cuBLAS, cuDNN, NCCL
-  cuda_graph_pool,
-  other,
-};
-inline constexpr std::size_t kCategoryCount = 8;
+// The recorder's vocabulary (events.hpp), so that a category event's code
+// is a Category.
+using Category = events::AllocationCategory;
+inline constexpr std::size_t kCategoryCount = events::kAllocationCategoryCount;
 
 // The JSON key and CSV column: "parameter", ..., "optimizer_state", "cuda_graph_pool", "other".
 const char* category_key(Category category) noexcept;

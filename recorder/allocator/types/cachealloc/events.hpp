@@ -34,8 +34,26 @@ enum class EventKind : std::uint8_t {
   annotation_begin = 11, // aux = StringId of the annotation's name
   annotation_end = 12,   // aux = StringId of the annotation's name
   snapshot = 13,         // PyTorch only: a snapshot was taken here
+  category = 14,         // what a live allocation is, learned after it was made:
+                         // address = the allocation's start, aux = AllocationCategory,
+                         // size = 0
 };
-inline constexpr int kEventKindCount = 14;
+inline constexpr int kEventKindCount = 15;
+
+// What an allocation holds, as the program that made it knows (a category
+// event) or as the analyzer infers it. The codes are stored on disk (aux of
+// a category event): append only, never renumber.
+enum class AllocationCategory : std::uint8_t {
+  parameter,
+  gradient,
+  optimizer_state,
+  activation,  // saved for backward
+  temporary,
+  workspace,  // cuBLAS, cuDNN, NCCL
+  cuda_graph_pool,
+  other,
+};
+inline constexpr std::size_t kAllocationCategoryCount = 8;
 
 enum SegmentFlags : std::uint64_t {
   segment_flag_large_pool = 1u << 0,
@@ -46,7 +64,9 @@ namespace detail {
 inline constexpr std::array<std::string_view, kEventKindCount> kEventKindNames = {
     "alloc",         "free_requested",  "free_completed", "split",       "merge",
     "segment_alloc", "segment_release", "segment_map",    "segment_unmap", "empty_cache",
-    "oom",           "annotation_begin", "annotation_end", "snapshot"};
+    "oom",           "annotation_begin", "annotation_end", "snapshot",      "category"};
+inline constexpr std::array<std::string_view, kAllocationCategoryCount> kAllocationCategoryNames = {
+    "parameter", "gradient", "optimizer_state", "activation", "temporary", "workspace", "cuda_graph_pool", "other"};
 }  // namespace detail
 
 // The kind's name as tables, JSON and --kind spell it; "unknown" past the last.
@@ -65,6 +85,24 @@ inline bool parse_event_kind(const std::string& name, EventKind& out) noexcept {
   for (std::size_t i = 0; i < detail::kEventKindNames.size(); ++i) {
     if (detail::kEventKindNames[i] == name) {
       out = static_cast<EventKind>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+// The category's name as JSON keys and the C ABI spell it ("optimizer_state");
+// "unknown" past the last.
+inline const char* to_string(AllocationCategory category) noexcept {
+  const auto index = static_cast<std::size_t>(category);
+  return index < detail::kAllocationCategoryNames.size() ? detail::kAllocationCategoryNames[index].data() : "unknown";
+}
+
+// Returns false when `name` is no category's name (exactly as to_string spells it).
+inline bool parse_allocation_category(std::string_view name, AllocationCategory& out) noexcept {
+  for (std::size_t i = 0; i < detail::kAllocationCategoryNames.size(); ++i) {
+    if (detail::kAllocationCategoryNames[i] == name) {
+      out = static_cast<AllocationCategory>(i);
       return true;
     }
   }

@@ -95,6 +95,15 @@ void cachealloc_stop_history(void);
 void cachealloc_annotate_begin(const char* name);
 void cachealloc_annotate_end(void);
 
+/* Records what the allocation starting at `ptr` (as cachealloc_malloc or
+ * cachealloc_torch_malloc returned it, still live) holds, for a program that
+ * learns it after the allocation was made. `category` is one of "parameter",
+ * "gradient", "optimizer_state", "activation", "temporary", "workspace",
+ * "cuda_graph_pool", "other"; the last tag before the free wins. Ignored
+ * while not recording. Returns CACHEALLOC_INVALID_ARGUMENT for a NULL or
+ * unknown name (cachealloc_last_error names it), else CACHEALLOC_OK. */
+int cachealloc_tag_category(const void* ptr, const char* category);
+
 /* Writes a snapshot atomically to `path`. Returns a status code; on
  * CACHEALLOC_IO_ERROR recording has been switched off. */
 int cachealloc_dump_snapshot(const char* path);

@@ -179,6 +179,16 @@ class HistoryRecorder final : public AllocatorObserver {
   void annotate_begin(std::string_view name) noexcept;
   void annotate_end() noexcept;
 
+  // Records what the allocation starting at `address` holds (a category
+  // event), for a program that learns it after the allocation was made: a
+  // parameter's storage, a gradient after it was accumulated, optimizer
+  // state after a step. `address` must be what the allocator returned for
+  // a live allocation; the analyzer ignores (and counts) a tag at any other
+  // address, and the last tag before the allocation's free wins. Recorded
+  // on the calling thread, after the events the thread recorded before.
+  // Ignored while not recording. Thread-safe.
+  void tag_category(std::uintptr_t address, events::AllocationCategory category) noexcept;
+
   // Builds the snapshot: header, device, settings, stats, the layout, the
   // ring oldest first, and the symbolized tables. The layout, the stats and
   // the events describe the same moment, even while other threads allocate
@@ -293,6 +303,7 @@ void record_history(const HistoryOptions& options);
 void stop_history() noexcept;
 void annotate_begin(std::string_view name) noexcept;
 void annotate_end() noexcept;
+void tag_category(std::uintptr_t address, events::AllocationCategory category) noexcept;
 bool dump_snapshot(const std::filesystem::path& path) noexcept;
 
 }  // namespace cachealloc
