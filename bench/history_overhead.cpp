@@ -28,6 +28,7 @@
 
 #include "args.hpp"
 #include "cachealloc/history.hpp"
+#include "cachealloc/snapshot/stream.hpp"
 
 namespace {
 
@@ -73,14 +74,20 @@ __attribute__((noinline)) double ns_per_pair(cachealloc::CachingAllocator& alloc
 }
 
 // Waits, untimed, until a streamed mode's writer has written what its round
-// recorded (its count stays put for 5 ms), so that the writer's work does
-// not fall into the next mode's round: the rows time the recording thread.
+// recorded, so that the writer's work does not fall into the next mode's
+// round: the rows time the recording thread. The writer keeps back at most
+// a partial block (kStreamBlockEvents) and this thread's staging chunk; then
+// its count must stay put for three of its cuts (20 ms apart). Gives up
+// after 30 s (a writer that failed says so in stream_status().error).
 void wait_for_writer(const cachealloc::HistoryRecorder& recorder) {
+  constexpr std::uint64_t kHeldBack = cachealloc::snapshot::kStreamBlockEvents + 2048;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
   std::uint64_t written = recorder.stream_status().events_written;
-  for (int still = 0, polls = 0; still < 5 && polls < 20'000; ++polls) {
+  for (int still = 0; still < 60 && Clock::now() < deadline;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     const std::uint64_t now = recorder.stream_status().events_written;
-    still = now == written ? still + 1 : 0;
+    const bool caught_up = now + kHeldBack >= recorder.recorded_events();
+    still = caught_up && now == written ? still + 1 : 0;
     written = now;
   }
 }
