@@ -400,11 +400,19 @@ class TorchAllocator final : public CA::CUDAAllocator {
     if (begin) s->history->annotate_begin(text);
     else s->history->annotate_end();
   }
+  // A category learned from torch's state (cachealloc.track_categories) for
+  // the live allocation at `address` on `device`; nothing while it records nothing.
+  void tag_category(int device, std::uintptr_t address, cachealloc::events::AllocationCategory category) {
+    DeviceState* s = existing(device);
+    if (s == nullptr || !s->history) return;
+    s->history->tag_category(address, category);
+  }
   bool dump(int device, const std::string& path) {
     DeviceState* s = existing(device);
     if (s == nullptr || !s->history) return false;
     return s->history->dump_snapshot(path);
   }
+  void set_torch_frames(bool on) { torch_frames_.store(on, std::memory_order_relaxed); }
   void set_native_stacks(cachealloc::StackCapture capture) {
     std::lock_guard lock(mutex_);
     native_stacks_ = capture;
@@ -568,6 +576,7 @@ class TorchAllocator final : public CA::CUDAAllocator {
   std::vector<CA::AllocatorTraceTracker> trace_trackers_;
   // PyTorch's context hook while history asks for frames, else null.
   std::atomic<CA::CreateContextFn> context_recorder_{nullptr};
+  std::atomic<bool> torch_frames_{true};
   std::atomic<int> context_when_{0};
   std::atomic<std::size_t> context_capacity_{0};
   std::size_t trace_max_entries_ = 0;
@@ -616,7 +625,11 @@ void TorchAllocator::recordHistory(bool enabled, CA::CreateContextFn context_rec
     context_capacity_.store(std::max<std::size_t>(1, alloc_trace_max_entries), std::memory_order_relaxed);
     trace_max_entries_ = std::max<std::size_t>(1, alloc_trace_max_entries);
   }
-  const bool frames = enabled && context_recorder != nullptr && when != CA::RecordContext::NEVER;
+  // torch_frames_ off (cachealloc.record(torch_frames=False)): our recorder
+  // keeps its own Python frames, PyTorch's hook is never called, so
+  // _snapshot() carries none and the hook's cost is saved.
+  const bool frames = enabled && context_recorder != nullptr && when != CA::RecordContext::NEVER &&
+                      torch_frames_.load(std::memory_order_relaxed);
   context_when_.store(frames ? static_cast<int>(when) : 0, std::memory_order_relaxed);
   context_recorder_.store(frames ? context_recorder : nullptr, std::memory_order_release);
   for (int d = 0; d < kMaxDevices; ++d) {
@@ -856,6 +869,13 @@ __attribute__((visibility("default"))) int cachealloc_torch_set_stacks(const cha
   }
 }
 
+// Whether PyTorch's own hook gathers frames for _snapshot() and
+// _dump_snapshot() from the next _record_memory_history on (1, the default),
+// or only our recorder keeps them, for our own dump (0).
+__attribute__((visibility("default"))) void cachealloc_torch_set_torch_frames(int on) {
+  TorchAllocator::instance().set_torch_frames(on != 0);
+}
+
 // Streams every device's recording to a file from the next
 // _record_memory_history on (format version 7): "{device}" and "{pid}" in
 // `path` become the device index and the process id. NULL or "": no stream.
@@ -874,6 +894,26 @@ __attribute__((visibility("default"))) void cachealloc_torch_annotate(int begin,
   try {
     TorchAllocator::instance().annotate(begin != 0, name == nullptr ? "" : name);
   } catch (...) {
+  }
+}
+
+// Records that the live allocation at `address` on `device` holds
+// `category` ("parameter", "gradient", "optimizer_state", "activation", ...;
+// the names cachealloc-analyze prints). Returns 0, or -1 with
+// cachealloc_torch_error() set for an unknown name.
+__attribute__((visibility("default"))) int cachealloc_torch_tag_category(int device, std::uint64_t address,
+                                                                         const char* category) {
+  cachealloc::events::AllocationCategory parsed{};
+  if (category == nullptr || !cachealloc::events::parse_allocation_category(category, parsed)) {
+    t_error = std::string("unknown category '") + (category == nullptr ? "" : category) + "'";
+    return -1;
+  }
+  try {
+    TorchAllocator::instance().tag_category(device, static_cast<std::uintptr_t>(address), parsed);
+    return 0;
+  } catch (const std::exception& error) {
+    t_error = error.what();
+    return -1;
   }
 }
 
