@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -150,4 +151,42 @@ TEST_CASE("cachealloc_tag_category takes a category's name and refuses any other
   CHECK(s.events[tag].aux == static_cast<std::uint64_t>(AllocationCategory::optimizer_state));
   CHECK(find(s.events, EventKind::alloc, reinterpret_cast<std::uint64_t>(p)) < tag);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("cachealloc-synthetic --exact-categories tags its model's state with the bytes it requested") {
+  // Given a run of the synthetic loop that tags its allocations
+  const std::filesystem::path out = temp_path("synthetic.bin");
+  const std::string command = (std::filesystem::path(CACHEALLOC_BINARY_DIR) / "bin" / "cachealloc-synthetic").string() +
+                              " --events 20000 --seed 3 --threads 1 --stacks none --exact-categories -f -o " +
+                              out.string() + " >/dev/null";
+  REQUIRE(std::system(command.c_str()) == 0);
+  // The model it keeps to the end: 8 parameters of (i + 1) MiB + 1000 i + 4
+  // bytes, a gradient of each, and Adam's two moments of each.
+  std::uint64_t parameters = 0;
+  for (std::uint64_t i = 0; i < 8; ++i) parameters += (i + 1) * MiB + 1000 * i + 4;
+
+  // When its events are replayed: each tag names the allocation live at its address
+  const snapshot::Snapshot s = snapshot::read_snapshot(out);
+  std::map<std::uint64_t, std::pair<std::uint64_t, int>> live;  // address -> (requested, category; -1 untagged)
+  std::size_t tags = 0, stray = 0;
+  for (const snapshot::Event& e : s.events) {
+    if (e.kind == EventKind::alloc) live[e.address] = {e.aux, -1};
+    if (e.kind == EventKind::free_requested) live.erase(e.address);
+    if (e.kind != EventKind::category) continue;
+    ++tags;
+    const auto it = live.find(e.address);
+    if (it == live.end()) ++stray;
+    else it->second.second = static_cast<int>(e.aux);
+  }
+  std::map<int, std::uint64_t> requested_at_end;
+  for (const auto& [address, allocation] : live) requested_at_end[allocation.second] += allocation.first;
+
+  // Then every tag names a live allocation, and what is tagged at the end is the model's state
+  CHECK(tags > 3 * 8);
+  CHECK(stray == 0);
+  CHECK(requested_at_end[static_cast<int>(AllocationCategory::parameter)] == parameters);
+  CHECK(requested_at_end[static_cast<int>(AllocationCategory::gradient)] == parameters);
+  CHECK(requested_at_end[static_cast<int>(AllocationCategory::optimizer_state)] == 2 * parameters);
+  CHECK(requested_at_end.count(static_cast<int>(AllocationCategory::activation)) == 0);
+  std::filesystem::remove(out);
 }

@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
                  "With --stream, when the disk cannot keep up: wait (the loop slows down) or drop (events are counted)")
       ->check(one_of({"wait", "drop"}))
       ->capture_default_str();
+  app.add_flag("--exact-categories", options.exact_categories,
+               "Tag the loop's allocations with their categories (category events), with a model's parameters, "
+               "gradients and optimizer state kept beside them, so that reports show exact categories");
   app.add_flag("-f,--force", force, "overwrite the -o file if it exists");
   add_version_flags(app, std::string(kProgram) + " " CACHEALLOC_VERSION);
   if (const auto stop = parse(app, kProgram, std::vector<std::string>(argv + 1, argv + argc))) return *stop;

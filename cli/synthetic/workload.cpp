@@ -32,13 +32,19 @@ constexpr std::size_t MiB = 1024 * KiB;
 class TrainingLoop {
  public:
   TrainingLoop(CachingAllocator& allocator, HistoryRecorder& recorder, std::uint64_t seed, std::uint64_t limit,
-               std::atomic<bool>& done)
-      : allocator_(allocator), recorder_(recorder), random_(seed), limit_(limit), done_(done) {
+               std::atomic<bool>& done, bool exact_categories)
+      : allocator_(allocator),
+        recorder_(recorder),
+        random_(seed),
+        limit_(limit),
+        done_(done),
+        exact_(exact_categories) {
     Device& device = allocator.device();
     compute_ = device.create_stream();
     copy_ = device.create_stream();
     layers_ = 8 + static_cast<int>(random_() % 17);
     batch_bytes_ = (4 + random_() % 28) * MiB;
+    if (exact_) init_parameters();
   }
 
   WorkloadResult run() {
@@ -74,6 +80,33 @@ class TrainingLoop {
     return (32 + random_() % 64) * MiB;
   }
 
+  // Records what `p` is, with --exact-categories.
+  void tag(void* p, events::AllocationCategory category) {
+    if (exact_) recorder_.tag_category(reinterpret_cast<std::uintptr_t>(p), category);
+  }
+
+  // The model's state, kept to the end (WorkloadOptions::exact_categories).
+  __attribute__((noinline)) void init_parameters() {
+    for (int i = 0; i < synthetic::kExactParameters; ++i) {
+      parameters_.push_back(allocator_.allocate(synthetic::parameter_bytes(i), compute_));
+      tag(parameters_.back(), events::AllocationCategory::parameter);
+    }
+  }
+  __attribute__((noinline)) void accumulate_gradients() {
+    for (int i = 0; i < synthetic::kExactParameters && model_gradients_.size() < parameters_.size(); ++i) {
+      model_gradients_.push_back(allocator_.allocate(synthetic::parameter_bytes(i), compute_));
+      tag(model_gradients_.back(), events::AllocationCategory::gradient);
+    }
+  }
+  __attribute__((noinline)) void init_optimizer_state() {
+    for (int i = 0; i < synthetic::kExactParameters && optimizer_state_.size() < 2 * parameters_.size(); ++i) {
+      for (int moment = 0; moment < 2; ++moment) {
+        optimizer_state_.push_back(allocator_.allocate(synthetic::parameter_bytes(i), compute_));
+        tag(optimizer_state_.back(), events::AllocationCategory::optimizer_state);
+      }
+    }
+  }
+
   __attribute__((noinline)) void* load_batch() {
     void* batch = allocator_.allocate(batch_bytes_, copy_);
     allocator_.record_stream(batch, compute_);  // consumed on the compute stream
@@ -106,9 +139,16 @@ class TrainingLoop {
     }
   }
 
+  void* tagged_layer_forward(int layer) {
+    void* out = layer_forward(layer);
+    tag(out, events::AllocationCategory::activation);
+    return out;
+  }
+
   __attribute__((noinline)) void layer_backward(void* activation, std::vector<void*>& grads) {
     void* grad_input = allocator_.allocate(activation_size(), compute_);
     void* weight_grad = allocator_.allocate(64 * KiB + random_() % (2 * MiB), compute_);
+    tag(weight_grad, events::AllocationCategory::gradient);
     allocator_.deallocate(activation);
     allocator_.deallocate(grad_input);
     grads.push_back(weight_grad);
@@ -117,6 +157,7 @@ class TrainingLoop {
   __attribute__((noinline)) void optimizer_step(std::vector<void*>& grads) {
     for (void* g : grads) {
       void* state = allocator_.allocate(4 * KiB + random_() % (512 * KiB), compute_);
+      tag(state, events::AllocationCategory::optimizer_state);
       allocator_.deallocate(state);
       allocator_.deallocate(g);
     }
@@ -142,7 +183,7 @@ class TrainingLoop {
     void* batch = load_batch();
     {
       AnnotationScope phase(recorder_, "forward");
-      for (int layer = 0; layer < layers_ && !finished(); ++layer) activations.push_back(layer_forward(layer));
+      for (int layer = 0; layer < layers_ && !finished(); ++layer) activations.push_back(tagged_layer_forward(layer));
     }
     allocator_.deallocate(batch);  // waits for the compute stream's event
     {
@@ -151,10 +192,12 @@ class TrainingLoop {
         layer_backward(activations.back(), grads);
         activations.pop_back();
       }
+      if (exact_) accumulate_gradients();
     }
     {
       AnnotationScope phase(recorder_, "optimizer");
       optimizer_step(grads);
+      if (exact_) init_optimizer_state();
     }
     if (random_() % 4 == 0) allocator_.device().synchronize_stream(compute_);
     if (random_() % 53 == 0) allocator_.empty_cache();
@@ -166,6 +209,8 @@ class TrainingLoop {
   std::mt19937_64 random_;
   std::uint64_t limit_;
   std::atomic<bool>& done_;
+  bool exact_ = false;
+  std::vector<void*> parameters_, model_gradients_, optimizer_state_;  // the model's state, kept to the end
   std::uint64_t checks_ = 0;      // calls of finished()
   std::uint64_t next_check_ = 0;  // the call that asks the recorder next
   Stream compute_{};
@@ -206,12 +251,14 @@ WorkloadResult run_workload(const WorkloadOptions& options, const std::filesyste
   std::vector<std::thread> threads;
   for (unsigned t = 1; t < options.threads; ++t) {
     threads.emplace_back([&, t] {
-      training::TrainingLoop loop(allocator, recorder, options.seed * 1000003 + t, options.events, done);
+      training::TrainingLoop loop(allocator, recorder, options.seed * 1000003 + t, options.events, done,
+                                  options.exact_categories);
       results[t] = loop.run();
     });
   }
   {
-    training::TrainingLoop loop(allocator, recorder, options.seed * 1000003, options.events, done);
+    training::TrainingLoop loop(allocator, recorder, options.seed * 1000003, options.events, done,
+                                options.exact_categories);
     results[0] = loop.run();
   }
   for (auto& thread : threads) thread.join();

@@ -18,7 +18,24 @@ struct WorkloadOptions {
   // in bounded memory, whatever `events`.
   bool stream = false;
   StreamWhenFull stream_when_full = StreamWhenFull::wait;
+  // Tag what the loop knows its allocations are (category events), as the
+  // torch extension does, with a model's state beside the loop's own
+  // allocations: kExactParameters parameters of parameter_bytes(i) made
+  // before the first step and kept, one gradient of the same size per
+  // parameter made in the first backward and kept, and two optimizer states
+  // (Adam's moments) of that size per parameter made in the first optimizer
+  // step and kept. The loop's activations (each layer's output), its
+  // per-layer gradients and its per-step optimizer buffers are tagged too.
+  // The random draws are those of a run without it.
+  bool exact_categories = false;
 };
+
+// The model's parameters under WorkloadOptions::exact_categories: sizes
+// that are no multiple of 512, so that requested and block bytes differ.
+inline constexpr int kExactParameters = 8;
+inline constexpr std::uint64_t parameter_bytes(int i) {
+  return (static_cast<std::uint64_t>(i) + 1) * 1024 * 1024 + 1000 * static_cast<std::uint64_t>(i) + 4;
+}
 
 struct WorkloadResult {
   std::uint64_t recorded = 0;  // events appended, annotations included
