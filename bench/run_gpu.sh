@@ -40,8 +40,10 @@
 #      on without stacks, on with native stacks, both again with the coarse
 #      clock, and both again streamed to a file in $TMPDIR, against the
 #      ring's (bench_history_overhead 500000 9): "the same, pinned", "history
-#      on, ...", "streamed recording"; PyTorch's pair from Python with its
-#      history off and on (bench/torch_history.py).
+#      on, ...", "streamed recording"; once more pinned to the first two of
+#      CPUS, where the stream's writer has a CPU of its own (the streamed
+#      rows' "vs ring"); PyTorch's pair from Python with its history off and
+#      on (bench/torch_history.py).
 #   3  the mixed workload (256 slots, 512 B-8 MiB), unpinned and pinned
 #      (bench_mixed 1000000 3 off; torch_peer --mixed 1000000 3): "mixed workload".
 #   4  1, 8 and 16 threads, each on its own stream, glibc's malloc as the
@@ -111,6 +113,9 @@ if [ "$PART" != suites ]; then
 
   echo "== 2. the same pinned, best of 9: history off, on without stacks, with native stacks, coarse clock, streamed"
   for c in $CPUS; do echo "-- cpu $c"; PIN="taskset -c $c" run bench_history_overhead 500000 9; done
+  TWO=$(echo $CPUS | awk '{print $1 "," $2}')
+  echo "-- cpus $TWO: the same, so that a streamed mode's writer has a CPU of its own"
+  PIN="taskset -c $TWO" run bench_history_overhead 500000 9
   echo "-- the pair from Python through torch's API, history off and on, 1, 10 and 30 frames deep: PyTorch's allocator, then ours (EXT)"
   for depth in 1 10 30; do
     python3 bench/torch_history.py "$depth"
