@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -188,5 +190,16 @@ TEST_CASE("cachealloc-synthetic --exact-categories tags its model's state with t
   CHECK(requested_at_end[static_cast<int>(AllocationCategory::gradient)] == parameters);
   CHECK(requested_at_end[static_cast<int>(AllocationCategory::optimizer_state)] == 2 * parameters);
   CHECK(requested_at_end.count(static_cast<int>(AllocationCategory::activation)) == 0);
+
+  // And a pickle of it, which has no place for them, is written with them named among its losses
+  const std::filesystem::path pickle = temp_path("synthetic.pickle");
+  const std::filesystem::path notes = temp_path("synthetic.notes");
+  const std::string convert = (std::filesystem::path(CACHEALLOC_BINARY_DIR) / "bin" / "cachealloc-analyze").string() +
+                              " convert " + out.string() + " -f -o " + pickle.string() + " 2>" + notes.string();
+  CHECK(std::system(convert.c_str()) == 0);
+  std::ifstream lines(notes);
+  const std::string said((std::istreambuf_iterator<char>(lines)), std::istreambuf_iterator<char>());
+  CHECK(said.find(std::to_string(tags) + " category events") != std::string::npos);
+  for (const auto& path : {pickle, notes}) std::filesystem::remove(path);
   std::filesystem::remove(out);
 }

@@ -45,7 +45,8 @@ std::size_t events_written(const snapshot::Snapshot& snapshot, bool pickle) {
   if (!pickle) return snapshot.events.size();
   using snapshot::EventKind;
   return static_cast<std::size_t>(std::count_if(snapshot.events.begin(), snapshot.events.end(), [](const auto& e) {
-    return e.kind != EventKind::split && e.kind != EventKind::merge && e.kind != EventKind::empty_cache;
+    return e.kind != EventKind::split && e.kind != EventKind::merge && e.kind != EventKind::empty_cache &&
+           e.kind != EventKind::category;
   }));
 }
 
