@@ -220,6 +220,9 @@ TEST_CASE("given a sweep without a cap, then it ranks by peak reserved and tries
   REQUIRE(recorded != r.ranked.end());
   CHECK(recorded->figures.peak_reserved == r.baseline.recorded.peak_reserved);
   CHECK(recorded->figures.peak_reserved == r.baseline.replayed.peak_reserved);
+  // and the recorded settings' point names the recorded peak's event, the reservation
+  CHECK(r.baseline.replayed.peak_reserved_event == r.baseline.recorded.peak_reserved_event);
+  CHECK(recorded->figures.peak_reserved_event == r.baseline.recorded.peak_reserved_event);
 }
 
 TEST_CASE("given the same sweep on 1 and on 4 threads, then the results are identical") {

@@ -186,6 +186,41 @@ TEST_CASE("given each PyTorch run, when replayed, then the recorded peak's event
   }
 }
 
+TEST_CASE("given each PyTorch run and the long real runs, when replayed under their own settings, then the replayed "
+          "peak names the event the recorded one names: the reservation, not the request after it") {
+  // Given PyTorch's runs, whose traces log each reservation as its own event
+  // just before the request that made it.
+  std::vector<std::filesystem::path> files;
+  for (const auto& dir : {kPytorch, kPytorch / "corpus", kPytorch / "long"})
+    for (const auto& file : std::filesystem::directory_iterator(dir))
+      if (file.path().extension() == ".pickle" || file.path().string().ends_with(".pickle.zst"))
+        files.push_back(file.path());
+  std::sort(files.begin(), files.end());
+  std::size_t compared = 0;
+  for (const auto& file : files) {
+    CAPTURE(file);
+    analyzer::FileEvents source(file);
+    const analyzer::ReplayResult r = analyzer::replay_allocator(source);
+    // When the replay reaches the recorded peak (the same moment), then both
+    // columns name the same event.
+    if (r.replayed.peak_reserved != r.recorded.peak_reserved) continue;
+    ++compared;
+    CHECK(r.replayed.peak_reserved_event == r.recorded.peak_reserved_event);
+  }
+  CHECK(compared >= 20);  // the five long runs among them
+  // And where the replay reserved for a request that the recording could not
+  // serve (its OOM, at a cap the file does not hold), the request is named,
+  // and a note says why the columns differ.
+  analyzer::FileEvents oom(kPytorch / "corpus" / "oom_retry.pickle");
+  const analyzer::ReplayResult r = analyzer::replay_allocator(oom);
+  REQUIRE(r.recorded.first_oom);
+  CHECK(r.replayed.peak_reserved_event == r.recorded.first_oom->event);
+  CHECK(std::any_of(r.notes.begin(), r.notes.end(), [&](const std::string& n) {
+    return n.find("peak reserved serving request #" + std::to_string(r.recorded.first_oom->event) +
+                  ", for which the recording reserved nothing") != std::string::npos;
+  }));
+}
+
 TEST_CASE("given a pickle without allocator_settings, when replayed with the defaults, then it matches the run it came from") {
   // corpus_no_settings.pickle is corpus/stacks_python.pickle less its settings (README): that run's figures hold.
   replay_corpus_case(kPytorch / "corpus_no_settings.pickle", read_json(kPytorch / "corpus" / "stacks_python.stats.json"));
@@ -524,6 +559,33 @@ TEST_CASE("a PyTorch snapshot holds no device total: the replay says so, and a c
   const analyzer::ReplayResult big = analyzer::replay_allocator(again, options);
   CHECK(big.device_total == (192ull << 30));
   CHECK(big.cap == (192ull << 30));
+  // The note says what was used: the capacity given, not an H200's, and
+  // asks for no --capacity it already has.
+  const auto note_of = [](const analyzer::ReplayResult& r) {
+    for (const std::string& n : r.notes)
+      if (n.find("holds no device total") != std::string::npos) return n;
+    return std::string();
+  };
+  CHECK(note_of(big).find(std::to_string(192ull << 30) + " bytes, the --capacity given") != std::string::npos);
+  CHECK(note_of(big).find("H200's;") == std::string::npos);
+  CHECK(note_of(big).find("give its size") == std::string::npos);
+  options.capacity = 8ull << 30;
+  analyzer::FileEvents capped_source(kPytorch / "corpus" / "varlen_transformer.pickle");
+  const analyzer::ReplayResult capped = analyzer::replay_allocator(capped_source, options);
+  CHECK(note_of(capped).find("an H200's, capped at the " + std::to_string(8ull << 30) + " bytes of --capacity") !=
+        std::string::npos);
+  // And a capacity of 0 is refused without claiming an upper bound the replay does not hold.
+  options.capacity = 0;
+  analyzer::FileEvents zero(kPytorch / "corpus" / "varlen_transformer.pickle");
+  CHECK_THROWS_WITH(analyzer::replay_allocator(zero, options), "the capacity must be at least 1 byte");
+  // Without a cap, the report's table says there is none, not that it is unknown.
+  std::ostringstream table;
+  analyzer::render(analyzer::replay_report(plain), analyzer::Format::table, table);
+  const std::size_t cap_line = table.str().find("  replay's cap ");
+  REQUIRE(cap_line != std::string::npos);
+  const std::string line = table.str().substr(cap_line, table.str().find('\n', cap_line) - cap_line);
+  CHECK(line.ends_with(" none"));
+  CHECK(table.str().find("(null)") == std::string::npos);
 }
 
 namespace {

@@ -55,11 +55,20 @@ SimulatedDeviceOptions simulated_device_of(const snapshot::Snapshot& head, const
     }
   }
   if (!result.device_total_known) {
-    // PyTorch's snapshots hold no device total.
-    if (options.capacity && *options.capacity > device_options.capacity) device_options.capacity = *options.capacity;
-    result.notes.push_back("the snapshot holds no device total (PyTorch's snapshots record none): the simulated device "
-                           "has " + std::to_string(device_options.capacity) +
-                           " bytes, an H200's; a run on a smaller GPU runs out sooner: give its size with --capacity");
+    // PyTorch's snapshots hold no device total. The note says what the
+    // replay used: an H200, or the device the --capacity asked for.
+    const std::string why = "the snapshot holds no device total (PyTorch's snapshots record none): the simulated device has ";
+    if (options.capacity && *options.capacity > device_options.capacity) {
+      device_options.capacity = *options.capacity;
+      result.notes.push_back(why + std::to_string(device_options.capacity) +
+                             " bytes, the --capacity given (larger than an H200's)");
+    } else if (options.capacity) {
+      result.notes.push_back(why + std::to_string(device_options.capacity) + " bytes, an H200's, capped at the " +
+                             std::to_string(*options.capacity) + " bytes of --capacity");
+    } else {
+      result.notes.push_back(why + std::to_string(device_options.capacity) +
+                             " bytes, an H200's; a run on a smaller GPU runs out sooner: give its size with --capacity");
+    }
   }
   result.device_total = device_options.capacity;
   return device_options;
@@ -74,8 +83,12 @@ double asked_fraction(const AllocatorReplayOptions& options, const ReplayResult&
     if (!(*options.fraction > 0 && *options.fraction <= 1)) throw InvalidArgument("the fraction must be within (0, 1]");
     fraction = *options.fraction;
   } else if (options.capacity) {
+    // Without a recorded total the simulated device grows to the capacity
+    // (a larger GPU); a recorded device holds no more than its total.
+    if (*options.capacity == 0 && !result.device_total_known)
+      throw InvalidArgument("the capacity must be at least 1 byte");
     if (*options.capacity == 0 || *options.capacity > result.device_total)
-      throw InvalidArgument("the capacity must be between 1 byte and the device total, " +
+      throw InvalidArgument("the capacity must be between 1 byte and the recorded device total, " +
                             std::to_string(result.device_total) + " bytes");
   }
   if (options.capacity) fraction = fraction_for_cap(*options.capacity, result.device_total);
@@ -156,6 +169,11 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
   plan.pass = read_recorded_run(source, options, plan.initial, settings.recorded, result);
   plan.fraction = take_recorded_run(plan.pass, options, asked, result);
   replay_requests(source, options, plan, result);
+  if (result.replayed_peak_at_request && result.replayed.peak_reserved_event != result.recorded.peak_reserved_event)
+    result.notes.push_back("the replay reached its peak reserved serving request #" +
+                           std::to_string(result.replayed.peak_reserved_event) +
+                           ", for which the recording reserved nothing: the replayed peak names that request, the "
+                           "recorded one its reservation");
   if (result.initial_blocks_not_rebuilt != 0)
     result.notes.push_back(std::to_string(result.initial_blocks_not_rebuilt) +
                            " segments of the ring's start could not be laid out block for block as recorded");

@@ -147,16 +147,35 @@ class RequestReplay {
     before_event(i);
     switch (e.kind) {
       case EventKind::alloc:
-      case EventKind::oom: request(i, e); break;
+      case EventKind::oom:
+        request(i, e);
+        peaks_.after(engine_.totals(), peak_name(i));
+        recorded_reservation_ = kNoEvent;
+        return;
       case EventKind::free_requested: free_requested(i, e); break;
       case EventKind::free_completed: free_completed(e); break;
       case EventKind::empty_cache:
         peaks_.boundary(engine_);
         allocator_.empty_cache();
         break;
+      case EventKind::segment_alloc:
+      case EventKind::segment_map: recorded_reservation_ = i; break;
       default: break;
     }
+    if (is_request(e.kind)) recorded_reservation_ = kNoEvent;
     peaks_.after(engine_.totals(), i);
+  }
+
+  // The event that names a peak the replay reached serving request `i`: the
+  // recording logs the reservation as its own event just before the request
+  // (the last of them, where it made several), and the recorded column names
+  // that one, as summary does; where the recording reserved nothing for the
+  // request (other settings, a cap), the request itself.
+  std::uint64_t peak_name(std::size_t i) {
+    const bool reserved_as_recorded = recorded_reservation_ != kNoEvent;
+    if (engine_.totals().reserved > peaks_.peak_reserved)
+      result_.replayed_peak_at_request = !reserved_as_recorded;
+    return reserved_as_recorded ? recorded_reservation_ : i;
   }
 
   void on_annotation(const Event& e) {
@@ -260,6 +279,8 @@ class RequestReplay {
   std::vector<std::uint64_t> open_;                            // annotations
   std::size_t next_deferred_ = 0, next_empty_ = 0, next_route_ = 0, next_release_ = 0;
   std::uint64_t start_device_allocs_ = 0, start_device_frees_ = 0;  // the ring start's rebuild
+  // The recorded reservation since the last request (the next request's), or kNoEvent.
+  std::uint64_t recorded_reservation_ = kNoEvent;
   RecordedStreams streams_;  // before the allocator: the streams sort as recorded
   CachingAllocator allocator_;
   AllocatorControl control_;

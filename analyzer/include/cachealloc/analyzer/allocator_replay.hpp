@@ -60,6 +60,9 @@ struct RunFigures {
   std::uint64_t peak_allocated = 0;
   // The recorded event after which the peak held, as summary names it (the
   // reservation, not the request that made it); kNoEvent: at the trace's start.
+  // The replayed run names the recorded reservation of the request it reached
+  // its peak serving, the same event for the same moment; the request itself
+  // where the recording reserved nothing for it.
   std::uint64_t peak_reserved_event = 0;
   std::uint64_t segments = 0;             // cudaMalloc segments at the end (segment.all.current)
   std::uint64_t device_allocs = 0;        // reservations (num_device_alloc), the ring start's included
@@ -147,6 +150,10 @@ struct ReplayResult {
   bool placement_diverged = false;
   RunFigures recorded;
   RunFigures replayed;
+  // The replay reached its peak reserved serving a request for which the
+  // recording reserved nothing: replayed.peak_reserved_event names that
+  // request, not a recorded reservation (see RunFigures::peak_reserved_event).
+  bool replayed_peak_at_request = false;
   std::vector<std::string> notes;
 };
 
