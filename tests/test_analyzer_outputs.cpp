@@ -136,6 +136,15 @@ TEST_CASE("given a figure a table cannot know, it reads unknown, never a dash") 
   const Result replay = run("replay " + kStreams.string());
   REQUIRE(replay.code == 0);
   CHECK(table_value(replay.out, "alloc_retries").rfind("unknown", 0) == 0);
+  // A table says unknown, never JSON's null; and no cap is none, not unknown.
+  CHECK(replay.out.find("(null)") == std::string::npos);
+  CHECK(table_value(replay.out, "replay's cap") == "none");
+  const Result recommend = run("recommend " + kStreams.string());
+  REQUIRE(recommend.code == 0);
+  CHECK(table_value(recommend.out, "capacity") == "none");
+  CHECK(recommend.out.find("unknown  none") == std::string::npos);  // the ranking's headroom without a cap
+  CHECK(recommend.out.find(" no cap ") != std::string::npos);
+  CHECK(recommend.out.find("(null)") == std::string::npos);
 }
 
 TEST_CASE("given a pickle of two devices, ranks lists each and summary names the other") {
@@ -146,6 +155,14 @@ TEST_CASE("given a pickle of two devices, ranks lists each and summary names the
   CHECK(ranks["ranks"].array()[0]["device"].number() == 0);
   CHECK(ranks["ranks"].array()[1]["device"].number() == 1);
   CHECK(ranks["ranks"].array()[1]["peak_allocated"].number() == 14.0 * (1 << 20));
+  // The file's name carries no rank number: its rank is unknown in the fleet's
+  // figures as in the table, and the note counts one file, not its devices.
+  const Result table = run("ranks " + both.string());
+  REQUIRE(table.code == 0);
+  CHECK(table_value(table.out, "closest to OOM: rank") == "unknown");
+  CHECK(table.out.find("  - 1 file name carries no rank number (rank_N, gpuN, deviceN): its rank is unknown") !=
+        std::string::npos);
+  CHECK(table.out.find("#position") == std::string::npos);
   const Result summary = run("summary " + both.string());
   REQUIRE(summary.code == 0);
   CHECK(summary.out.find("this shows device 0; the file also holds device 1: select one with --device 1") !=

@@ -126,13 +126,14 @@ class TableWriter {
     right_.assign(columns_.size(), false);
     for (std::size_t c = 0; c < columns_.size(); ++c) width_[c] = columns_[c].title.size();
   }
-  void add(std::vector<Value>&& full_row) {
+  // `rest`: the row of TableRest, whose empty cells have no such figure ("-").
+  void add(std::vector<Value>&& full_row, bool rest = false) {
     ++rows_;
     Cells cells{std::vector<std::string>(columns_.size()), {}};
     for (std::size_t c = 0; c < columns_.size() && source_[c] < full_row.size(); ++c) {
       const Value& cell = full_row[source_[c]];
       const bool absent = std::holds_alternative<std::monostate>(cell) && columns_[c].unit != Unit::event;
-      cells.text[c] = absent ? std::string(columns_[c].absent) : human(cell, columns_[c].unit);
+      cells.text[c] = absent ? std::string(rest ? "-" : columns_[c].absent) : human(cell, columns_[c].unit);
       if (!aligned_ && is_numeric(cell)) right_[c] = true;
       // Lists (stacks) continue below their row, one item per line.
       if (const auto* lines = std::get_if<std::vector<std::string>>(&cell)) {
@@ -399,11 +400,13 @@ void render_table(const Document& document, std::ostream& out) {
                      for (const Field& field : group.fields) {
                        if (field.json_only) continue;
                        // A figure that is not known reads "unknown", never 0 (JSON: null).
-                       const bool unknown = std::holds_alternative<std::monostate>(field.value) &&
-                                            field.unit != Unit::event && field.unit != Unit::none;
+                       const bool empty = std::holds_alternative<std::monostate>(field.value);
+                       const bool unknown = empty && field.unit != Unit::event && field.unit != Unit::none;
+                       const std::string text = empty && field.absent != nullptr ? std::string(field.absent)
+                                                : unknown                        ? std::string("unknown")
+                                                                                 : human(field.value, field.unit);
                        out << "  " << field.label << std::string(width - field.label.size() + 2, ' ')
-                           << (field.lower_bound && !unknown ? ">= " : "")
-                           << (unknown ? std::string("unknown") : human(field.value, field.unit)) << '\n';
+                           << (field.lower_bound && !empty ? ">= " : "") << text << '\n';
                        if (const auto* lines = std::get_if<std::vector<std::string>>(&field.value)) {
                          for (std::size_t i = 1; i < lines->size(); ++i)
                            out << "  " << std::string(width + 2, ' ') << snapshot::printable((*lines)[i]) << '\n';
@@ -414,7 +417,7 @@ void render_table(const Document& document, std::ostream& out) {
                      out << '\n' << snapshot::printable(table.title) << '\n';
                      TableWriter writer(table.columns, out, table.rows.size() + 1);
                      for (const auto& row : table.rows) writer.add(std::vector<Value>(row));
-                     if (table.rest) writer.add(std::vector<Value>(table.rest->cells));
+                     if (table.rest) writer.add(std::vector<Value>(table.rest->cells), true);
                      writer.finish();
                    },
                    [&](const Text& text) {

@@ -326,7 +326,9 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
   if (f.closest_to_oom) {
     const RankSummary& c = ranks[*f.closest_to_oom];
     const std::optional<std::uint64_t> room = headroom(c.run);
+    // A file name without a rank number: its rank is unknown, as in the table.
     fleet.add("closest_to_oom_rank", "closest to OOM: rank", c.rank ? Value{static_cast<std::uint64_t>(*c.rank)} : Value{})
+        .absent_as("unknown")
         .add("closest_to_oom_file", "closest to OOM: file", c.run.file)
         .add("closest_to_oom_headroom", "its headroom (device total - peak reserved)",
              room ? Value{*room} : Value{}, Unit::bytes);
@@ -413,11 +415,17 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
                         "take some of it.");
   }
   if (bounds) doc.notes.push_back("some traces do not cover their whole run: their peaks are lower bounds.");
-  std::size_t unnamed = 0;
-  for (const RankSummary& r : ranks) unnamed += r.rank ? 0 : 1;
-  if (unnamed != 0)
-    doc.notes.push_back(std::to_string(unnamed) + " file name(s) carry no rank number (rank_N, gpuN, deviceN): "
-                        "shown as #position.");
+  // Counted by file: a file of several devices is one name.
+  std::set<std::string> unnamed;
+  for (const RankSummary& r : ranks)
+    if (!r.rank) unnamed.insert(r.run.file);
+  if (!unnamed.empty())
+    doc.notes.push_back(unnamed.size() == 1
+                            ? "1 file name carries no rank number (rank_N, gpuN, deviceN): its rank is unknown (null "
+                              "in JSON); the sites table names it #N, its row in rank order from 0."
+                            : std::to_string(unnamed.size()) +
+                                  " file names carry no rank number (rank_N, gpuN, deviceN): their ranks are unknown "
+                                  "(null in JSON); the sites table names each #N, its row in rank order from 0.");
   if (options.site_limit != 0 && spreads.size() > options.site_limit)
     doc.notes.push_back(std::to_string(spreads.size() - options.site_limit) + " more sites differ (--limit)");
   return doc;

@@ -31,7 +31,7 @@ Document replay_report(const ReplayResult& r) {
   run.add("replayed_config", "replayed settings", r.replayed_config.empty() ? std::string("(defaults)") : r.replayed_config);
   run.add("device_total", "device total (recorded)", r.device_total_known ? Value(r.device_total) : Value(), Unit::bytes);
   run.add("simulated_device_total", "simulated device total", r.device_total, Unit::bytes);
-  run.add("cap", "replay's cap", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes);
+  run.add("cap", "replay's cap", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes).absent_as("none");
   run.add("recorded_cap", "recorded cap", r.recorded_cap ? Value(r.recorded_cap) : Value(std::monostate{}), Unit::bytes);
   run.add("starts_mid_run", "starts mid-run", r.starts_mid_run);
   run.add("initial_segments", "segments at the ring's start", r.initial_segments, Unit::count);
@@ -84,7 +84,7 @@ Document replay_report(const ReplayResult& r) {
   if (r.placement_diverged)
     doc.notes.push_back("the replay reserved differently from the recording after " + std::to_string(r.placed_as_recorded) +
                         " reservations; later ones are placed by the driver address model");
-  if (!r.recorded.retries) doc.notes.push_back("the trace does not show the recorded run's retries (null)");
+  if (!r.recorded.retries) doc.notes.push_back("the recorded run's retries are unknown: the trace does not show them");
   return doc;
 }
 

@@ -66,7 +66,7 @@ void add_ranking(Document& doc, const std::string& key, const std::string& title
                                       {"device_allocs", "dev allocs", Unit::count},
                                       {"alloc_retries", "retries", Unit::count},
                                       {"fits", "fits"},
-                                      {"headroom", "headroom", Unit::bytes},
+                                      {"headroom", "headroom", Unit::bytes, "no cap"},  // cap - peak reserved
                                       {"largest_scale", "scale", Unit::none},
                                       {"oom_event", "OOM at", Unit::count, "none"},  // no OOM
                                       {"oom_annotation", "OOM annotation", Unit::none, "-", true},
@@ -143,7 +143,7 @@ Document sweep_report(const SweepResult& r) {
   FieldGroup& run = doc.group("", "Sweep");
   run.add("events", "events", r.events, Unit::count);
   run.add("recorded_config", "recorded settings", r.recorded_config.empty() ? std::string("(defaults)") : r.recorded_config);
-  run.add("cap", "cap", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes);
+  run.add("cap", "cap", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes).absent_as("none");
   run.add("device_total", "device total (recorded)", r.baseline.device_total_known ? Value(r.device_total) : Value(),
           Unit::bytes);
   run.add("simulated_device_total", "simulated device total", r.device_total, Unit::bytes);
@@ -257,8 +257,8 @@ Document recommend_report(EventSource& source, const RecommendOptions& options) 
   FieldGroup& top = doc.group("", "Recommendation");
   top.add("verdict", "verdict", rec.verdict).json_only_if(true);
   top.add("helps", "a setting helps", rec.helps);
-  top.add("setting", "setting", rec.helps ? Value(rec.best->changes) : Value(std::monostate{}));
-  top.add("cap", "capacity", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes);
+  top.add("setting", "setting", rec.helps ? Value(rec.best->changes) : Value(std::monostate{})).absent_as("none");
+  top.add("cap", "capacity", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes).absent_as("none");
   top.add("cap_source", "capacity from",
           options.sweep.capacity ? std::string("--capacity")
           : options.sweep.fraction ? std::string("--fraction")
@@ -311,8 +311,8 @@ Document oom_report_with_recommendation(EventSource& source, const ReportOptions
     const SweepResult r = sweep(source, sweep_options);
     const Recommendation rec = recommend(r);
     section.add("verdict", "verdict", rec.verdict);
-    section.add("setting", "setting", rec.helps ? Value(rec.best->changes) : Value(std::monostate{}));
-    section.add("cap", "capacity used", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes);
+    section.add("setting", "setting", rec.helps ? Value(rec.best->changes) : Value(std::monostate{})).absent_as("none");
+    section.add("cap", "capacity used", r.cap ? Value(r.cap) : Value(std::monostate{}), Unit::bytes).absent_as("none");
     section.add("cap_source", "capacity from", cap_source_text(r));
     section.add("points", "settings tried", static_cast<std::uint64_t>(r.ranked.size()), Unit::count);
     if (r.baseline.recorded.first_oom && !r.baseline.replayed.first_oom)

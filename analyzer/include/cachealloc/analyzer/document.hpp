@@ -49,6 +49,11 @@ struct Field {
   Unit unit = Unit::none;
   bool lower_bound = false;  // the true figure may be larger (events were lost)
   bool json_only = false;    // in JSON and CSV only: a table leaves the line out
+  // What an empty value (monostate) reads in the table format when it is not
+  // an unknown figure: "none" where the empty value means there is none (no
+  // cap). nullptr: "unknown" for a figure with a unit, "start" for an event,
+  // "-" for text. JSON writes null, CSV nothing.
+  const char* absent = nullptr;
 };
 
 struct FieldGroup {
@@ -59,6 +64,11 @@ struct FieldGroup {
   FieldGroup& add(std::string field_key, std::string label, Value value, Unit unit = Unit::none,
                   bool lower_bound = false) {
     fields.push_back(Field{std::move(field_key), std::move(label), std::move(value), unit, lower_bound});
+    return *this;
+  }
+  // What the last field added reads in a table when its value is empty (Field::absent).
+  FieldGroup& absent_as(const char* text) {
+    if (!fields.empty()) fields.back().absent = text;
     return *this;
   }
   // Marks the last field added as JSON and CSV only.
@@ -83,7 +93,8 @@ struct Column {
 };
 
 // The rows a listing left out, summed ("... and 12 more sites"): the table
-// format prints `cells` as a last row, CSV as a last record, JSON as
+// format prints `cells` as a last row (an empty cell reads "-": the rest has
+// no address or rank of its own), CSV as a last record, JSON as
 // "<table key>_rest": {"rows": count, column: value...} with the numeric
 // cells only (a label or an empty rank says nothing a program needs).
 struct TableRest {
