@@ -83,6 +83,8 @@ TEST_CASE("given a mistyped subcommand or option, the error names it and what wa
            {kAnalyze, {"leak", kSample}, 2, E + "unknown subcommand 'leak' (did you mean 'leaks'?)"},
            {kAnalyze, {"help"}, 2, E + "unknown subcommand 'help' (did you mean '--help'?)"},
            {kAnalyze, {"peak", kSample, "3", "--limt"}, 2, E + "unknown option '--limt' (did you mean '--limit'?)"},
+           // peak's moment is --to; --at is the other reports' name for it, not a misspelt --all
+           {kAnalyze, {"peak", kSample, "--at", "3"}, 2, E + "unknown option '--at' (did you mean '--to'?)"},
            {kAnalyze, {"peak", kSample, "3"}, 2, E + "unexpected argument '3' (see --help)"},
            {kAnalyze, {"summary", "peak", kSample}, 2, E + "one subcommand at a time: 'summary' and 'peak'"},
            {kAnalyze, {}, 2, E + "missing FILE (see --help)"},

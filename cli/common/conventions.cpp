@@ -47,6 +47,18 @@ std::string first_after_colon(const std::string& message) {
   return space == std::string::npos ? rest : rest.substr(0, space);
 }
 
+// An option another subcommand spells differently means what this one's
+// does, however near in spelling a third is: the moment of a state is --at
+// for summary and segments and --to (the window's end) for peak, so
+// "peak --at 5" wants --to, not --all.
+std::string same_idea(const std::string& name, const std::vector<std::string>& long_names) {
+  static const std::pair<const char*, const char*> kSameIdea[] = {{"--at", "--to"}, {"--at-time", "--to"}, {"--to", "--at"}};
+  for (const auto& [asked, meant] : kSameIdea)
+    if (name == asked && std::find(long_names.begin(), long_names.end(), meant) != long_names.end())
+      return std::string(" (did you mean '") + meant + "'?)";
+  return did_you_mean(name, long_names);
+}
+
 }  // namespace
 
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
@@ -147,7 +159,7 @@ void check_options(const CLI::App& app, const std::vector<std::string>& args) {
           std::find_if(names.begin(), names.end(), [&](const OptionName& n) { return n.name == short_name; });
       if (attached != names.end() && attached->takes_value) continue;
     }
-    throw UsageError("unknown option '" + name + "'" + did_you_mean(name, long_names));
+    throw UsageError("unknown option '" + name + "'" + same_idea(name, long_names));
   }
 }
 
