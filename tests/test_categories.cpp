@@ -5,13 +5,17 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/categories.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/analyzer/reports.hpp"
 #include "../analyzer/testing/trace_builder.hpp"
 
 using namespace cachealloc;
@@ -290,4 +294,119 @@ TEST_CASE("a long trace's categories come from a replay per query, in memory bou
     analyzer::SnapshotEvents source(trace);
     check_kept_equals_replayed(source);
   }
+}
+
+TEST_CASE("a category event makes its live allocation's category exact from its alloc on; the last tag wins") {
+  // Given allocations tagged after they were made, one tagged twice, a tag
+  // where nothing is live, and one left untagged
+  analyzer::testing::TraceBuilder b;
+  constexpr std::uint64_t kMiB = 1 << 20, kBase = 1ull << 30;
+  const auto tag = [&](std::uint64_t address, Category category) {
+    b.emit(snapshot::EventKind::category, address, 0, static_cast<std::uint64_t>(category));
+  };
+  b.segment(kBase, 64 * kMiB);
+  b.alloc(kBase, kMiB, kMiB - 100);  // a parameter
+  tag(kBase, Category::parameter);
+  b.alloc(kBase + kMiB, 2 * kMiB, 2 * kMiB - 7);  // a gradient, first taken for a temporary
+  tag(kBase + kMiB, Category::temporary);
+  tag(kBase + kMiB, Category::gradient);
+  tag(kBase + 40 * kMiB, Category::activation);  // nothing lives there
+  b.alloc(kBase + 3 * kMiB, 4 * kMiB, 4 * kMiB);  // untagged
+  const std::size_t peak = b.build().events.size() - 1;
+  b.free(kBase + kMiB);
+  tag(kBase + kMiB, Category::optimizer_state);  // after its free: ignored
+  const snapshot::Snapshot s = b.build();
+
+  for (const std::size_t kept : {std::size_t{1} << 20, std::size_t{0}}) {  // the kept changes, and a replay per query
+    CAPTURE(kept);
+    analyzer::SnapshotEvents source(s);
+    analyzer::CategorizeOptions options;
+    options.max_kept_changes = kept;
+    const std::vector<std::pair<std::size_t, std::size_t>> whole = {{0, s.events.size() - 1}};
+    options.allocated_max_ranges = whole;  // summed by the walk itself
+    const analyzer::Categorization c = analyzer::categorize(source, 0, options);
+    // Then the tagged ones are exact for their whole life, the untagged one inferred
+    const auto allocations = c.allocations();
+    REQUIRE(allocations.size() == 3);
+    CHECK(allocations[0].category.category == Category::parameter);
+    CHECK(allocations[0].category.source == analyzer::CategorySource::exact);
+    CHECK(allocations[1].category.category == Category::gradient);
+    CHECK(allocations[1].category.source == analyzer::CategorySource::exact);
+    CHECK(allocations[2].category.source == analyzer::CategorySource::inferred);
+    CHECK(allocations[0].requested == kMiB - 100);
+    CHECK(c.ignored_tags() == 2);
+    CHECK(!c.inferred(Category::parameter));
+    CHECK(!c.inferred(Category::gradient));
+    CHECK(c.any_exact());
+    CHECK(c.any_inferred());
+    // And the block and requested bytes of each category are theirs, at any moment
+    const auto at = c.at({peak, s.events.size() - 1});
+    CHECK(at[0][Category::parameter] == kMiB);
+    CHECK(at[0].requested[static_cast<std::size_t>(Category::parameter)] == kMiB - 100);
+    CHECK(at[0][Category::gradient] == 2 * kMiB);
+    CHECK(at[0].requested[static_cast<std::size_t>(Category::gradient)] == 2 * kMiB - 7);
+    CHECK(at[1][Category::gradient] == 0);
+    CHECK(at[1].requested[static_cast<std::size_t>(Category::gradient)] == 0);
+    CHECK(at[1].requested[static_cast<std::size_t>(Category::parameter)] == kMiB - 100);
+    CHECK(c.peaks().requested[static_cast<std::size_t>(Category::gradient)] == 2 * kMiB - 7);
+    const analyzer::CategoryBytes at_max = c.at_allocated_max(whole).front();
+    CHECK(at_max.requested[static_cast<std::size_t>(Category::parameter)] == kMiB - 100);
+    CHECK(at_max.requested[static_cast<std::size_t>(Category::gradient)] == 2 * kMiB - 7);
+    std::uint64_t requested_at_max = 0;
+    for (const std::uint64_t r : at_max.requested) requested_at_max += r;
+    CHECK(requested_at_max == 7 * kMiB - 107);
+  }
+}
+
+namespace {
+// The row of `category` in a document's "categories" table, by column key.
+std::map<std::string, analyzer::Value> category_row(const analyzer::Document& doc, Category category) {
+  for (const analyzer::Section& section : doc.sections) {
+    const auto* table = std::get_if<analyzer::Table>(&section);
+    if (table == nullptr || table->key != "categories") continue;
+    for (const auto& row : table->rows) {
+      if (std::get<std::string>(row.front()) != analyzer::category_key(category)) continue;
+      std::map<std::string, analyzer::Value> out;
+      for (std::size_t c = 0; c < table->columns.size(); ++c) out[table->columns[c].key] = row[c];
+      return out;
+    }
+  }
+  FAIL("no categories table");
+  return {};
+}
+}  // namespace
+
+TEST_CASE("cachealloc-synthetic --exact-categories: summary shows its model's state exact, with the bytes it requested") {
+  // Given a run of the synthetic loop that tags its allocations
+  const std::filesystem::path out = std::filesystem::path(CACHEALLOC_BINARY_DIR) / "test_categories_synthetic.bin";
+  const std::string command = (std::filesystem::path(CACHEALLOC_BINARY_DIR) / "bin" / "cachealloc-synthetic").string() +
+                              " --events 20000 --seed 3 --threads 1 --stacks none --exact-categories -f -o " +
+                              out.string() + " >/dev/null";
+  REQUIRE(std::system(command.c_str()) == 0);
+  // The model it keeps: 8 parameters of (i + 1) MiB + 1000 i + 4 bytes, a
+  // gradient of each, and Adam's two moments of each.
+  std::uint64_t parameters = 0;
+  for (std::uint64_t i = 0; i < 8; ++i) parameters += (i + 1) * (1 << 20) + 1000 * i + 4;
+
+  // When summarized
+  analyzer::FileEvents source(out);
+  const analyzer::Document doc = analyzer::summary_report(source, analyzer::ReportOptions{});
+
+  // Then the model's state is exact, and its requested bytes at the end are what the loop asked for
+  const auto parameter = category_row(doc, Category::parameter);
+  const auto gradient = category_row(doc, Category::gradient);
+  const auto optimizer = category_row(doc, Category::optimizer_state);
+  const auto activation = category_row(doc, Category::activation);
+  CHECK(std::get<std::string>(parameter.at("source")) == "exact");
+  CHECK(std::get<std::string>(gradient.at("source")) == "exact");
+  CHECK(std::get<std::string>(optimizer.at("source")) == "exact");
+  CHECK(std::get<std::string>(activation.at("source")) == "exact");
+  CHECK(std::get<std::uint64_t>(parameter.at("requested_at_end")) == parameters);
+  CHECK(std::get<std::uint64_t>(gradient.at("requested_at_end")) == parameters);
+  CHECK(std::get<std::uint64_t>(optimizer.at("requested_at_end")) == 2 * parameters);
+  CHECK(std::get<std::uint64_t>(activation.at("requested_at_end")) == 0);
+  // (blocks are rounded up to 512 B: the block bytes hold more)
+  CHECK(std::get<std::uint64_t>(parameter.at("at_end")) > parameters);
+  CHECK(std::get<std::uint64_t>(parameter.at("requested_at_peak_allocated")) == parameters);
+  std::filesystem::remove(out);
 }

@@ -43,10 +43,10 @@ class AllocatedMaxRanges {
   }
 
   // An allocation freed by the current event, before after() of it.
-  void freed(std::size_t id, std::uint64_t bytes, Category category) {
+  void freed(std::size_t id, std::uint64_t bytes, std::uint64_t requested, Category category) {
     if (!active_) return;
-    add_to_ended(id, bytes, category);
-    if (open_ && id < open_count_) open_bytes_[category] += bytes;
+    add_to_ended(id, bytes, requested, category);
+    if (open_ && id < open_count_) add(open_bytes_, category, bytes, requested);
   }
 
   // After event i: `total` allocated, `count` allocations numbered so far.
@@ -76,8 +76,8 @@ class AllocatedMaxRanges {
   }
 
   // An allocation alive at the end (after end()).
-  void alive_at_end(std::size_t id, std::uint64_t bytes, Category category) {
-    if (active_) add_to_ended(id, bytes, category);
+  void alive_at_end(std::size_t id, std::uint64_t bytes, std::uint64_t requested, Category category) {
+    if (active_) add_to_ended(id, bytes, requested, category);
   }
 
   // Each range's bytes per category (after end() and alive_at_end()).
@@ -87,7 +87,9 @@ class AllocatedMaxRanges {
     for (std::size_t r = 0; r < ranges_.size(); ++r) {
       for (std::size_t c = 0; c < kCategoryCount; ++c) {
         running.bytes[c] += later_[r].bytes[c];
+        running.requested[c] += later_[r].requested[c];
         out[r].bytes[c] = ended_bytes_[r].bytes[c] + running.bytes[c];
+        out[r].requested[c] = ended_bytes_[r].requested[c] + running.requested[c];
       }
     }
     return out;
@@ -107,12 +109,17 @@ class AllocatedMaxRanges {
   // The ranges ended so far whose moment came after the allocation was
   // made (counts are non-decreasing): a stretch up to the last ended range.
   // Unsigned sums wrap, and the difference array's are exact modulo 2^64.
-  void add_to_ended(std::size_t id, std::uint64_t bytes, Category category) {
+  void add_to_ended(std::size_t id, std::uint64_t bytes, std::uint64_t requested, Category category) {
     const auto lo = static_cast<std::size_t>(std::upper_bound(ended_count_.begin(), ended_count_.end(), id) -
                                              ended_count_.begin());
     if (lo == ended_count_.size()) return;
-    later_[lo][category] += bytes;
-    later_[ended_count_.size()][category] -= bytes;
+    add(later_[lo], category, bytes, requested);
+    add(later_[ended_count_.size()], category, 0 - bytes, 0 - requested);
+  }
+  static void add(CategoryBytes& sums, Category category, std::uint64_t bytes, std::uint64_t requested) {
+    const auto c = static_cast<std::size_t>(category);
+    sums.bytes[c] += bytes;
+    sums.requested[c] += requested;
   }
 
   std::vector<std::pair<std::size_t, std::size_t>> ranges_;

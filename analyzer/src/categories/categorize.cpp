@@ -1,7 +1,8 @@
 // categorize(): one replay of the device's events that follows the phase of
 // each event and how each allocation lives, and applies the rules
 // (category_rules.cpp) to an allocation when the trace frees it, or at the
-// end. Only the allocations alive at a moment are held, with what the rules
+// end, unless a category event tagged it while live: then it takes the
+// last tag, exact. Only the allocations alive at a moment are held, with what the rules
 // need of them; each allocation's category is half a byte.
 #include <unordered_set>
 
@@ -55,8 +56,8 @@ class CategoryWalk {
       life.made_in = life.evidence.phase;
       life.known_start = false;
       const std::size_t id = add(block.size, life);
-      hold(block.address, Live{id, block.size, block.stack, life});
-      keep({kNoEvent, id, block.address, block.size, block.stack.value, false});
+      hold(block.address, Live{id, block.size, block.requested, block.stack, life});
+      keep({kNoEvent, id, block.address, block.size, block.stack.value, false, block.requested});
     });
     while (next_moment_ < moments_.size() && moments_[next_moment_] == kNoEvent) capture(kNoEvent);
     ranges_.start(result_.count_, engine_.totals().allocated);
@@ -78,6 +79,10 @@ class CategoryWalk {
       return;
     }
     if (e.device != device_ || e.kind == EventKind::snapshot) return;
+    if (e.kind == EventKind::category) {
+      tag(e);
+      return;
+    }
     if (says_where(e)) phases_.observe(evidence_.of(e.stack));
     const std::size_t routes = pools_.routes.size();
     if (e.kind != EventKind::split && e.kind != EventKind::merge) pools_.before(i, e, engine_);
@@ -111,11 +116,12 @@ class CategoryWalk {
     ranges_.end(result_.count_);
     for (Live& live : live_slots_) {
       if (!live.held) continue;
-      settle(live.id, live.bytes, live.life);
-      ranges_.alive_at_end(live.id, live.bytes, result_.category_of(live.id).category);
+      settle(live.id, live.bytes, live.life, live.tag);
+      ranges_.alive_at_end(live.id, live.bytes, live.requested, result_.category_of(live.id).category);
     }
     live_slots_.clear();
-    for (const auto& [id, bytes] : forever_) ranges_.alive_at_end(id, bytes, result_.category_of(id).category);
+    for (const Captured& alive : forever_)
+      ranges_.alive_at_end(alive.id, alive.bytes, alive.requested, result_.category_of(alive.id).category);
     if (ranges_.active()) {
       result_.summed_ranges_ = ranges_.ranges();
       result_.range_bytes_ = ranges_.result();
@@ -125,22 +131,49 @@ class CategoryWalk {
     // them (alive from the start).
     for (std::size_t m = 0; m < captured_.size(); ++m) {
       Categorization::Moment moment{moments_[m], {}};
-      for (const auto& [id, bytes] : captured_[m]) moment.bytes[result_.category_of(id).category] += bytes;
-      for (const Categorization::Unmade& u : result_.unmade_)
-        if (moment.event == kNoEvent || u.freed_at > moment.event) moment.bytes[result_.category_of(u.allocation).category] += u.bytes;
+      for (const Captured& alive : captured_[m]) {
+        const auto c = static_cast<std::size_t>(result_.category_of(alive.id).category);
+        moment.bytes.bytes[c] += alive.bytes;
+        moment.bytes.requested[c] += alive.requested;
+      }
+      for (const Categorization::Unmade& u : result_.unmade_) {
+        if (moment.event != kNoEvent && u.freed_at <= moment.event) continue;
+        const auto c = static_cast<std::size_t>(result_.category_of(u.allocation).category);
+        moment.bytes.bytes[c] += u.bytes;
+        moment.bytes.requested[c] += u.bytes;
+      }
       result_.moments_.push_back(moment);
     }
     return std::move(result_);
   }
 
  private:
+  static constexpr std::uint8_t kUntagged = 0xff;
   struct Live {
     std::size_t id;
     std::uint64_t bytes;
+    std::uint64_t requested;
     snapshot::StackId stack;
     Lifetime life;
-    bool held = true;  // false: a free slot
+    bool held = true;              // false: a free slot
+    std::uint8_t tag = kUntagged;  // the last category event's code, while live
   };
+  // An allocation alive at a moment, or to the end.
+  struct Captured {
+    std::size_t id;
+    std::uint64_t bytes;
+    std::uint64_t requested;
+  };
+
+  // A category event: the allocation live at its address takes its code.
+  void tag(const Event& e) {
+    const std::uint32_t* slot = live_at_.find(e.address);
+    if (slot == nullptr || e.aux >= kCategoryCount) {
+      ++result_.ignored_tags_;
+      return;
+    }
+    live_slots_[*slot].tag = static_cast<std::uint8_t>(e.aux);
+  }
 
   // The allocations alive now: address -> slot of live_slots_, whose free
   // slots are reused, so memory follows the live set (an unordered_map's
@@ -174,10 +207,10 @@ class CategoryWalk {
   }
 
   void capture(std::size_t moment) {
-    std::vector<std::pair<std::size_t, std::uint64_t>> alive;
+    std::vector<Captured> alive;
     alive.reserve(live_at_.size() + forever_.size());
     for (const Live& live : live_slots_)
-      if (live.held) alive.emplace_back(live.id, live.bytes);
+      if (live.held) alive.push_back({live.id, live.bytes, live.requested});
     alive.insert(alive.end(), forever_.begin(), forever_.end());
     captured_.push_back(std::move(alive));
     ++next_moment_;
@@ -205,7 +238,12 @@ class CategoryWalk {
   // The rules, once the allocation's life is known. A size is a parameter's
   // when the frames showed a parameter of that size made before (any size,
   // while none was seen: a trace that began after the model was built).
-  void settle(std::size_t id, std::uint64_t bytes, Lifetime& life) {
+  // A tagged allocation takes its tag instead.
+  void settle(std::size_t id, std::uint64_t bytes, Lifetime& life, std::uint8_t tag = kUntagged) {
+    if (tag != kUntagged) {
+      result_.set_category(id, {static_cast<Category>(tag), CategorySource::exact});
+      return;
+    }
     life.parameter_sized = parameter_sizes_.empty() || parameter_sizes_.contains(bytes);
     result_.set_category(id, {categories::infer_category(life), CategorySource::inferred});
   }
@@ -217,14 +255,16 @@ class CategoryWalk {
     life.made_instance = phases_.instance();
     life.private_pool = routed;
     const std::size_t id = add(bytes, life);
-    keep({i, id, e.address, bytes, e.stack.value, false});
+    // An alloc's aux is its request; any other growth has none recorded.
+    const std::uint64_t requested = e.kind == EventKind::alloc ? e.aux : bytes;
+    keep({i, id, e.address, bytes, e.stack.value, false, requested});
     if (e.kind == EventKind::alloc) {
       // A block at an address still held (a damaged trace): the one held
       // leaves the walk unsettled, as the Follower keeps it.
-      if (!hold(e.address, Live{id, bytes, e.stack, life})) ranges_.give_up();
+      if (!hold(e.address, Live{id, bytes, requested, e.stack, life})) ranges_.give_up();
     } else {
       settle(id, bytes, life);  // nothing frees it: alive to the end
-      forever_.emplace_back(id, bytes);
+      forever_.push_back({id, bytes, requested});
     }
   }
 
@@ -236,9 +276,9 @@ class CategoryWalk {
       live.life.freed = true;
       live.life.freed_in = phases_.phase();
       live.life.freed_instance = phases_.instance();
-      settle(live.id, bytes, live.life);
-      ranges_.freed(live.id, bytes, result_.category_of(live.id).category);
-      keep({i, live.id, e.address, bytes, live.stack.value, true});
+      settle(live.id, bytes, live.life, live.tag);
+      ranges_.freed(live.id, bytes, live.requested, result_.category_of(live.id).category);
+      keep({i, live.id, e.address, bytes, live.stack.value, true, live.requested});
       return;
     }
     // allocated fell by bytes no recorded allocation holds (a damaged trace
@@ -253,7 +293,7 @@ class CategoryWalk {
     settle(id, bytes, life);
     result_.unmade_.push_back({id, e.address, bytes, i});
     ranges_.give_up();
-    keep({i, id, e.address, bytes, 0, true});
+    keep({i, id, e.address, bytes, 0, true, bytes});
   }
 
   const snapshot::Snapshot& head_;
@@ -268,10 +308,10 @@ class CategoryWalk {
   snapshot::detail::FlatMap<std::uint32_t, 50> live_at_;  // address -> slot
   std::vector<Live> live_slots_;
   std::vector<std::uint32_t> free_slots_;
-  std::vector<std::pair<std::size_t, std::uint64_t>> forever_;  // grown by no alloc: alive to the end
+  std::vector<Captured> forever_;  // grown by no alloc: alive to the end
   std::vector<std::size_t> moments_;
   std::size_t next_moment_ = 0;
-  std::vector<std::vector<std::pair<std::size_t, std::uint64_t>>> captured_;  // per moment: (allocation, bytes)
+  std::vector<std::vector<Captured>> captured_;  // per moment: the allocations alive
   AllocatedMaxRanges ranges_;
 };
 

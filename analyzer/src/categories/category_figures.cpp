@@ -104,7 +104,10 @@ std::vector<CategoryBytes> Categorization::at_allocated_max(
 CategoryBytes Categorization::peaks() const {
   CategoryBytes best;
   follow([&](const Follower& f, std::size_t) {
-    for (std::size_t c = 0; c < kCategoryCount; ++c) best.bytes[c] = std::max(best.bytes[c], f.now().bytes[c]);
+    for (std::size_t c = 0; c < kCategoryCount; ++c) {
+      best.bytes[c] = std::max(best.bytes[c], f.now().bytes[c]);
+      best.requested[c] = std::max(best.requested[c], f.now().requested[c]);
+    }
     return true;
   });
   return best;
@@ -115,6 +118,7 @@ std::vector<CategorizedAllocation> Categorization::allocations() const {
   const auto record = [&](const CategoryChange& change) {
     CategorizedAllocation& a = out[change.allocation];
     a.bytes = change.bytes;
+    a.requested = change.requested;
     a.category = change.category;
     if (change.freed) {
       a.free_event = change.event;

@@ -36,6 +36,7 @@ struct Categorization::Follower::Replayed {
   struct Live {
     std::size_t id;
     std::uint64_t bytes;
+    std::uint64_t requested;
     snapshot::StackId stack;
   };
   Replayed(const Categorization& c, std::size_t stack_count)
@@ -48,18 +49,20 @@ struct Categorization::Follower::Replayed {
 
 Categorization::Follower::Follower(const Categorization& categorization) : c_(categorization) {
   // Allocations the trace frees without having made them count from the start.
-  for (const Unmade& u : c_.unmade_) start_.push_back({kNoEvent, u.allocation, u.address, u.bytes, {}, c_.category_of(u.allocation), false});
+  for (const Unmade& u : c_.unmade_)
+    start_.push_back({kNoEvent, u.allocation, u.address, u.bytes, {}, c_.category_of(u.allocation), false, u.bytes});
   if (c_.kept_) {
     while (next_kept_ < c_.kept_changes_.size() && c_.kept_changes_[next_kept_].event == kNoEvent) {
       const Kept& k = c_.kept_changes_[next_kept_++];
-      start_.push_back({kNoEvent, k.allocation, k.address, k.bytes, snapshot::StackId{k.stack}, c_.category_of(k.allocation), false});
+      start_.push_back({kNoEvent, k.allocation, k.address, k.bytes, snapshot::StackId{k.stack},
+                        c_.category_of(k.allocation), false, k.requested});
     }
   } else {
     replayed_ = std::make_unique<Replayed>(c_, c_.source_->head().stacks.size());
     replayed_->engine.for_each_allocated([&](const Replay::LiveBlock& block) {
       const std::size_t id = replayed_->next_id++;
-      replayed_->live[block.address] = {id, block.size, block.stack};
-      start_.push_back({kNoEvent, id, block.address, block.size, block.stack, c_.category_of(id), false});
+      replayed_->live[block.address] = {id, block.size, block.requested, block.stack};
+      start_.push_back({kNoEvent, id, block.address, block.size, block.stack, c_.category_of(id), false, block.requested});
     });
   }
   for (const CategoryChange& change : start_) apply(change);
@@ -69,8 +72,12 @@ Categorization::Follower::~Follower() = default;
 Categorization::Follower::Follower(Follower&&) noexcept = default;
 
 void Categorization::Follower::apply(const CategoryChange& change) {
-  if (change.freed) now_[change.category.category] -= change.bytes, total_ -= change.bytes;
-  else now_[change.category.category] += change.bytes, total_ += change.bytes;
+  const auto c = static_cast<std::size_t>(change.category.category);
+  if (change.freed) {
+    now_.bytes[c] -= change.bytes, now_.requested[c] -= change.requested, total_ -= change.bytes;
+  } else {
+    now_.bytes[c] += change.bytes, now_.requested[c] += change.requested, total_ += change.bytes;
+  }
 }
 
 void Categorization::Follower::on_event(std::size_t index, const Event& e) {
@@ -79,7 +86,8 @@ void Categorization::Follower::on_event(std::size_t index, const Event& e) {
     // Each event makes at most one change.
     while (next_kept_ < c_.kept_changes_.size() && c_.kept_changes_[next_kept_].event <= index) {
       const Kept& k = c_.kept_changes_[next_kept_++];
-      change_ = {k.event, k.allocation, k.address, k.bytes, snapshot::StackId{k.stack}, c_.category_of(k.allocation), k.freed};
+      change_ = {k.event, k.allocation, k.address, k.bytes, snapshot::StackId{k.stack}, c_.category_of(k.allocation),
+                 k.freed, k.requested};
       changed_ = true;
       apply(change_);
     }
@@ -96,17 +104,20 @@ void Categorization::Follower::on_event(std::size_t index, const Event& e) {
   const std::uint64_t after = r.engine.totals().allocated;
   if (after > before) {
     const std::size_t id = r.next_id++;
-    if (e.kind == EventKind::alloc) r.live[e.address] = {id, after - before, e.stack};
-    change_ = {index, id, e.address, after - before, e.stack, c_.category_of(id), false};
+    // As categorize() counts it: an alloc's aux is its request.
+    const std::uint64_t requested = e.kind == EventKind::alloc ? e.aux : after - before;
+    if (e.kind == EventKind::alloc) r.live[e.address] = {id, after - before, requested, e.stack};
+    change_ = {index, id, e.address, after - before, e.stack, c_.category_of(id), false, requested};
   } else if (after < before) {
     const std::uint64_t bytes = before - after;
     const auto it = r.live.find(e.address);
     if (it != r.live.end() && it->second.bytes == bytes) {
-      change_ = {index, it->second.id, e.address, bytes, it->second.stack, c_.category_of(it->second.id), true};
+      change_ = {index, it->second.id, e.address, bytes, it->second.stack, c_.category_of(it->second.id), true,
+                 it->second.requested};
       r.live.erase(it);
     } else {
       const std::size_t id = r.next_id++;  // one of c_.unmade_, counted from the start
-      change_ = {index, id, e.address, bytes, {}, c_.category_of(id), true};
+      change_ = {index, id, e.address, bytes, {}, c_.category_of(id), true, bytes};
     }
   } else {
     return;

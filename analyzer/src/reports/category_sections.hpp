@@ -26,9 +26,14 @@ CategorizeOptions from_start_of(const Analysis& analysis);
 
 // "inferred", "exact", or "inferred and exact" where both occur.
 std::string category_source(const Categorization& categorization);
+// The same for one category: "exact" where every allocation of it is
+// (Categorization::inferred), "inferred" where none is.
+std::string category_source(const Categorization& categorization, Category category);
 
 // A table `key`: a row per category, its key, one cell per column from
-// `figures` (one CategoryBytes per column), then its source.
+// `figures` (one CategoryBytes per column), where any category is exact
+// the requested bytes of each figure ("requested_<column>"), then the
+// category's source; a note counts the category events ignored, if any.
 Table& add_category_table(Document& document, const std::string& key, const std::string& title,
                           const std::vector<Column>& columns, const std::vector<CategoryBytes>& figures,
                           const Categorization& categorization);

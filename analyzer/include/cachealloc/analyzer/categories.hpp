@@ -7,8 +7,12 @@
 // record_function names) and its lifetime (which phase of a training step
 // made it and which one freed it); docs/GLOSSARY.md gives every rule. An
 // allocation whose frames, phase and lifetime say nothing is `other`, never
-// a guess. `exact` is reserved for a category the recorder took from torch's
-// own state; no reader fills it yet.
+// a guess. `exact` is a category the program recorded itself (a category
+// event, events.hpp: the torch extension takes it from torch's own state):
+// the allocation tagged while live has it for its whole life, from its
+// alloc on (the last tag before its free wins); a tag at an address where
+// no allocation is live is ignored and counted (ignored_tags()).
+// Allocations never tagged keep the inferred rules.
 //
 // Exactness of the sums: the bytes of each allocation are the change it made
 // to the replayed allocated total (Replay), so at every moment the
@@ -57,9 +61,13 @@ struct AllocationCategory {
   CategorySource source = CategorySource::inferred;
 };
 
-// Bytes per category at one moment.
+// Bytes per category at one moment: the blocks' (they add up to allocated)
+// and the bytes their allocations requested (before the 512 B rounding and
+// the rest of the block; the size a program asked for, e.g. a parameter's
+// numel() * element_size()).
 struct CategoryBytes {
   std::array<std::uint64_t, kCategoryCount> bytes{};
+  std::array<std::uint64_t, kCategoryCount> requested{};
   std::uint64_t& operator[](Category c) noexcept { return bytes[static_cast<std::size_t>(c)]; }
   std::uint64_t operator[](Category c) const noexcept { return bytes[static_cast<std::size_t>(c)]; }
   std::uint64_t total() const noexcept {
@@ -76,6 +84,7 @@ struct CategorizedAllocation {
   std::uint64_t bytes = 0;             // its change to allocated (the block size)
   snapshot::StackId stack{};
   AllocationCategory category;
+  std::uint64_t requested = 0;  // the alloc's requested bytes (the block size where the trace has none)
 };
 
 // One change of allocated: an allocation came (made) or went (freed).
@@ -87,10 +96,11 @@ struct CategoryChange {
   snapshot::StackId stack{};     // the alloc's (a free's change repeats it where known)
   AllocationCategory category;
   bool freed = false;
+  std::uint64_t requested = 0;  // the allocation's requested bytes
 };
 
 struct CategorizeOptions {
-  // Up to this many changes are kept in memory (40 bytes each), so that a
+  // Up to this many changes are kept in memory (48 bytes each), so that a
   // query walks them instead of replaying the trace again; a longer trace
   // is replayed from its source for each query, in memory bounded by its
   // layout. 0: always replay.
@@ -123,10 +133,16 @@ class Categorization {
 
   std::size_t allocation_count() const noexcept { return count_; }
   AllocationCategory category_of(std::size_t allocation) const noexcept;
-  // Whether any category came from a guess (every one does today): reports
-  // then mark their category figures "inferred".
+  // Whether any category came from a guess (every one, in a trace without
+  // category events): reports then mark their category figures "inferred".
   bool any_inferred() const noexcept { return count_ == 0 || exact_ < count_; }
   bool any_exact() const noexcept { return exact_ != 0; }
+  // Allocations of a category, and how many of them are exact.
+  std::size_t count_in(Category category) const noexcept { return count_by_category_[static_cast<std::size_t>(category)]; }
+  std::size_t exact_in(Category category) const noexcept { return exact_by_category_[static_cast<std::size_t>(category)]; }
+  // Category events at an address where no allocation of the device was
+  // live (or with a code past the last category): ignored.
+  std::size_t ignored_tags() const noexcept { return ignored_tags_; }
   // Whether a category's figures are a guess: some allocation of it, or
   // none at all, has an inferred category.
   bool inferred(Category category) const noexcept {
@@ -195,6 +211,7 @@ class Categorization {
     std::uint64_t bytes;
     std::uint32_t stack;
     bool freed;
+    std::uint64_t requested;
   };
   // An allocation the trace frees without having made it: in the start state.
   struct Unmade {
@@ -218,6 +235,7 @@ class Categorization {
   bool sizes_inferred_ = false;
   std::size_t count_ = 0;
   std::size_t exact_ = 0;
+  std::size_t ignored_tags_ = 0;
   std::array<std::size_t, kCategoryCount> count_by_category_{};
   std::array<std::size_t, kCategoryCount> exact_by_category_{};
   std::vector<std::uint8_t> packed_;  // two categories a byte: bits 0-2 the category, bit 3 exact
