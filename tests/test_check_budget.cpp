@@ -143,6 +143,19 @@ TEST_CASE("given --max-category, when a category's peak is met, exceeded, a lowe
   }
 }
 
+TEST_CASE("given a trace with category events, --max-category names each category's own source") {
+  const std::filesystem::path tagged = std::filesystem::path(CACHEALLOC_BINARY_DIR) / "test_check_budget_tagged.bin";
+  REQUIRE(run(std::string(CACHEALLOC_BINARY_DIR) + "/bin/cachealloc-synthetic --events 20000 --seed 3 --threads 1 "
+              "--stacks none --exact-categories -f -o " + tagged.string()).status == 0);
+  // The loop's 8 parameters of (i + 1) MiB + 1000 i + 4 bytes, each in a block of its own: more than 36 MiB.
+  Run r = run(kTool + " check " + tagged.string() + " --max-category parameter=36MiB --max-category temporary=1");
+  CHECK(r.status == 1);
+  CHECK(r.out.find("peak parameter (exact) ") == 0);
+  CHECK(r.out.find("peak temporary (inferred) ") != std::string::npos);
+  CHECK(r.out.find("categories' peaks are inferred and exact: as the program recorded them") != std::string::npos);
+  std::filesystem::remove(tagged);
+}
+
 TEST_CASE("given the Python helper, when a budget is met, exceeded or malformed, then it returns, raises or exits 2") {
   if (std::system("python3 -c pass >/dev/null 2>&1") != 0) return;  // no Python: nothing to check
   const std::string helper = "CACHEALLOC_ANALYZE=" + kTool + " python3 " + (kSource / "examples" / "ci" / "cachealloc_check.py").string();

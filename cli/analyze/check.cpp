@@ -112,8 +112,7 @@ void add_check_command(CLI::App& app, Runner& runner) {
             << ", peak allocated " << at_least << analyzer::format_bytes(result.figures.peak_allocated) << "\n";
       }
       if (!result.figures.category_source.empty())
-        out << "note: the categories' peaks are " << result.figures.category_source
-            << ": from frames, annotations and lifetimes, a guess (docs/GLOSSARY.md)\n";
+        out << "note: the categories' peaks are " << result.figures.category_source_note << "\n";
       if (result.figures.peaks_from_stats) {
         out << "note: the peaks are the allocator's recorded ones, from before the trace or beyond what it covers\n";
       } else if (result.figures.lower_bounds) {

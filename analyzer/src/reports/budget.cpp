@@ -1,6 +1,7 @@
 #include "cachealloc/analyzer/budget.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 
 #include "cachealloc/analyzer/analysis.hpp"
@@ -99,17 +100,22 @@ BudgetResult check_budgets(EventSource& source, const Budgets& budgets) {
   }
   over_bytes(result.exceeded, "leaked (allocated at the end)", f.leaked, budgets.leaked);
   if (budgets.leaked) bytes_verdict("leaked", f.leaked, budgets.leaked, true);  // the end is always exact
+  std::array<std::string, kCategoryCount> category_sources;  // each category's own
   if (!budgets.categories.empty()) {
     const Categorization categories = categorize(source, a.device, detail::from_start_of(a));
     f.category_peaks = categories.peaks();
     f.category_source = detail::category_source(categories);
+    f.category_source_note = detail::category_peaks_note(f.category_source);
+    for (std::size_t c = 0; c < kCategoryCount; ++c)
+      category_sources[c] = detail::category_source(categories, static_cast<Category>(c));
   }
   // A category's peak inside a trace that does not cover the run is a lower
   // bound, as the trace's own peaks are; the recorded peaks say nothing of it.
   for (const auto& [category, limit] : budgets.categories) {
     const std::uint64_t value = f.category_peaks[category];
     const std::string key = std::string("peak_") + category_key(category);
-    const std::string name = "peak " + std::string(category_label(category)) + " (" + f.category_source + ")";
+    const std::string name =
+        "peak " + std::string(category_label(category)) + " (" + category_sources[static_cast<std::size_t>(category)] + ")";
     over_bytes(result.exceeded, name.c_str(), value, limit);
     if (value <= limit && f.lower_bounds)
       result.unconfirmed.push_back(name + " >= " + format_bytes(value) +
@@ -153,8 +159,7 @@ Document budget_document(const BudgetResult& result, bool accept_lower_bounds) {
   for (const std::string& line : result.exceeded) doc.notes.push_back(line);
   for (const std::string& line : result.unconfirmed) doc.notes.push_back(line);
   if (!result.figures.category_source.empty())
-    doc.notes.push_back("the categories' peaks (peak_<category>) are " + result.figures.category_source +
-                        ": from frames, annotations and lifetimes, a guess (docs/GLOSSARY.md)");
+    doc.notes.push_back("the categories' peaks (peak_<category>) are " + result.figures.category_source_note);
   if (result.figures.peaks_from_stats)
     doc.notes.push_back("the peaks are the allocator's recorded ones, from before the trace or beyond what it covers");
   else if (result.figures.lower_bounds)

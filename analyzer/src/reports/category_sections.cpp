@@ -73,4 +73,12 @@ std::string category_note(const std::string& source) {
          "(docs/GLOSSARY.md says how); allocations nothing tells apart are 'other'. They add up to allocated.";
 }
 
+std::string category_peaks_note(const std::string& source) {
+  if (source == "exact") return "exact: as the program recorded them (category events)";
+  if (source == "inferred and exact")
+    return "inferred and exact: as the program recorded them (category events) where it did, else from frames, "
+           "annotations and lifetimes, a guess (docs/GLOSSARY.md); each peak names its category's source";
+  return source + ": from frames, annotations and lifetimes, a guess (docs/GLOSSARY.md)";
+}
+
 }  // namespace cachealloc::analyzer::detail

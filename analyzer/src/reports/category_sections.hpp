@@ -42,4 +42,8 @@ Table& add_category_table(Document& document, const std::string& key, const std:
 // (category_source()).
 std::string category_note(const std::string& source);
 
+// The same, for check's note on the categories' peaks: the source, then
+// what it means ("inferred: from frames, ...").
+std::string category_peaks_note(const std::string& source);
+
 }  // namespace cachealloc::analyzer::detail

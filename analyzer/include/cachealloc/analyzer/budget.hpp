@@ -54,7 +54,9 @@ struct BudgetFigures {
   double fragmentation = 0;
   std::uint64_t leaked = 0;
   CategoryBytes category_peaks;  // only where a category budget was given
-  std::string category_source;   // "inferred"
+  std::string category_source;   // "inferred", "exact" or "inferred and exact" (docs/GLOSSARY.md)
+  // What that source means, for a note: "inferred: from frames, ...".
+  std::string category_source_note;
   bool lower_bounds = false;  // the trace does not cover the whole run
   // The peaks are the allocator's recorded ones (exact): the trace began
   // after them, or does not cover the whole run.
