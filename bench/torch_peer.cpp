@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     }
   }
   alloc::init(c10::cuda::device_count());
-  if (history) alloc::recordHistory(true, nullptr, 1000000, alloc::RecordContext::ALLOC, false, {});
+  if (history) alloc::recordHistory(true, nullptr, 1000000, alloc::RecordContext::NEVER, false, {});
   if (main_thread) {
     const long count = argc > 1 ? std::atol(argv[1]) : 1000000;
     const int passes = argc > 2 ? std::atoi(argv[2]) : 5;

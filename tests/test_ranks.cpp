@@ -74,7 +74,8 @@ struct Fleet {
     fs::remove_all(dir);
     fs::create_directories(dir);
     for (Rank& r : ranks) record_rank(r, dir / ("rank_" + std::to_string(r.rank) + ".bin"));
-    std::ofstream(dir / "notes.txt") << "not a snapshot\n";  // side files in the folder are skipped
+    std::ofstream(dir / "notes.txt") << "not a snapshot\n";  // side files in the folder are skipped,
+    std::ofstream(dir / "rank_3.stats.json.zst") << "x";    // compressed ones too
     std::sort(ranks.begin(), ranks.end(), [](const Rank& x, const Rank& y) { return x.rank < y.rank; });
   }
   ~Fleet() { fs::remove_all(dir); }
@@ -89,7 +90,7 @@ const Fleet& fleet() {
 
 TEST_CASE("given a folder of rank files, they are ordered naturally and each rank number comes from its name") {
   const std::vector<fs::path> files = analyzer::rank_files({fleet().dir.string()});
-  REQUIRE(files.size() == 4);  // notes.txt left out
+  REQUIRE(files.size() == 4);  // notes.txt and rank_3.stats.json.zst left out
   CHECK(files[0].filename() == "rank_0.bin");
   CHECK(files[1].filename() == "rank_1.bin");
   CHECK(files[2].filename() == "rank_2.bin");

@@ -14,6 +14,16 @@
 #define CACHEALLOC_WALKS_PYTHON_FRAMES 0
 #endif
 
+// The torch extension that links this may be loaded by a program with no
+// interpreter (a LibTorch C++ program): the interpreter's symbols are weak,
+// and where Py_Version is absent no frame is walked.
+#pragma weak PyEval_EvalCode
+#pragma weak PyGILState_GetThisThreadState
+#pragma weak PyCode_Addr2Line
+#if CACHEALLOC_WALKS_PYTHON_FRAMES
+#pragma weak Py_Version
+#endif
+
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -304,6 +314,7 @@ std::uint32_t capture_nothing(std::uint64_t*, std::uint32_t, void*) { return 0; 
 // would be garbage, so the walk runs only where the versions agree.
 bool walks_running_interpreter() noexcept {
 #if CACHEALLOC_WALKS_PYTHON_FRAMES
+  if (&Py_Version == nullptr) return false;  // no interpreter in this process
   return (Py_Version >> 16) == (static_cast<unsigned long>(PY_VERSION_HEX) >> 16);
 #else
   return false;

@@ -49,11 +49,15 @@ bool natural_less(const std::string& x, const std::string& y) {
 }
 
 bool is_side_file(const std::filesystem::path& path) {
-  std::string ext = path.extension().string();
+  // A compressed side file (run.stats.json.zst) is judged by the extension
+  // under its compressor's.
+  std::filesystem::path name = path.filename();
+  std::string ext = name.extension().string();
   for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (ext == ".zst" || ext == ".gz") return is_side_file(name.stem());
   for (const char* skip : {".json", ".txt", ".log", ".csv", ".md", ".html", ".jsonl", ".py"})
     if (ext == skip) return true;
-  return path.filename().string().starts_with(".");
+  return name.string().starts_with(".");
 }
 
 double median(std::vector<std::uint64_t> values) {
