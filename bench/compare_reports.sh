@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compares two builds' reports, byte for byte, over every snapshot in
 # testdata/ (and any extra files given): summary, timeline, peak, check,
-# segments --at, fragmentation, in table and json. Prints one line per
+# segments --at, fragmentation, timeline's rows of a few and of one event,
+# summary and timeline of a window, in table and json. Prints one line per
 # difference and the counts; exit 1 when any differ.
 #
 #   bench/compare_reports.sh OLD_ANALYZE NEW_ANALYZE [EXTRA_FILE...]
@@ -13,7 +14,8 @@ trap 'rm -rf "$out"' EXIT
 mapfile -t files < <(find testdata -type f \( -name '*.bin' -o -name '*.pickle' -o -name '*.zst' -o -name '*.gz' \) | sort)
 files+=("$@")
 reports=("summary" "timeline" "peak" "check --max-peak-reserved 1GiB --max-category activation=1MiB"
-         "segments --at 100" "fragmentation")
+         "segments --at 100" "fragmentation" "timeline --buckets 7" "timeline --buckets 1000000"
+         "summary --from 5" "timeline --to 200")
 same=0 differ=0
 for f in "${files[@]}"; do
   for r in "${reports[@]}"; do

@@ -16,6 +16,7 @@
 #include "cachealloc/analyzer/categories.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/analyzer/reports.hpp"
+#include "counting_events.hpp"
 #include "../analyzer/testing/trace_builder.hpp"
 
 using namespace cachealloc;
@@ -409,4 +410,110 @@ TEST_CASE("cachealloc-synthetic --exact-categories: summary shows its model's st
   CHECK(std::get<std::uint64_t>(parameter.at("at_end")) > parameters);
   CHECK(std::get<std::uint64_t>(parameter.at("requested_at_peak_allocated")) == parameters);
   std::filesystem::remove(out);
+}
+
+namespace {
+
+// The categories an analysis took in its own pass (AnalysisOptions::
+// categories) are categorize()'s, figure for figure: every allocation's,
+// at the allocated peak and at the end, and at each timeline row's
+// allocated maximum.
+void check_pass_equals_categorize(analyzer::EventSource& source, analyzer::AnalysisOptions::Timeline timeline) {
+  analyzer::AnalysisOptions options;
+  options.categories = true;
+  options.timeline = timeline;
+  options.buckets = 101;
+  const analyzer::Analysis a = analyzer::analyze(source, options);
+  REQUIRE(a.categories);
+  const analyzer::Categorization& in_pass = *a.categories;
+  analyzer::CategorizeOptions from_start;
+  from_start.start = a.start;
+  const analyzer::Categorization walked = analyzer::categorize(source, a.device, from_start);
+  const std::size_t n = source.event_count();
+  std::vector<std::size_t> moments{a.peak_allocated.event, n == 0 ? analyzer::kNoEvent : n - 1};
+  if (moments[1] == analyzer::kNoEvent || (moments[0] != analyzer::kNoEvent && moments[0] > moments[1]))
+    std::swap(moments[0], moments[1]);
+  const auto at_a = in_pass.at(moments), at_b = walked.at(moments);
+  for (std::size_t k = 0; k < at_a.size(); ++k) {
+    CHECK(same(at_a[k], at_b[k]));
+    CHECK(at_a[k].requested == at_b[k].requested);
+  }
+  CHECK(in_pass.ignored_tags() == walked.ignored_tags());
+  std::vector<std::pair<std::size_t, std::size_t>> rows;
+  for (const analyzer::TimelineRow& row : a.timeline)
+    rows.emplace_back(row.last_event == analyzer::kNoEvent ? analyzer::kNoEvent : row.first_event, row.last_event);
+  const auto rows_a = in_pass.at_allocated_max(rows), rows_b = walked.at_allocated_max(rows);
+  REQUIRE(rows_a.size() == rows_b.size());
+  for (std::size_t k = 0; k < rows_a.size(); ++k) {
+    CAPTURE(k);
+    CHECK(same(rows_a[k], rows_b[k]));
+    CHECK(rows_a[k].requested == rows_b[k].requested);
+    CHECK(rows_a[k].total() == a.timeline[k].max.allocated);
+  }
+  const auto aa = in_pass.allocations(), ab = walked.allocations();
+  REQUIRE(aa.size() == ab.size());
+  for (std::size_t k = 0; k < aa.size(); ++k) {
+    CAPTURE(k);
+    CHECK(aa[k].alloc_event == ab[k].alloc_event);
+    CHECK(aa[k].free_event == ab[k].free_event);
+    CHECK(aa[k].bytes == ab[k].bytes);
+    CHECK(aa[k].category.category == ab[k].category.category);
+    CHECK(aa[k].category.source == ab[k].category.source);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("an analysis that categorizes in its own pass gives categorize()'s figures") {
+  using Timeline = analyzer::AnalysisOptions::Timeline;
+  for (const auto& file : pytorch_runs()) {
+    CAPTURE(file);
+    analyzer::FileEvents source(file);
+    check_pass_equals_categorize(source, Timeline::buckets);
+    check_pass_equals_categorize(source, Timeline::none);
+  }
+  for (unsigned seed = 1; seed <= 4; ++seed) {
+    CAPTURE(seed);
+    snapshot::Snapshot trace = analyzer::testing::random_trace(seed, 20000, 2, 3);
+    analyzer::SnapshotEvents source(trace);
+    check_pass_equals_categorize(source, Timeline::buckets);
+    check_pass_equals_categorize(source, Timeline::per_event);
+    // The same trace with every third alloc tagged (exact categories) and
+    // a tag where nothing lives after every fifth
+    std::vector<snapshot::Event> tagged;
+    std::size_t allocs = 0;
+    for (const snapshot::Event& e : trace.events) {
+      tagged.push_back(e);
+      if (e.kind != snapshot::EventKind::alloc) continue;
+      snapshot::Event tag = e;
+      tag.kind = snapshot::EventKind::category;
+      tag.size = 0;
+      tag.aux = allocs % analyzer::kCategoryCount;
+      if (allocs % 3 == 0) tagged.push_back(tag);
+      tag.address += 1;
+      if (allocs % 5 == 0) tagged.push_back(tag);
+      ++allocs;
+    }
+    trace.events = std::move(tagged);
+    analyzer::SnapshotEvents tagged_source(trace);
+    check_pass_equals_categorize(tagged_source, Timeline::buckets);
+  }
+}
+
+TEST_CASE("summary and timeline of a whole trace read its events once, categories included") {
+  // Given a trace of several blocks whose start needs no backward pass
+  const snapshot::Snapshot trace = analyzer::testing::random_trace(3, 200000, 2, 3);
+  analyzer::SnapshotEvents events(trace);
+  REQUIRE(events.block_count() > 1);
+  analyzer::ReportOptions options;
+  options.threads = 1;
+  // When summary and timeline are made
+  test_support::CountingEvents summary_reads(events);
+  analyzer::summary_report(summary_reads, options);
+  options.buckets = 100;
+  test_support::CountingEvents timeline_reads(events);
+  analyzer::timeline_report(timeline_reads, options);
+  // Then each reads every block once
+  CHECK(summary_reads.reads == events.block_count());
+  CHECK(timeline_reads.reads == events.block_count());
 }

@@ -11,6 +11,7 @@
 
 #include "../analyzer/testing/trace_builder.hpp"
 #include "allocator_support.hpp"
+#include "counting_events.hpp"
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/analyzer/reports.hpp"
@@ -30,24 +31,8 @@ fs::path temp_path(const std::string& name) {
   return fs::temp_directory_path() / ("cachealloc-ring-start-" + std::to_string(::getpid()) + "-" + name);
 }
 
-// Counts the blocks a source hands out: a backward pass reads every block
-// once more.
-class CountingEvents final : public analyzer::EventSource {
- public:
-  explicit CountingEvents(analyzer::EventSource& inner) : inner_(inner) {}
-  const snapshot::Snapshot& head() const override { return inner_.head(); }
-  std::size_t event_count() const override { return inner_.event_count(); }
-  std::size_t block_count() const override { return inner_.block_count(); }
-  std::size_t block_begin(std::size_t block) const override { return inner_.block_begin(block); }
-  std::span<const snapshot::Event> block(std::size_t block) override {
-    ++reads;
-    return inner_.block(block);
-  }
-  std::size_t reads = 0;
-
- private:
-  analyzer::EventSource& inner_;
-};
+// A backward pass reads every block once more.
+using test_support::CountingEvents;
 
 // A random trace of several blocks whose first 1000 events were lost.
 snapshot::Snapshot overflowed_trace() {

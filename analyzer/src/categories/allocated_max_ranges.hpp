@@ -13,6 +13,10 @@
 // memory. It sums what at_allocated_max() would walk only where each
 // allocation's bytes are its change to allocated: a trace that frees what
 // it never made, or makes a block at an address still held, gives up.
+//
+// The ranges come in advance (categorize(): the rows timeline asks for) or
+// as they end (the walk inside the analysis pass: its timeline rows, its
+// allocated peak), where open_now(), track() and end_range() drive them.
 #pragma once
 
 #include <algorithm>
@@ -28,9 +32,9 @@ namespace cachealloc::analyzer::categories {
 class AllocatedMaxRanges {
  public:
   explicit AllocatedMaxRanges(std::vector<std::pair<std::size_t, std::size_t>> ranges)
-      : ranges_(std::move(ranges)), active_(!ranges_.empty()) {
-    later_.resize(ranges_.size() + 1);
-  }
+      : ranges_(std::move(ranges)), active_(!ranges_.empty()) {}
+  // Ranges given as they end, by open_now(), track() and end_range().
+  AllocatedMaxRanges() : active_(true) {}
 
   bool active() const noexcept { return active_; }
   void give_up() noexcept { active_ = false; }
@@ -67,6 +71,22 @@ class AllocatedMaxRanges {
     }
   }
 
+  // Ranges given as they end. A range opens at the state now (`total`
+  // allocated, `count` allocations numbered), or at the first event
+  // track() sees after the last range ended.
+  void open_now(std::uint64_t total, std::size_t count) {
+    open_ = true;
+    best_ = total, open_count_ = count, open_bytes_ = {};
+  }
+  [[gnu::always_inline]] inline void track(std::uint64_t total, std::size_t count) {
+    if (open_ && total <= best_) return;  // most events
+    open_now(total, count);
+  }
+  void end_range() {
+    if (!open_) open_now(0, 0);  // a range of no events: nothing is alive at its moment
+    ranges_ended(open_count_);
+  }
+
   // After the last event: ranges still open end at their moment so far,
   // those never reached hold the final state (`count` allocations).
   void end(std::size_t count) {
@@ -82,9 +102,9 @@ class AllocatedMaxRanges {
 
   // Each range's bytes per category (after end() and alive_at_end()).
   std::vector<CategoryBytes> result() const {
-    std::vector<CategoryBytes> out(ranges_.size());
+    std::vector<CategoryBytes> out(ended_count_.size());
     CategoryBytes running;
-    for (std::size_t r = 0; r < ranges_.size(); ++r) {
+    for (std::size_t r = 0; r < out.size(); ++r) {
       for (std::size_t c = 0; c < kCategoryCount; ++c) {
         running.bytes[c] += later_[r].bytes[c];
         running.requested[c] += later_[r].requested[c];
@@ -99,6 +119,7 @@ class AllocatedMaxRanges {
   void ranges_ended(std::size_t count) {
     ended_count_.push_back(count);
     ended_bytes_.push_back(open_bytes_);
+    later_.emplace_back();
     open_ = false;
     ++next_;
   }
@@ -131,7 +152,7 @@ class AllocatedMaxRanges {
   CategoryBytes open_bytes_;       // freed since that moment, of those alive at it
   std::vector<std::size_t> ended_count_;     // per range ended
   std::vector<CategoryBytes> ended_bytes_;   // per range ended: freed while it was open
-  std::vector<CategoryBytes> later_;         // difference array: freed after the range ended
+  std::vector<CategoryBytes> later_ = std::vector<CategoryBytes>(1);  // difference array: freed after the range ended
 };
 
 }  // namespace cachealloc::analyzer::categories

@@ -4,6 +4,7 @@
 // end, unless a category event tagged it while live: then it takes the
 // last tag, exact. Only the allocations alive at a moment are held, with what the rules
 // need of them; each allocation's category is half a byte.
+#include <optional>
 #include <unordered_set>
 
 #include "cachealloc/analyzer/allocator_replay.hpp"
@@ -12,6 +13,7 @@
 #include "categories/allocated_max_ranges.hpp"
 #include "categories/category_rules.hpp"
 #include "categories/phases.hpp"
+#include "categories/shared_walk.hpp"
 #include "whatif/replay_parts.hpp"
 
 namespace cachealloc::analyzer {
@@ -34,15 +36,20 @@ std::string_view annotation_name(const snapshot::Snapshot& head, const Event& e)
 
 // The walk, a friend of Categorization. The Follower (category_follower.cpp)
 // numbers allocations and matches frees exactly as this walk does, from the
-// same start: keep the two in step.
+// same start: keep the two in step. It replays the events itself
+// (categorize()), or follows a replay that its caller applies them to
+// (`shared`, in the state `initial` gives: SharedWalk, the analysis pass).
 class CategoryWalk {
  public:
   CategoryWalk(const snapshot::Snapshot& head, std::int32_t device, const InitialLayout& initial,
-               const AllocatorConfig& config, const CategorizeOptions& options)
+               const AllocatorConfig& config, const CategorizeOptions& options, Replay* shared = nullptr)
       : head_(head),
         device_(device),
         evidence_(head),
-        engine_(initial.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head)),
+        own_engine_(shared != nullptr ? std::nullopt
+                                      : std::optional<Replay>(std::in_place, initial.segments, device, head.stacks.size(),
+                                                              Replay::sizes_may_be_inferred(head))),
+        engine_(shared != nullptr ? *shared : *own_engine_),
         pools_(config),
         max_kept_(options.max_kept_changes),
         moments_(options.moments),
@@ -61,6 +68,12 @@ class CategoryWalk {
     });
     while (next_moment_ < moments_.size() && moments_[next_moment_] == kNoEvent) capture(kNoEvent);
     ranges_.start(result_.count_, engine_.totals().allocated);
+    if (shared != nullptr) {
+      peak_.open_now(engine_.totals().allocated, result_.count_);
+    } else {
+      rows_.give_up();
+      peak_.give_up();
+    }
   }
 
   // After event i: the moments it closes take the allocations alive now.
@@ -71,28 +84,51 @@ class CategoryWalk {
   }
 
   void on_event(std::size_t i, const Event& e) {
+    const bool follows = before(i, e);
+    if (follows || e.kind == EventKind::annotation_begin || e.kind == EventKind::annotation_end) engine_.apply(e);
+    if (follows) applied(i, e);
+  }
+
+  // Before the replay applies event i: whether its change to allocated is
+  // the walk's (then applied() after the replay applied it).
+  bool before(std::size_t i, const Event& e) {
     if (e.kind == EventKind::annotation_begin || e.kind == EventKind::annotation_end) {
       const Phase phase = categories::phase_of_annotation(annotation_name(head_, e));
       if (e.kind == EventKind::annotation_begin) phases_.annotation_begin(phase);
       else phases_.annotation_end(phase);
-      engine_.apply(e);
-      return;
+      return false;
     }
-    if (e.device != device_ || e.kind == EventKind::snapshot) return;
+    if (e.device != device_ || e.kind == EventKind::snapshot) return false;
     if (e.kind == EventKind::category) {
       tag(e);
-      return;
+      return false;
     }
     if (says_where(e)) phases_.observe(evidence_.of(e.stack));
-    const std::size_t routes = pools_.routes.size();
+    routes_before_ = pools_.routes.size();
     if (e.kind != EventKind::split && e.kind != EventKind::merge) pools_.before(i, e, engine_);
-    const bool routed = pools_.routes.size() != routes;
-    const std::uint64_t before = engine_.totals().allocated;
-    engine_.apply(e);
-    const std::uint64_t after = engine_.totals().allocated;
-    if (after > before) grew(i, e, after - before, routed);
-    else if (after < before) shrank(i, e, before - after);
+    allocated_before_ = engine_.totals().allocated;
+    return true;
   }
+  void applied(std::size_t i, const Event& e) {
+    const bool routed = pools_.routes.size() != routes_before_;
+    const std::uint64_t after = engine_.totals().allocated;
+    if (after > allocated_before_) grew(i, e, after - allocated_before_, routed);
+    else if (after < allocated_before_) shrank(i, e, allocated_before_ - after);
+  }
+
+  // The analysis pass's sums (SharedWalk): after event i, at the allocated
+  // maximum of the timeline row open and of the whole trace.
+  void track(std::size_t i) {
+    after(i);
+    rows_.track(engine_.totals().allocated, result_.count_);
+    peak_.track(engine_.totals().allocated, result_.count_);
+  }
+  // The row before the first event: the state now.
+  void start_row() {
+    rows_.open_now(engine_.totals().allocated, result_.count_);
+    rows_.end_range();
+  }
+  void row_ends() { rows_.end_range(); }
 
   // Whether the event's stack is where it ran. A free that repeats its
   // block's stack (a recorder that keeps no stack on free) says nothing of
@@ -114,14 +150,22 @@ class CategoryWalk {
   Categorization finish() {
     while (next_moment_ < moments_.size()) capture(moments_[next_moment_]);  // past the last event
     ranges_.end(result_.count_);
+    peak_.end_range();
+    const auto alive_at_end = [&](std::size_t id, std::uint64_t bytes, std::uint64_t requested) {
+      const Category category = result_.category_of(id).category;
+      ranges_.alive_at_end(id, bytes, requested, category);
+      rows_.alive_at_end(id, bytes, requested, category);
+      peak_.alive_at_end(id, bytes, requested, category);
+      end_bytes_.bytes[static_cast<std::size_t>(category)] += bytes;
+      end_bytes_.requested[static_cast<std::size_t>(category)] += requested;
+    };
     for (Live& live : live_slots_) {
       if (!live.held) continue;
       settle(live.id, live.bytes, live.life, live.tag);
-      ranges_.alive_at_end(live.id, live.bytes, live.requested, result_.category_of(live.id).category);
+      alive_at_end(live.id, live.bytes, live.requested);
     }
     live_slots_.clear();
-    for (const Captured& alive : forever_)
-      ranges_.alive_at_end(alive.id, alive.bytes, alive.requested, result_.category_of(alive.id).category);
+    for (const Captured& alive : forever_) alive_at_end(alive.id, alive.bytes, alive.requested);
     if (ranges_.active()) {
       result_.summed_ranges_ = ranges_.ranges();
       result_.range_bytes_ = ranges_.result();
@@ -147,8 +191,40 @@ class CategoryWalk {
     return std::move(result_);
   }
 
+  // finish() of the analysis pass's walk: its allocated peak (after event
+  // `peak_event`, kNoEvent: the start) and the end (after `end_event`) as
+  // moments, and `rows` (the timeline's rows, in the order they ended) as
+  // summed ranges, where the trace let the walk sum them.
+  Categorization finish_shared(std::size_t peak_event, std::size_t end_event,
+                               std::vector<std::pair<std::size_t, std::size_t>> rows, EventSource& source,
+                               std::shared_ptr<const InitialLayout> start) {
+    Categorization result = finish();
+    result.source_ = &source;
+    result.start_ = std::move(start);
+    result.sizes_inferred_ = Replay::sizes_may_be_inferred(head_);
+    if (peak_.active()) {
+      result.moments_.push_back({peak_event, peak_.result().front()});
+      result.moments_.push_back({end_event, end_bytes_});
+    }
+    if (rows_.active() && !rows.empty()) {
+      std::vector<CategoryBytes> bytes = rows_.result();
+      if (bytes.size() == rows.size()) {
+        result.summed_ranges_ = std::move(rows);
+        result.range_bytes_ = std::move(bytes);
+      }
+    }
+    return result;
+  }
+
  private:
   static constexpr std::uint8_t kUntagged = 0xff;
+
+  void give_up_sums() {
+    ranges_.give_up();
+    rows_.give_up();
+    peak_.give_up();
+  }
+
   struct Live {
     std::size_t id;
     std::uint64_t bytes;
@@ -261,7 +337,7 @@ class CategoryWalk {
     if (e.kind == EventKind::alloc) {
       // A block at an address still held (a damaged trace): the one held
       // leaves the walk unsettled, as the Follower keeps it.
-      if (!hold(e.address, Live{id, bytes, requested, e.stack, life})) ranges_.give_up();
+      if (!hold(e.address, Live{id, bytes, requested, e.stack, life})) give_up_sums();
     } else {
       settle(id, bytes, life);  // nothing frees it: alive to the end
       forever_.push_back({id, bytes, requested});
@@ -277,7 +353,10 @@ class CategoryWalk {
       live.life.freed_in = phases_.phase();
       live.life.freed_instance = phases_.instance();
       settle(live.id, bytes, live.life, live.tag);
-      ranges_.freed(live.id, bytes, live.requested, result_.category_of(live.id).category);
+      const Category category = result_.category_of(live.id).category;
+      ranges_.freed(live.id, bytes, live.requested, category);
+      rows_.freed(live.id, bytes, live.requested, category);
+      peak_.freed(live.id, bytes, live.requested, category);
       keep({i, live.id, e.address, bytes, live.stack.value, true, live.requested});
       return;
     }
@@ -292,7 +371,7 @@ class CategoryWalk {
     const std::size_t id = add(bytes, life);
     settle(id, bytes, life);
     result_.unmade_.push_back({id, e.address, bytes, i});
-    ranges_.give_up();
+    give_up_sums();
     keep({i, id, e.address, bytes, 0, true, bytes});
   }
 
@@ -300,7 +379,8 @@ class CategoryWalk {
   std::int32_t device_;
   FrameEvidenceCache evidence_;
   PhaseTracker phases_;
-  Replay engine_;
+  std::optional<Replay> own_engine_;  // categorize()'s own replay
+  Replay& engine_;
   whatif::PoolInference pools_;
   std::size_t max_kept_;
   Categorization result_;
@@ -313,6 +393,13 @@ class CategoryWalk {
   std::size_t next_moment_ = 0;
   std::vector<std::vector<Captured>> captured_;  // per moment: the allocations alive
   AllocatedMaxRanges ranges_;
+  // The analysis pass's sums (SharedWalk): its timeline rows as they end,
+  // the whole trace as one range (allocated's peak), the state at the end.
+  AllocatedMaxRanges rows_;
+  AllocatedMaxRanges peak_;
+  CategoryBytes end_bytes_;
+  std::size_t routes_before_ = 0;
+  std::uint64_t allocated_before_ = 0;
 };
 
 Categorization categorize(EventSource& source, std::int32_t device, const CategorizeOptions& options) {
@@ -335,5 +422,47 @@ Categorization categorize(EventSource& source, std::int32_t device, const Catego
   result.sizes_inferred_ = Replay::sizes_may_be_inferred(head);
   return result;
 }
+
+namespace categories {
+
+namespace {
+AllocatorConfig recorded_config(const snapshot::Snapshot& head) {
+  bool known = false;
+  return recorded_settings(head, known);
+}
+}  // namespace
+
+// The replay's state now is the start: the walk reads it, and keeps no copy.
+SharedWalk::SharedWalk(EventSource& source, std::int32_t device, Replay& replay)
+    : source_(source),
+      config_(std::make_unique<const AllocatorConfig>(recorded_config(source.head()))),
+      walk_(std::make_unique<CategoryWalk>(source.head(), device, InitialLayout{}, *config_, CategorizeOptions{}, &replay)) {}
+
+SharedWalk::~SharedWalk() = default;
+
+void SharedWalk::before(std::size_t i, const Event& e) { follows_ = walk_->before(i, e); }
+
+void SharedWalk::after(std::size_t i, const Event& e) {
+  if (follows_) walk_->applied(i, e);
+  follows_ = false;
+  walk_->track(i);
+}
+
+void SharedWalk::start_row() { walk_->start_row(); }
+void SharedWalk::row_ends() { walk_->row_ends(); }
+
+std::shared_ptr<const Categorization> SharedWalk::finish(const Analysis& a, std::shared_ptr<const InitialLayout> start) {
+  std::vector<std::pair<std::size_t, std::size_t>> rows;
+  rows.reserve(a.timeline.size());
+  for (const TimelineRow& row : a.timeline) {
+    if (row.last_event == kNoEvent) rows.emplace_back(kNoEvent, kNoEvent);
+    else rows.emplace_back(row.first_event, row.last_event);
+  }
+  const std::size_t end_event = a.event_count == 0 ? kNoEvent : a.event_count - 1;
+  return std::make_shared<const Categorization>(
+      walk_->finish_shared(a.peak_allocated.event, end_event, std::move(rows), source_, std::move(start)));
+}
+
+}  // namespace categories
 
 }  // namespace cachealloc::analyzer

@@ -208,7 +208,8 @@ unsigned automatic_threads() noexcept {
 // ends early then costs a replay of the rest, which leaves the Analysis as
 // it was at the window's end.
 Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::int32_t device,
-                      InitialLayout initial, bool* start_explains = nullptr) {
+                      const std::shared_ptr<const InitialLayout>& start, bool* start_explains = nullptr) {
+  InitialLayout initial = *start;
   const Snapshot& head = source.head();
   Analysis a;
   a.device = device;
@@ -290,6 +291,11 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   initial.segments.clear();
   initial.segments.shrink_to_fit();
   pass::WindowPass pass(options, a, replay);
+  std::optional<categories::SharedWalk> categories_walk;
+  if (options.categories && a.window.begin == 0 && a.window.end == n) {
+    categories_walk.emplace(source, a.device, replay);
+    pass.share_replay_with(&*categories_walk);
+  }
 
   // Events before the window only build up state; reading stops after the
   // window's last event.
@@ -317,6 +323,7 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   if (options.progress) options.progress(n, n);
 
   finish(a, replay, pass.at_peak_allocated, pass.at_peak_reserved);
+  if (categories_walk) a.categories = categories_walk->finish(a, start);
   return a;
 }
 
@@ -344,7 +351,7 @@ Analysis analyze(EventSource& source, const AnalysisOptions& options) {
   // reserved for a PyTorch trace of expandable segments cut at its peak).
   const std::optional<InitialLayout> guess = start_guess(head, device);
   const auto analyze_from = [&](std::shared_ptr<const InitialLayout> start) {
-    Analysis a = run_analysis(source, options, device, *start);
+    Analysis a = run_analysis(source, options, device, start);
     a.start = std::move(start);
     return a;
   };
@@ -355,14 +362,15 @@ Analysis analyze(EventSource& source, const AnalysisOptions& options) {
   std::optional<Replay> at_end;
   if (options.at_end) guess_options.at_end = [&](const Replay& replay) { at_end.emplace(replay); };
   bool explains = false;
-  Analysis a = run_analysis(source, guess_options, device, *guess, &explains);
+  auto guessed_start = std::make_shared<const InitialLayout>(*guess);
+  Analysis a = run_analysis(source, guess_options, device, guessed_start, &explains);
   InitialLayout derived;
   // A trace that contradicts itself from the derived start too: the guess
   // was that start, and its analysis is the answer.
   if (!explains) derived = derive_initial_layout(source, device);
   if (explains || derived == *guess) {
     if (at_end) options.at_end(*at_end);
-    a.start = std::make_shared<const InitialLayout>(*guess);
+    a.start = std::move(guessed_start);
     return a;
   }
   return analyze_from(std::make_shared<const InitialLayout>(std::move(derived)));

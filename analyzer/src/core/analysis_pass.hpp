@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cachealloc/analyzer/analysis.hpp"
+#include "categories/shared_walk.hpp"
 #include "core/replay_hot.hpp"
 
 namespace cachealloc::analyzer::pass {
@@ -121,6 +122,10 @@ class WindowPass {
     row_.first_event = a.window.begin;
   }
 
+  // The categories walk follows this pass's replay (serial, whole trace
+  // only): it hears of every event and every timeline row.
+  void share_replay_with(categories::SharedWalk* walk) noexcept { walk_ = walk; }
+
   // The state at the window's start; `start_time` is the time of its first
   // event, or of events[0] when the window starts past the end.
   void start_window(std::uint64_t start_time) {
@@ -136,6 +141,7 @@ class WindowPass {
       a_.timeline.reserve(per_event_ ? window_size_ + 1 : buckets_ + 1);
       a_.timeline.push_back(start);
       row_complete_.push_back(1);
+      if (walk_ != nullptr) walk_->start_row();
     }
   }
 
@@ -174,6 +180,7 @@ class WindowPass {
   [[gnu::always_inline]] inline void step(std::size_t i, const Event& e) {
     if (peak_cache_pending_ && e.device == a_.device && is_request(e.kind)) [[unlikely]]
       settle_peak_cache();
+    if (walk_ != nullptr) walk_->before(i, e);
     replay_.apply_inline(e);
     if (counts_for(e, a_.device)) {
       const auto kind = static_cast<std::size_t>(e.kind);
@@ -214,6 +221,15 @@ class WindowPass {
       if (t.segments > a_.peak_segments) a_.peak_segments = t.segments;
     }
 
+    // The row held open by a free_requested ends here, after the
+    // completion, or as it was, before another event.
+    if (held_) [[unlikely]] {
+      const bool completes = completes_held(e);
+      held_ = false;
+      if (!completes) close_row(i);
+    }
+    if (walk_ != nullptr) walk_->after(i, e);
+
     if (per_event_) {
       TimelineRow r;
       r.first_event = r.last_event = i;
@@ -221,14 +237,8 @@ class WindowPass {
       r.kind = e.kind;
       r.at_end = r.max = t;
       a_.timeline.push_back(r);
+      if (walk_ != nullptr) walk_->row_ends();
     } else if (buckets_) {
-      // The row held open by a free_requested ends here, after the
-      // completion, or as it was, before another event.
-      if (held_) [[unlikely]] {
-        const bool completes = completes_held(e);
-        held_ = false;
-        if (!completes) close_row(i);
-      }
       if (changed || row_.first_event == i) grow_max(row_.max, t);  // a row starts from zero
       if (i + 1 >= bucket_end_) {
         row_.last_event = i;
@@ -307,6 +317,7 @@ class WindowPass {
   // because its first event ended the row before (a completion) has no row.
   void close_row(std::size_t next_first) {
     a_.timeline.push_back(row_);
+    if (walk_ != nullptr) walk_->row_ends();
     row_complete_.push_back(1);
     ++bucket_;
     bucket_end_ = row_end(bucket_);
@@ -355,6 +366,7 @@ class WindowPass {
   const AnalysisOptions& options_;
   Analysis& a_;
   Replay& replay_;
+  categories::SharedWalk* walk_ = nullptr;
   bool per_event_ = false;
   std::size_t window_size_ = 0;
   std::size_t buckets_ = 0;

@@ -21,6 +21,12 @@ CategorizeOptions from_start_of(const Analysis& analysis) {
   return options;
 }
 
+std::shared_ptr<const Categorization> categories_of(EventSource& source, const Analysis& analysis,
+                                                    const CategorizeOptions& options) {
+  if (analysis.categories) return analysis.categories;
+  return std::make_shared<const Categorization>(categorize(source, analysis.device, options));
+}
+
 std::string category_source(const Categorization& c) {
   if (c.any_exact() && c.any_inferred()) return "inferred and exact";
   return c.any_exact() ? "exact" : "inferred";

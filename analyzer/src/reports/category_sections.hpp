@@ -24,6 +24,12 @@ std::vector<std::size_t> peak_and_end(const Analysis& analysis);
 // again with a replay of every event.
 CategorizeOptions from_start_of(const Analysis& analysis);
 
+// The categories `analysis` took in its own pass (AnalysisOptions::categories),
+// else categorize() with `options` (a window, several threads): one read of
+// the events more.
+std::shared_ptr<const Categorization> categories_of(EventSource& source, const Analysis& analysis,
+                                                    const CategorizeOptions& options);
+
 // "inferred", "exact", or "inferred and exact" where both occur.
 std::string category_source(const Categorization& categorization);
 // The same for one category: "exact" where every allocation of it is

@@ -21,7 +21,9 @@ std::string percent(double ratio) {
 
 Document summary_report(EventSource& source, const ReportOptions& options) {
   const Snapshot& snapshot = source.head();
-  const Analysis a = analyze(source, detail::analysis_options(options));
+  AnalysisOptions analysis = detail::analysis_options(options);
+  analysis.categories = true;
+  const Analysis a = analyze(source, analysis);
   const bool lower = a.truncated();
   Document doc;
   doc.report = "summary";
@@ -196,7 +198,8 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
   CategorizeOptions at_peak_and_end;
   at_peak_and_end.moments = detail::peak_and_end(a);
   at_peak_and_end.start = a.start;
-  const Categorization categories = categorize(source, a.device, at_peak_and_end);
+  const std::shared_ptr<const Categorization> categorized = detail::categories_of(source, a, at_peak_and_end);
+  const Categorization& categories = *categorized;
   std::vector<CategoryBytes> by_category = categories.at(at_peak_and_end.moments);
   if (at_peak_and_end.moments[0] != detail::state_after(a, a.peak_allocated.event)) std::swap(by_category[0], by_category[1]);
   detail::add_category_table(doc, "categories",

@@ -107,6 +107,7 @@ Document timeline_report(EventSource& source, const ReportOptions& options) {
   AnalysisOptions analysis = detail::analysis_options(options);
   analysis.timeline = options.buckets != 0 ? AnalysisOptions::Timeline::buckets : AnalysisOptions::Timeline::per_event;
   analysis.buckets = options.buckets;
+  analysis.categories = true;
   const Analysis a = analyze(source, analysis);
   const bool bucketed = options.buckets != 0;
 
@@ -127,7 +128,8 @@ Document timeline_report(EventSource& source, const ReportOptions& options) {
   }
   CategorizeOptions in_rows = detail::from_start_of(a);
   in_rows.allocated_max_ranges = ranges;
-  const Categorization categories = categorize(source, a.device, in_rows);
+  const std::shared_ptr<const Categorization> categorized = detail::categories_of(source, a, in_rows);
+  const Categorization& categories = *categorized;
   const std::string category_source = detail::category_source(categories);
   const std::vector<CategoryBytes> by_row = categories.at_allocated_max(ranges);
   std::size_t row_index = 0;

@@ -32,6 +32,8 @@ namespace cachealloc::analyzer {
 inline constexpr std::size_t kNoEvent = std::numeric_limits<std::size_t>::max();
 
 // Half-open range of indices into Snapshot::events.
+class Categorization;  // categories.hpp
+
 struct EventWindow {
   std::size_t begin = 0;
   std::size_t end = kNoEvent;  // clamped to events.size()
@@ -91,6 +93,13 @@ struct AnalysisOptions {
   // without open_another()) is analysed on the calling thread alone.
   // Memory: one Replay and one set of per-site counters per thread.
   unsigned threads = 1;
+  // Also categorize the device's allocations (categorize()) in the same
+  // pass, where it is one pass over the whole trace on one thread: then
+  // Analysis::categories holds them, with the categories at the allocated
+  // peak, at the end and at each timeline row's allocated maximum summed,
+  // and a report reads the events once instead of twice. Memory: the walk's
+  // (categories.hpp).
+  bool categories = false;
 };
 
 // Where a figure reached its maximum.
@@ -183,6 +192,9 @@ struct Analysis {
   // answer: a later walk of the same trace (categorize()) starts from it
   // instead of replaying every event again to find it.
   std::shared_ptr<const InitialLayout> start;
+  // AnalysisOptions::categories, where the pass could take them; null
+  // otherwise (a window, several threads): categorize() then.
+  std::shared_ptr<const Categorization> categories;
 
   // The allocator already held memory when the ring began (the history was
   // switched on mid-run, or a PyTorch ring overflowed without saying so).
