@@ -80,13 +80,15 @@ class CategoryTracker:
         for module in self._modules:
             for parameter in module.parameters():
                 if parameter.requires_grad:
-                    self._handles.append(parameter.register_post_accumulate_grad_hook(
-                        lambda p: self._tag(p.grad, "gradient")))
+                    self._handles.append(parameter.register_post_accumulate_grad_hook(self._after_accumulate))
         for optimizer in self._optimizers:
             self._handles.append(optimizer.register_step_post_hook(self._after_step))
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
         self._saved_hooks.__enter__()
         return self
+
+    def _after_accumulate(self, parameter):  # a hook: returns None
+        self._tag(parameter.grad, "gradient")
 
     def _after_step(self, optimizer, args, kwargs):
         for state in optimizer.state.values():
@@ -106,6 +108,11 @@ class CategoryTracker:
         if self._saved_hooks is not None:
             self._saved_hooks.__exit__(None, None, None)
             self._saved_hooks = None
+        # The hooks referred back to the tracker: without the modules and
+        # optimizers here too, nothing keeps a model alive after stop().
+        self._modules.clear()
+        self._optimizers.clear()
+        self._parameter_addresses.clear()
 
     def __enter__(self):
         return self
