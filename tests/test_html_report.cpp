@@ -13,6 +13,8 @@
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/analyzer/html_report.hpp"
 #include "cachealloc/analyzer/reports.hpp"
+#include "../analyzer/testing/trace_builder.hpp"
+#include "counting_events.hpp"
 
 using namespace cachealloc;
 namespace fs = std::filesystem;
@@ -186,4 +188,19 @@ TEST_CASE("given a tiny detail budget and few buckets, when the html report is w
   CHECK(covers(page.stats.detail_windows, analysis.peak_reserved.event));
   CHECK(covers(page.stats.detail_windows, analysis.ooms.front().event));
   CHECK(covers(page.stats.detail_windows, page.stats.events - 1));
+}
+
+TEST_CASE("given a trace whose start needs no backward pass, when the html report is written, then it finds that "
+          "start once") {
+  const snapshot::Snapshot trace = analyzer::testing::random_trace(5, 200000, 1, 3);
+  analyzer::SnapshotEvents events(trace);
+  REQUIRE(events.block_count() > 1);
+  test_support::CountingEvents counted(events);
+  std::ostringstream out;
+  analyzer::ReportOptions options;
+  options.threads = 1;
+  analyzer::write_html_report(counted, options, analyzer::HtmlOptions{}, out);
+  // summary (one read, categories included), oom, the start, the categories
+  // walk and the page's own replay: five reads of every block, no more
+  CHECK(counted.reads == 5 * events.block_count());
 }

@@ -164,11 +164,14 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   whole.window = EventWindow{};  // the page shows the whole trace; the views select windows in it
   const std::string summary = render_json(summary_report(source, whole));
   const std::string oom = render_json(oom_report(source, whole));
+  // The state before events[0], as segments --at and replay_to() take it,
+  // found once for the categories walk and this page's own replay.
+  CategorizeOptions from_start;
+  from_start.start = std::make_shared<const InitialLayout>(confirmed_start(source, device));
+  const InitialLayout& initial = *from_start.start;
   // What the memory is made of: the timeline stacks allocated by category.
-  const Categorization categorization = categorize(source, device);
+  const Categorization categorization = categorize(source, device, from_start);
 
-  // The state before events[0], as segments --at and replay_to() take it.
-  const InitialLayout initial = confirmed_start(source, device);
   Replay replay(initial.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head));
   html::BlockCategories block_categories(categorization);
 
