@@ -115,6 +115,8 @@ struct HistoryRecorder::State {
   // order word's update), room in the chunk with the stream record, the
   // interned stack.
   std::uint64_t event_time(const AllocatorEvent& event) noexcept;
+  std::uint64_t event_time(bool continues_call, bool after_device_call, std::uint64_t* order,
+                           const std::uint64_t* order_floor) noexcept;
   void make_room(ThreadSlot& slot, std::uint64_t t, std::uint64_t stream, std::uint32_t words) noexcept;
   std::uint32_t capture_stack(ThreadSlot& slot, StackCapture capture) noexcept;
   // This thread's slot, created on its first event; nullptr when out of memory.

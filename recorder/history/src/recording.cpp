@@ -79,30 +79,34 @@ void detail::set_thread_clock_skew(std::int64_t ticks) noexcept { t_state.clock_
 // whose address the device may just have taken back from another pool,
 // reads the ordered clock.
 inline __attribute__((always_inline)) std::uint64_t HistoryRecorder::State::event_time(
-    const AllocatorEvent& event) noexcept {
+    bool continues_call, bool after_device_call, std::uint64_t* order, const std::uint64_t* order_floor) noexcept {
   const detail::TickSource source = tick_source();
   if (t_state.call_source != source) [[unlikely]] {
     t_state.call_source = source;
     t_state.call_time = 0;
   }
   std::uint64_t t = t_state.call_time;
-  if (!event.continues_call) {
-    const bool after_device_call = event.kind == EventKind::segment_alloc || event.kind == EventKind::segment_map;
+  if (!continues_call) {
     const std::uint64_t now =
         (after_device_call ? detail::now_ticks(source) : detail::now_ticks_unordered(source)) + t_state.clock_skew;
     t = std::max(t, now);
   }
-  if (event.order_floor && t <= *event.order_floor) t = *event.order_floor + 1;
-  if (event.order) {
+  if (order_floor && t <= *order_floor) t = *order_floor + 1;
+  if (order) {
     // Strictly after the shard's last event, unless that was this call's
     // previous event, on the same word: one call's events share its time.
-    const bool own_last = event.continues_call && event.order == t_state.last_order && *event.order == t;
-    if (t <= *event.order && !own_last) t = *event.order + 1;
-    *event.order = t;
+    const bool own_last = continues_call && order == t_state.last_order && *order == t;
+    if (t <= *order && !own_last) t = *order + 1;
+    *order = t;
   }
-  t_state.last_order = event.order;
+  t_state.last_order = order;
   t_state.call_time = t;
   return t;
+}
+inline __attribute__((always_inline)) std::uint64_t HistoryRecorder::State::event_time(
+    const AllocatorEvent& event) noexcept {
+  const bool after_device_call = event.kind == EventKind::segment_alloc || event.kind == EventKind::segment_map;
+  return event_time(event.continues_call, after_device_call, event.order, event.order_floor);
 }
 
 // Room for `words` more words of records in the slot's chunk (a new chunk
@@ -294,6 +298,89 @@ std::uint32_t HistoryRecorder::on_events(const AllocatorEventBatch& batch) noexc
   chunk.count.store(chunk.count.load(std::memory_order_relaxed) + count, std::memory_order_relaxed);
   slot->last_record = ThreadSlot::kNoRecord;
   return alloc_id;
+}
+
+// The cached path's alloc (after its split) and free (with its merges), as
+// on_events would write their batches, without a batch to read: the
+// allocator's hottest calls.
+std::uint32_t HistoryRecorder::on_alloc(const AllocatorEventOrigin& origin, bool continues_call,
+                                        std::uintptr_t address, std::size_t size, std::size_t requested,
+                                        std::size_t split_rest) noexcept {
+  State& s = *state_;
+  if (!s.recording.load(std::memory_order_relaxed)) return 0;
+  ThreadSlot* const slot = s.slot();
+  if (!slot) [[unlikely]]
+    return 0;
+  const std::uint64_t t = s.event_time(continues_call, false, origin.order, origin.order_floor);
+  s.make_room(*slot, t, origin.stream.handle, detail::kMaxBatchWords);
+  Chunk& chunk = slot->staging;
+  const StackCapture capture = s.stacks.load(std::memory_order_relaxed);
+  const std::uint32_t stack = capture != StackCapture::none ? s.capture_stack(*slot, capture) : 0;
+  std::uint64_t* const record = chunk.words + chunk.used;
+  const std::uint64_t header =
+      ((t - chunk.base_ticks) << 8) | (stack ? std::uint64_t{detail::kRecordHasStack} : 0);
+  record[1] = address;
+  record[2] = size;
+  std::uint32_t words = 0;
+  if (split_rest != 0) {
+    record[0] = header | detail::kRecordSplitAlloc;
+    record[3] = split_rest;
+    record[4] = requested;
+    record[5] = stack;
+    words = 5;
+  } else {
+    record[0] = header | static_cast<std::uint64_t>(EventKind::alloc);
+    record[3] = requested;
+    record[4] = stack;
+    words = 4;
+  }
+  chunk.used += words + (stack ? 1 : 0);
+  chunk.count.store(chunk.count.load(std::memory_order_relaxed) + (split_rest != 0 ? 2 : 1),
+                    std::memory_order_relaxed);
+  slot->last_record = ThreadSlot::kNoRecord;
+  return stack;
+}
+
+void HistoryRecorder::on_free(const AllocatorEventOrigin& origin, bool continues_call, bool requested_too,
+                              std::uintptr_t address, std::size_t size, std::size_t requested,
+                              const AllocatorMerge* merges, std::uint32_t merge_count) noexcept {
+  State& s = *state_;
+  if (!s.recording.load(std::memory_order_relaxed)) return;
+  ThreadSlot* const slot = s.slot();
+  if (!slot) [[unlikely]]
+    return;
+  if (merge_count > 2) [[unlikely]]
+    merge_count = 2;  // a free has two neighbours
+  const std::uint64_t t = s.event_time(continues_call, false, origin.order, origin.order_floor);
+  s.make_room(*slot, t, origin.stream.handle, detail::kMaxBatchWords);
+  Chunk& chunk = slot->staging;
+  const StackCapture capture = s.stacks.load(std::memory_order_relaxed);
+  // Only the free_requested takes a stack, and only with stacks_on_free.
+  const std::uint32_t stack = requested_too && capture != StackCapture::none &&
+                                      s.stacks_on_free.load(std::memory_order_relaxed)
+                                  ? s.capture_stack(*slot, capture)
+                                  : 0;
+  const std::uint64_t time_bits = (t - chunk.base_ticks) << 8;
+  std::uint64_t* record = chunk.words + chunk.used;
+  record[0] = time_bits | (requested_too ? std::uint64_t{detail::kRecordFree}
+                                         : static_cast<std::uint64_t>(EventKind::free_completed)) |
+              (stack ? std::uint64_t{detail::kRecordHasStack} : 0);
+  record[1] = address;
+  record[2] = size;
+  record[3] = requested;
+  record[4] = stack;
+  record += stack ? 5 : 4;
+  for (std::uint32_t i = 0; i < merge_count; ++i) {
+    record[0] = time_bits | static_cast<std::uint64_t>(EventKind::merge);
+    record[1] = merges[i].address;
+    record[2] = merges[i].size;
+    record[3] = merges[i].absorbed;
+    record += 4;
+  }
+  chunk.used = static_cast<std::uint32_t>(record - chunk.words);
+  chunk.count.store(chunk.count.load(std::memory_order_relaxed) + (requested_too ? 2 : 1) + merge_count,
+                    std::memory_order_relaxed);
+  slot->last_record = ThreadSlot::kNoRecord;
 }
 
 // A category event goes into the calling thread's own chunk, at a time no

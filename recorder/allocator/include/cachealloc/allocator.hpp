@@ -96,6 +96,23 @@ struct AllocatorEventBatch {
   }
 };
 
+// What every event of one shard shares: its stream and its order words
+// (AllocatorEvent::order and order_floor). The allocator keeps one per
+// shard, so that the cached path passes it by address.
+struct AllocatorEventOrigin {
+  Stream stream;
+  std::uint64_t* order = nullptr;
+  const std::uint64_t* order_floor = nullptr;
+};
+
+// A merge after a free (EventKind::merge): the merged block and the bytes
+// of the neighbour it absorbed.
+struct AllocatorMerge {
+  std::uintptr_t address = 0;
+  std::size_t size = 0;
+  std::size_t absorbed = 0;
+};
+
 // Receives every allocator event, in order per stream, while the allocator
 // holds the lock of the shard concerned. It must not call back into the
 // allocator. For alloc events the returned id is kept with the block (the
@@ -115,6 +132,45 @@ class AllocatorObserver {
       if (batch.items[i].kind == events::EventKind::alloc) alloc_id = id;
     }
     return alloc_id;
+  }
+  // The cached path's two shapes, reported with their fields as arguments
+  // instead of a batch in memory (the allocator's hottest calls). Each is
+  // exactly the batch the defaults build, and an observer may rely on the
+  // defaults.
+  //
+  // An alloc of [address, address + size) for `requested` bytes, after a
+  // split that left `split_rest` bytes behind it (no split when 0). Returns
+  // the alloc's id. `continues_call`: the first event's.
+  virtual std::uint32_t on_alloc(const AllocatorEventOrigin& origin, bool continues_call, std::uintptr_t address,
+                                 std::size_t size, std::size_t requested, std::size_t split_rest) noexcept {
+    AllocatorEventBatch batch = batch_of(origin, continues_call);
+    if (split_rest != 0) batch.items[batch.count++] = {events::EventKind::split, address, size, split_rest};
+    batch.items[batch.count++] = {events::EventKind::alloc, address, size, requested};
+    return on_events(batch);
+  }
+  // A free of the block at `address` (`size` bytes, `requested` asked for):
+  // its free_requested first when `requested_too` (a free the caller made,
+  // not one completed after stream events), then its free_completed, then
+  // `merge_count` (0-2) merges.
+  virtual void on_free(const AllocatorEventOrigin& origin, bool continues_call, bool requested_too,
+                       std::uintptr_t address, std::size_t size, std::size_t requested, const AllocatorMerge* merges,
+                       std::uint32_t merge_count) noexcept {
+    AllocatorEventBatch batch = batch_of(origin, continues_call);
+    if (requested_too) batch.items[batch.count++] = {events::EventKind::free_requested, address, size, requested};
+    batch.items[batch.count++] = {events::EventKind::free_completed, address, size, requested};
+    for (std::uint32_t i = 0; i < merge_count && batch.count < AllocatorEventBatch::kCapacity; ++i)
+      batch.items[batch.count++] = {events::EventKind::merge, merges[i].address, merges[i].size, merges[i].absorbed};
+    on_events(batch);
+  }
+
+ private:
+  static AllocatorEventBatch batch_of(const AllocatorEventOrigin& origin, bool continues_call) noexcept {
+    AllocatorEventBatch batch;
+    batch.stream = origin.stream;
+    batch.continues_call = continues_call;
+    batch.order = origin.order;
+    batch.order_floor = origin.order_floor;
+    return batch;
   }
 };
 

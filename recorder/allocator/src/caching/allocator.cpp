@@ -125,6 +125,7 @@ Shard& CachingAllocator::Impl::shard_for(Stream stream, PrivatePoolId pool) {
     if (shard && shard->stream == stream && shard->private_pool == pool) return *shard;
     if (!shard) {
       shard = new Shard(stream, pool);
+      shard->origin = AllocatorEventOrigin{stream, &shard->event_order, &event_order_all};
       auto pos = std::lower_bound(shards.begin(), shards.end(), std::pair{stream, pool},
                                   [](const Shard* s, const std::pair<Stream, PrivatePoolId>& k) {
                                     return std::pair{s->stream, s->private_pool} < k;
@@ -149,7 +150,7 @@ void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t s
                                        int split) {
   const bool already_split = block->is_split();
   const std::size_t type = block->small ? stat_small_pool : stat_large_pool;
-  EventBatch batch{observer.load(std::memory_order_acquire)};
+  std::size_t split_rest = 0;  // the split's remainder, 0 for no split
   std::int64_t inactive_split_count = 0;
   std::int64_t inactive_split_bytes = 0;
   if (split < 0 ? should_split(*block, size) : (split > 0 && block->size > size)) {
@@ -167,7 +168,7 @@ void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t s
     block->next = rest;
     block->size = size;
     cache(rest);
-    gather(batch, shard, EventKind::split, block->ptr, size, rest->size);
+    split_rest = rest->size;
     if (block->expandable) {
       // Inactive split bytes exclude expandable segments, as in PyTorch:
       // their free pages can always be unmapped.
@@ -196,8 +197,11 @@ void* CachingAllocator::Impl::hand_out(Shard& shard, Block* block, std::size_t s
     }
     if (block->size >= config.max_split_size) pending.oversize_allocations.increase(1);
   }
-  gather(batch, shard, EventKind::alloc, block->ptr, block->size, requested);
-  block->stack = send(batch);
+  // Read under the shard lock: stop() clears it, then waits for every one.
+  AllocatorObserver* const o = observer.load(std::memory_order_acquire);
+  block->stack = o ? o->on_alloc(shard.origin, continues_call(split_rest ? EventKind::split : EventKind::alloc),
+                                 block->ptr, block->size, requested, split_rest)
+                   : 0;
   shard.live.insert(block->ptr, block);
   maybe_publish(shard);
   return reinterpret_cast<void*>(block->ptr);
@@ -257,10 +261,8 @@ FreeStatus CachingAllocator::Impl::deallocate(void* ptr) noexcept {
       std::lock_guard lock(shard.mutex);
       if (Block* block = shard.live.take(address)) {
         block->allocated = false;
-        EventBatch batch{observer.load(std::memory_order_acquire)};
-        gather(batch, shard, EventKind::free_requested, block->ptr, block->size, block->requested);
         if (!block->stream_uses.empty()) {
-          send(batch);
+          emit(shard, EventKind::free_requested, block->ptr, block->size, block->requested);
           release_allocation_stats(*block);
           if (capturing()) {
             shard.deferred_events.push_back(block);
@@ -269,7 +271,7 @@ FreeStatus CachingAllocator::Impl::deallocate(void* ptr) noexcept {
             insert_events(block);
           }
         } else {
-          free_block(block, /*also_release_allocation=*/true, &batch);
+          free_block(block, /*also_release_allocation=*/true, /*requested_too=*/true);
         }
         maybe_publish(shard);
         return FreeStatus::ok;
@@ -360,14 +362,13 @@ void CachingAllocator::Impl::release_allocation_stats(const Block& block) {
   if (block.size >= config.max_split_size) pending.oversize_allocations.decrease(1);
 }
 
-void CachingAllocator::Impl::free_block(Block* block, bool also_release_allocation, EventBatch* unsent) {
+void CachingAllocator::Impl::free_block(Block* block, bool also_release_allocation, bool requested_too) {
+  const std::uintptr_t original_ptr = block->ptr;
   const std::size_t original_size = block->size;
   const std::size_t requested = block->requested;
   Shard& shard = *block->shard;
-  EventBatch own;
-  EventBatch& batch = unsent ? *unsent : own;
-  if (!unsent) batch.observer = observer.load(std::memory_order_acquire);
-  gather(batch, shard, EventKind::free_completed, block->ptr, block->size, requested);
+  AllocatorMerge merges[2];
+  std::uint32_t merge_count = 0;
   std::int64_t split_count_change = 0;
   std::int64_t split_bytes_change = 0;
   for (int side = 0; side < 2; ++side) {
@@ -377,10 +378,13 @@ void CachingAllocator::Impl::free_block(Block* block, bool also_release_allocati
       block = merged;
       --split_count_change;
       split_bytes_change -= static_cast<std::int64_t>(absorbed);
-      gather(batch, shard, EventKind::merge, block->ptr, block->size, absorbed);
+      merges[merge_count++] = AllocatorMerge{block->ptr, block->size, absorbed};
     }
   }
-  send(batch);
+  // Read under the shard lock: stop() clears it, then waits for every one.
+  if (AllocatorObserver* const o = observer.load(std::memory_order_acquire))
+    o->on_free(shard.origin, continues_call(requested_too ? EventKind::free_requested : EventKind::free_completed),
+               requested_too, original_ptr, original_size, requested, merges, merge_count);
   block->requested = 0;
   block->stack = 0;
   cache(block);

@@ -227,6 +227,7 @@ struct alignas(64) Shard {
   // The observer's order word for this shard (AllocatorEvent::order), under
   // `mutex`: on the same cache line as the lock the event holds.
   std::uint64_t event_order = 0;
+  AllocatorEventOrigin origin;  // this shard's stream and order words, for the observer
   std::vector<Block*> spare_blocks;  // recycled Block objects: no heap allocation per split
   detail::PointerMap<Block> live;    // this shard's allocated blocks by address
   PendingStats unpublished;          // stats changes not yet published
@@ -270,11 +271,10 @@ struct CachingAllocator::Impl {
   // Returns a block whose last user is done to its pool, merging neighbours.
   // With also_release_allocation, also does release_allocation_stats under
   // the same stats lock (the common free with no stream events).
-  struct EventBatch;
-  // `batch`: events of the caller's critical section not yet reported (a
-  // free_requested), sent with free_completed and the merges; null: a batch
-  // of free_block's own.
-  void free_block(Block* block, bool also_release_allocation, EventBatch* batch = nullptr);
+  // Reports the block's free_completed and merges in one observer call
+  // (AllocatorObserver::on_free), after its free_requested when
+  // `requested_too` (the caller's own free, in the same critical section).
+  void free_block(Block* block, bool also_release_allocation, bool requested_too = false);
   void release_allocation_stats(const Block& block);
   Block* try_merge(Block* dst, Block* src);
   void cache(Block* block);
@@ -307,60 +307,6 @@ struct CachingAllocator::Impl {
     event.order = &shard.event_order;
     event.order_floor = &event_order_all;
     return event;
-  }
-  // The events of one critical section of one shard, gathered and reported
-  // in one observer call (AllocatorObserver::on_events): the cached path's
-  // split and alloc, a free's halves and its merges. Nothing is gathered
-  // without an observer. The observer is read once, under the shard lock:
-  // stop() clears it and then waits for every shard lock, so it stays valid
-  // until send().
-  struct EventBatch {
-    EventBatch() noexcept {}  // user-provided: the items are left uninitialized
-    explicit EventBatch(AllocatorObserver* o) noexcept : observer(o) {}
-    AllocatorObserver* observer = nullptr;
-    bool started = false;  // `events` holds the first event's fields
-    // Not initialized until the first event: a batch on the stack costs
-    // nothing with history off.
-    union Events {
-      Events() noexcept {}
-      AllocatorEventBatch batch;
-    } events;
-  };
-  __attribute__((always_inline)) void gather(EventBatch& gathered, Shard& shard, events::EventKind kind,
-                                             std::uintptr_t address, std::size_t size, std::size_t aux) noexcept {
-    if (!gathered.observer) return;
-    AllocatorEventBatch& batch = gathered.events.batch;
-    if (!gathered.started) [[likely]] {
-      start_batch(gathered, shard, kind);
-    } else if (batch.count == AllocatorEventBatch::kCapacity) [[unlikely]] {
-      send(gathered);  // not on any path today: kCapacity covers them
-      start_batch(gathered, shard, kind);
-    }
-    // A later event of the batch leaves t_call_events alone: the first one
-    // made it non-zero, which is all continues_call asks.
-    // The size through a register: callers pass a block's address and size
-    // just after a split or merge stored the size, and the two loads,
-    // combined into one 16-byte load, would wait for that store to retire
-    // (a failed store forwarding, ~5 ns per merge on the dev VM).
-    asm("" : "+r"(size));
-    batch.items[batch.count++] = AllocatorEventBatch::Item{kind, address, size, aux};
-  }
-  // The batch's shared fields, from its first event.
-  __attribute__((always_inline)) void start_batch(EventBatch& gathered, Shard& shard, events::EventKind kind) noexcept {
-    gathered.started = true;
-    AllocatorEventBatch& batch = *::new (static_cast<void*>(&gathered.events.batch)) AllocatorEventBatch;
-    batch.stream = shard.stream;
-    batch.continues_call = continues_call(kind);
-    batch.order = &shard.event_order;
-    batch.order_floor = &event_order_all;
-  }
-  // Reports what was gathered; returns the alloc event's id, if any.
-  static std::uint32_t send(EventBatch& gathered) noexcept {
-    if (!gathered.started) return 0;  // nothing gathered
-    gathered.started = false;
-    const AllocatorEventBatch& batch = gathered.events.batch;
-    if (batch.count == 1) return gathered.observer->on_event(batch.event(0));
-    return gathered.observer->on_events(batch);
   }
   // An event of no one shard (oom, empty_cache), with every shard lock held:
   // the allocator's order word is first raised to every shard's, so that the

@@ -222,6 +222,11 @@ class HistoryRecorder final : public AllocatorObserver {
   // AllocatorObserver: called by the allocator under its shard lock.
   std::uint32_t on_event(const AllocatorEvent& event) noexcept override;
   std::uint32_t on_events(const AllocatorEventBatch& batch) noexcept override;
+  std::uint32_t on_alloc(const AllocatorEventOrigin& origin, bool continues_call, std::uintptr_t address,
+                         std::size_t size, std::size_t requested, std::size_t split_rest) noexcept override;
+  void on_free(const AllocatorEventOrigin& origin, bool continues_call, bool requested_too, std::uintptr_t address,
+               std::size_t size, std::size_t requested, const AllocatorMerge* merges,
+               std::uint32_t merge_count) noexcept override;
 
   struct State;
 
