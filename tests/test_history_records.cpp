@@ -207,3 +207,88 @@ TEST_CASE("events reported in batches (on_events) dump as the same events as one
     }
   }
 }
+
+TEST_CASE("the cached path's calls (on_alloc, on_free) dump as the same events as the batches they stand for") {
+  // The allocator reports its cached alloc and free with their fields as
+  // arguments. Given calls of every shape (with and without a split, with
+  // and without the free_requested, 0-2 merges) on streams that change
+  std::mt19937_64 rng(9);
+  struct Call {
+    bool alloc;
+    AllocatorEventOrigin origin;
+    bool continues_call;
+    bool first_too;  // the split, or the free_requested
+    std::uint64_t address, size, requested, split_rest;
+    AllocatorMerge merges[2];
+    std::uint32_t merge_count;
+  };
+  std::uint64_t order = 0;
+  std::uint64_t floor = 0;
+  std::vector<Call> calls;
+  std::vector<AllocatorEvent> expected;
+  for (int c = 0; c < 20'000; ++c) {
+    Call call{};
+    call.alloc = rng() % 2 == 0;
+    call.origin = AllocatorEventOrigin{Stream{rng() % 3 == 0 ? rng() : 0}, &order, &floor};
+    call.continues_call = rng() % 4 == 0;
+    call.first_too = rng() % 3 != 0;
+    call.address = (rng() % (1u << 20)) * 512;
+    call.size = (1 + rng() % 2048) * 512;
+    call.requested = call.size - rng() % 512;
+    call.split_rest = call.alloc && call.first_too ? (1 + rng() % 4096) * 512 : 0;
+    call.merge_count = call.alloc ? 0 : static_cast<std::uint32_t>(rng() % 3);
+    for (std::uint32_t m = 0; m < call.merge_count; ++m)
+      call.merges[m] = AllocatorMerge{call.address - 512 * m, call.size + 4096 * (m + 1), 4096};
+    AllocatorEvent event{EventKind::alloc, call.origin.stream, call.address, call.size, 0, call.continues_call};
+    auto add = [&](EventKind kind, std::uint64_t address, std::uint64_t size, std::uint64_t aux) {
+      event.kind = kind;
+      event.address = address;
+      event.size = size;
+      event.aux = aux;
+      expected.push_back(event);
+      event.continues_call = true;  // the rest continue the first one's call
+    };
+    if (call.alloc) {
+      if (call.split_rest != 0) add(EventKind::split, call.address, call.size, call.split_rest);
+      add(EventKind::alloc, call.address, call.size, call.requested);
+    } else {
+      if (call.first_too) add(EventKind::free_requested, call.address, call.size, call.requested);
+      add(EventKind::free_completed, call.address, call.size, call.requested);
+      for (std::uint32_t m = 0; m < call.merge_count; ++m)
+        add(EventKind::merge, call.merges[m].address, call.merges[m].size, call.merges[m].absorbed);
+    }
+    calls.push_back(call);
+  }
+  for (const StackCapture stacks : {StackCapture::none, StackCapture::native}) {
+    for (const bool on_free : {false, true}) {
+      CAPTURE(std::string(to_string(stacks)));
+      CAPTURE(on_free);
+      CachingAllocator allocator(test_support::simulated(64 * MiB));
+      HistoryOptions options;
+      options.stacks = stacks;
+      options.stacks_on_free = on_free;
+      options.max_entries = 1u << 20;
+      HistoryRecorder recorder(allocator, options);
+      allocator.set_observer(nullptr);  // only this test reports events
+      // When each is reported through the recorder's own calls
+      std::uint32_t stacked_allocs = 0;
+      for (const Call& call : calls) {
+        if (call.alloc) {
+          const std::uint32_t id = recorder.on_alloc(call.origin, call.continues_call, call.address, call.size,
+                                                     call.requested, call.split_rest);
+          // the alloc's stack id comes back
+          CHECK((id != 0) == (stacks != StackCapture::none));
+          stacked_allocs += id != 0;
+        } else {
+          recorder.on_free(call.origin, call.continues_call, call.first_too, call.address, call.size,
+                           call.requested, call.merges, call.merge_count);
+        }
+      }
+      // Then the dump holds every event, field for field, in order, as the
+      // batches the base class would have built
+      const snapshot::Snapshot s = recorder.take_snapshot();
+      check_dumped(s, expected, allocator.device().index(), stacks, on_free);
+      if (stacks != StackCapture::none) CHECK(stacked_allocs > 0);
+    }
+  }
+}
