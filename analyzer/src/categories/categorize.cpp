@@ -53,7 +53,8 @@ class CategoryWalk {
         pools_(config),
         max_kept_(options.max_kept_changes),
         moments_(options.moments),
-        ranges_(options.allocated_max_ranges) {
+        ranges_(options.allocated_max_ranges),
+        annotation_phases_(head.strings.size(), kPhaseUnread) {
     result_.device = device;
     result_.kept_ = max_kept_ != 0;
     // Blocks alive before the first event: categorized by their stacks alone.
@@ -63,7 +64,8 @@ class CategoryWalk {
       life.made_in = life.evidence.phase;
       life.known_start = false;
       const std::size_t id = add(block.size, life);
-      hold(block.address, Live{id, block.size, block.requested, block.stack, life});
+      bool fresh = false;
+      hold(block.address, fresh) = Live{id, block.size, block.requested, block.stack, life};
       keep({kNoEvent, id, block.address, block.size, block.stack.value, false, block.requested});
     });
     while (next_moment_ < moments_.size() && moments_[next_moment_] == kNoEvent) capture(kNoEvent);
@@ -93,7 +95,7 @@ class CategoryWalk {
   // the walk's (then applied() after the replay applied it).
   bool before(std::size_t i, const Event& e) {
     if (e.kind == EventKind::annotation_begin || e.kind == EventKind::annotation_end) {
-      const Phase phase = categories::phase_of_annotation(annotation_name(head_, e));
+      const Phase phase = annotation_phase(e);
       if (e.kind == EventKind::annotation_begin) phases_.annotation_begin(phase);
       else phases_.annotation_end(phase);
       return false;
@@ -103,6 +105,8 @@ class CategoryWalk {
       tag(e);
       return false;
     }
+    // A free's allocation, found once for says_where() and shrank().
+    if (e.kind == EventKind::free_requested) freed_slot_ = live_at_.find(e.address);
     if (says_where(e)) phases_.observe(evidence_.of(e.stack));
     routes_before_ = pools_.routes.size();
     if (e.kind != EventKind::split && e.kind != EventKind::merge) pools_.before(i, e, engine_);
@@ -139,10 +143,7 @@ class CategoryWalk {
       case EventKind::alloc:
       case EventKind::segment_alloc:
       case EventKind::segment_map: return true;
-      case EventKind::free_requested: {
-        const Live* live = held(e.address);
-        return live == nullptr || live->stack != e.stack;
-      }
+      case EventKind::free_requested: return freed_slot_ == nullptr || live_slots_[*freed_slot_].stack != e.stack;
       default: return false;
     }
   }
@@ -218,6 +219,16 @@ class CategoryWalk {
 
  private:
   static constexpr std::uint8_t kUntagged = 0xff;
+  static constexpr std::uint8_t kPhaseUnread = 0xff;
+
+  // An annotation's phase, read once per name: a trace repeats a few names
+  // millions of times.
+  Phase annotation_phase(const Event& e) {
+    if (e.aux >= annotation_phases_.size()) return categories::phase_of_annotation(annotation_name(head_, e));
+    std::uint8_t& phase = annotation_phases_[e.aux];
+    if (phase == kPhaseUnread) phase = static_cast<std::uint8_t>(categories::phase_of_annotation(annotation_name(head_, e)));
+    return static_cast<Phase>(phase);
+  }
 
   void give_up_sums() {
     ranges_.give_up();
@@ -254,27 +265,22 @@ class CategoryWalk {
   // The allocations alive now: address -> slot of live_slots_, whose free
   // slots are reused, so memory follows the live set (an unordered_map's
   // node allocation per alloc and free per free was a tenth of the walk).
-  // Returns false where the address was held already (then replaced).
-  bool hold(std::uint64_t address, const Live& live) {
-    if (const std::uint32_t* slot = live_at_.find(address)) {
-      live_slots_[*slot] = live;
-      return false;
-    }
-    std::uint32_t slot;
+  // Returns the slot to fill for an allocation at `address`; `fresh` is
+  // false where the address was held already (its allocation is replaced).
+  // One probe of the map.
+  Live& hold(std::uint64_t address, bool& fresh) {
+    const std::size_t held_before = live_at_.size();
+    std::uint32_t& slot = live_at_.find_or_insert(address);
+    fresh = live_at_.size() != held_before;
+    if (!fresh) return live_slots_[slot];
     if (!free_slots_.empty()) {
       slot = free_slots_.back();
       free_slots_.pop_back();
-      live_slots_[slot] = live;
     } else {
       slot = static_cast<std::uint32_t>(live_slots_.size());
-      live_slots_.push_back(live);
+      live_slots_.emplace_back();
     }
-    live_at_.insert(address, slot);
-    return true;
-  }
-  const Live* held(std::uint64_t address) const {
-    const std::uint32_t* slot = live_at_.find(address);
-    return slot != nullptr ? &live_slots_[*slot] : nullptr;
+    return live_slots_[slot];
   }
   void release(std::uint64_t address, std::uint32_t slot) {
     live_slots_[slot].held = false;
@@ -314,14 +320,16 @@ class CategoryWalk {
   // The rules, once the allocation's life is known. A size is a parameter's
   // when the frames showed a parameter of that size made before (any size,
   // while none was seen: a trace that began after the model was built).
-  // A tagged allocation takes its tag instead.
-  void settle(std::size_t id, std::uint64_t bytes, Lifetime& life, std::uint8_t tag = kUntagged) {
+  // A tagged allocation takes its tag instead. Returns the category.
+  Category settle(std::size_t id, std::uint64_t bytes, Lifetime& life, std::uint8_t tag = kUntagged) {
     if (tag != kUntagged) {
       result_.set_category(id, {static_cast<Category>(tag), CategorySource::exact});
-      return;
+      return static_cast<Category>(tag);
     }
     life.parameter_sized = parameter_sizes_.empty() || parameter_sizes_.contains(bytes);
-    result_.set_category(id, {categories::infer_category(life), CategorySource::inferred});
+    const Category category = categories::infer_category(life);
+    result_.set_category(id, {category, CategorySource::inferred});
+    return category;
   }
 
   void grew(std::size_t i, const Event& e, std::uint64_t bytes, bool routed) {
@@ -335,9 +343,20 @@ class CategoryWalk {
     const std::uint64_t requested = e.kind == EventKind::alloc ? e.aux : bytes;
     keep({i, id, e.address, bytes, e.stack.value, false, requested});
     if (e.kind == EventKind::alloc) {
+      // Filled in place, field by field: a Live built aside and copied in
+      // stalled on its own stores.
+      bool fresh = false;
+      Live& live = hold(e.address, fresh);
+      live.id = id;
+      live.bytes = bytes;
+      live.requested = requested;
+      live.stack = e.stack;
+      live.life = life;
+      live.held = true;
+      live.tag = kUntagged;
       // A block at an address still held (a damaged trace): the one held
       // leaves the walk unsettled, as the Follower keeps it.
-      if (!hold(e.address, Live{id, bytes, requested, e.stack, life})) give_up_sums();
+      if (!fresh) give_up_sums();
     } else {
       settle(id, bytes, life);  // nothing frees it: alive to the end
       forever_.push_back({id, bytes, requested});
@@ -345,19 +364,19 @@ class CategoryWalk {
   }
 
   void shrank(std::size_t i, const Event& e, std::uint64_t bytes) {
-    const std::uint32_t* slot = live_at_.find(e.address);
+    const std::uint32_t* slot = e.kind == EventKind::free_requested ? freed_slot_ : live_at_.find(e.address);
     if (slot != nullptr && live_slots_[*slot].bytes == bytes) {
-      Live live = live_slots_[*slot];
-      release(e.address, *slot);
+      const std::uint32_t at = *slot;
+      Live& live = live_slots_[at];
       live.life.freed = true;
       live.life.freed_in = phases_.phase();
       live.life.freed_instance = phases_.instance();
-      settle(live.id, bytes, live.life, live.tag);
-      const Category category = result_.category_of(live.id).category;
+      const Category category = settle(live.id, bytes, live.life, live.tag);
       ranges_.freed(live.id, bytes, live.requested, category);
       rows_.freed(live.id, bytes, live.requested, category);
       peak_.freed(live.id, bytes, live.requested, category);
       keep({i, live.id, e.address, bytes, live.stack.value, true, live.requested});
+      release(e.address, at);
       return;
     }
     // allocated fell by bytes no recorded allocation holds (a damaged trace
@@ -400,6 +419,8 @@ class CategoryWalk {
   CategoryBytes end_bytes_;
   std::size_t routes_before_ = 0;
   std::uint64_t allocated_before_ = 0;
+  const std::uint32_t* freed_slot_ = nullptr;  // before() of a free_requested: its allocation's slot, if held
+  std::vector<std::uint8_t> annotation_phases_;  // per string id: a Phase, or kPhaseUnread
 };
 
 Categorization categorize(EventSource& source, std::int32_t device, const CategorizeOptions& options) {
@@ -440,16 +461,22 @@ SharedWalk::SharedWalk(EventSource& source, std::int32_t device, Replay& replay)
 
 SharedWalk::~SharedWalk() = default;
 
-void SharedWalk::before(std::size_t i, const Event& e) { follows_ = walk_->before(i, e); }
+bool SharedWalk::walk_before(std::size_t i, const Event& e) { return walk_->before(i, e); }
 
-void SharedWalk::after(std::size_t i, const Event& e) {
+void SharedWalk::walk_after(std::size_t i, const Event& e) {
   if (follows_) walk_->applied(i, e);
-  follows_ = false;
+  follows_ = row_ended_ = false;
   walk_->track(i);
 }
 
-void SharedWalk::start_row() { walk_->start_row(); }
-void SharedWalk::row_ends() { walk_->row_ends(); }
+void SharedWalk::start_row() {
+  walk_->start_row();
+  row_ended_ = true;
+}
+void SharedWalk::row_ends() {
+  walk_->row_ends();
+  row_ended_ = true;
+}
 
 std::shared_ptr<const Categorization> SharedWalk::finish(const Analysis& a, std::shared_ptr<const InitialLayout> start) {
   std::vector<std::pair<std::size_t, std::size_t>> rows;

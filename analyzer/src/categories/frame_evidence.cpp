@@ -109,15 +109,13 @@ void read_native(FrameEvidence& e, std::string_view function, std::string_view m
 }  // namespace
 
 FrameEvidenceCache::FrameEvidenceCache(const snapshot::Snapshot& head)
-    : head_(head), evidence_(head.stacks.size()), known_(head.stacks.size(), false) {}
+    : head_(head), evidence_(head.stacks.size()), known_(head.stacks.size(), 0) {}
 
-const FrameEvidence& FrameEvidenceCache::of(snapshot::StackId stack) {
+const FrameEvidence& FrameEvidenceCache::first_of(snapshot::StackId stack) {
   static const FrameEvidence kNone{};
   if (stack.value >= evidence_.size()) return kNone;
-  if (!known_[stack.value]) {
-    evidence_[stack.value] = read(stack);
-    known_[stack.value] = true;
-  }
+  evidence_[stack.value] = read(stack);
+  known_[stack.value] = 1;
   return evidence_[stack.value];
 }
 

@@ -29,13 +29,20 @@ struct FrameEvidence {
 class FrameEvidenceCache {
  public:
   explicit FrameEvidenceCache(const snapshot::Snapshot& head);
-  const FrameEvidence& of(snapshot::StackId stack);
+  // Inline: the walk asks once or twice per allocation, nearly always of a
+  // stack read already.
+  const FrameEvidence& of(snapshot::StackId stack) {
+    if (stack.value < known_.size() && known_[stack.value]) [[likely]]
+      return evidence_[stack.value];
+    return first_of(stack);
+  }
 
  private:
+  const FrameEvidence& first_of(snapshot::StackId stack);
   FrameEvidence read(snapshot::StackId stack) const;
   const snapshot::Snapshot& head_;
   std::vector<FrameEvidence> evidence_;
-  std::vector<bool> known_;
+  std::vector<std::uint8_t> known_;
 };
 
 }  // namespace cachealloc::analyzer::categories

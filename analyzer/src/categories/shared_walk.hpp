@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "cachealloc/analyzer/categories.hpp"
+#include "cachealloc/snapshot/model.hpp"
 
 namespace cachealloc {
 struct AllocatorConfig;
@@ -33,10 +34,21 @@ class SharedWalk {
   SharedWalk(const SharedWalk&) = delete;
   SharedWalk& operator=(const SharedWalk&) = delete;
 
-  void before(std::size_t i, const snapshot::Event& e);
+  // Inline, with the walk behind one call only for the events it follows:
+  // a split or a merge (a third of a trace) changes nothing the walk sees
+  // (neither allocated nor what precedes an alloc), and after an event that
+  // changed nothing the walk's sums need no look unless a timeline row just
+  // ended (the next event opens the next row).
+  void before(std::size_t i, const snapshot::Event& e) {
+    if (e.kind == snapshot::EventKind::split || e.kind == snapshot::EventKind::merge) return;
+    follows_ = walk_before(i, e);
+  }
   // After the replay applied event i, and after the timeline row that ends
   // before it ended (row_ends).
-  void after(std::size_t i, const snapshot::Event& e);
+  void after(std::size_t i, const snapshot::Event& e) {
+    if (!follows_ && !row_ended_) return;
+    walk_after(i, e);
+  }
   // The timeline's row before the first event.
   void start_row();
   // The timeline row open ends after the last event given.
@@ -51,8 +63,11 @@ class SharedWalk {
  private:
   EventSource& source_;
   std::unique_ptr<const AllocatorConfig> config_;  // the walk keeps a reference to it
+  bool walk_before(std::size_t i, const snapshot::Event& e);
+  void walk_after(std::size_t i, const snapshot::Event& e);
   std::unique_ptr<CategoryWalk> walk_;
-  bool follows_ = false;
+  bool follows_ = false;    // the walk follows the event between before() and after()
+  bool row_ended_ = false;  // since the walk's last look
 };
 
 }  // namespace categories
