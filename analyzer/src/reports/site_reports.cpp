@@ -114,7 +114,11 @@ std::vector<Column> allocation_columns() {
 Document peak_report(EventSource& source, const ReportOptions& options) {
   const Snapshot& snapshot = source.head();
   SiteNamer names(snapshot, options.sites);
-  const Analysis a = analyze(source, detail::analysis_options(options));
+  // The categories walk follows the analysis's replay: its sums at the
+  // allocated peak need no walk of their own.
+  AnalysisOptions analysis = detail::analysis_options(options);
+  analysis.categories = true;
+  const Analysis a = analyze(source, analysis);
   const Peak& peak = options.peak_reserved ? a.peak_reserved : a.peak_allocated;
   const char* metric = options.peak_reserved ? "reserved" : "allocated";
   // Second pass: the full live set at the peak, for the per-allocation listing.
@@ -141,7 +145,8 @@ Document peak_report(EventSource& source, const ReportOptions& options) {
       .add("allocated_bytes", "allocated then", live, Unit::bytes)
       .add("allocation_count", "allocations live then", static_cast<std::uint64_t>(blocks.size()), Unit::count)
       .add("site_count", "sites", static_cast<std::uint64_t>(groups.size()), Unit::count);
-  const Categorization categories = categorize(source, a.device, detail::from_start_of(a));
+  const std::shared_ptr<const Categorization> categorized = detail::categories_of(source, a, detail::from_start_of(a));
+  const Categorization& categories = *categorized;
   detail::add_category_table(doc, "categories", "live allocations by category (" + detail::category_source(categories) + ")",
                              {{"bytes", "bytes", Unit::bytes}}, {categories.at(until)}, categories);
   doc.notes.push_back(detail::category_note(detail::category_source(categories)));
