@@ -77,6 +77,33 @@ TEST_CASE("freeing the front half of a split block records a merge with the free
   CHECK(merge.aux == 14 * MiB);
 }
 
+TEST_CASE("freeing a block between two free ones records a merge with each: the lower first, then the upper") {
+  // Given a 20 MiB segment split into 4, 6 and 10 MiB blocks, the 4 MiB
+  // and the 10 MiB ones free again
+  CachingAllocator allocator(test_support::simulated());
+  allocator.deallocate(allocator.allocate(20 * MiB));
+  void* low = allocator.allocate(4 * MiB);
+  void* middle = allocator.allocate(6 * MiB);
+  REQUIRE(test_support::address(middle) == test_support::address(low) + 4 * MiB);
+  allocator.deallocate(low);
+  HistoryRecorder recorder(allocator, without_stacks());
+  // When the middle block is freed
+  allocator.deallocate(middle);
+  // Then it merges with the block below, which keeps its address, and the
+  // merged block then with the one above: the whole segment
+  const snapshot::Snapshot s = recorder.take_snapshot();
+  CHECK(kinds(s) == std::vector<EventKind>{EventKind::free_requested, EventKind::free_completed, EventKind::merge,
+                                           EventKind::merge});
+  const snapshot::Event& below = s.events[2];
+  CHECK(below.address == test_support::address(low));
+  CHECK(below.size == 10 * MiB);
+  CHECK(below.aux == 4 * MiB);
+  const snapshot::Event& above = s.events[3];
+  CHECK(above.address == test_support::address(low));
+  CHECK(above.size == 20 * MiB);
+  CHECK(above.aux == 10 * MiB);
+}
+
 TEST_CASE("simulated: a free after record_stream completes only once the other stream's event has") {
   auto device = test_support::simulated();
   CachingAllocator allocator(device);
