@@ -367,36 +367,41 @@ void CachingAllocator::Impl::free_block(Block* block, bool also_release_allocati
   const std::size_t original_size = block->size;
   const std::size_t requested = block->requested;
   Shard& shard = *block->shard;
-  // Read under the shard lock: stop() clears it, then waits for every one.
-  AllocatorObserver* const o = observer.load(std::memory_order_acquire);
-  AllocatorMerge merges[2];
-  std::uint32_t merge_count = 0;
-  // The merged block's address and size, kept in registers: reading them
-  // back from the block just after try_merge stored the size would load
-  // both in one 16-byte load that waits for that store to retire (a failed
-  // store forwarding, a few ns per merge).
-  std::uintptr_t merged_ptr = original_ptr;
-  std::size_t merged_size = original_size;
+  std::size_t below = 0, above = 0;  // bytes merged in from each side, 0 for none
   std::int64_t split_count_change = 0;
   std::int64_t split_bytes_change = 0;
   for (int side = 0; side < 2; ++side) {
     Block* neighbour = side == 0 ? block->prev : block->next;
     const std::size_t absorbed = neighbour ? neighbour->size : 0;
-    const std::uintptr_t neighbour_ptr = neighbour ? neighbour->ptr : 0;
     if (Block* merged = try_merge(block, neighbour)) {
       block = merged;
       --split_count_change;
       split_bytes_change -= static_cast<std::int64_t>(absorbed);
-      if (o) {
-        if (side == 0) merged_ptr = neighbour_ptr;  // the lower block survives, at its address
-        merged_size += absorbed;
-        merges[merge_count++] = AllocatorMerge{merged_ptr, merged_size, absorbed};
-      }
+      (side == 0 ? below : above) = absorbed;
     }
   }
-  if (o)
+  // Read under the shard lock: stop() clears it, then waits for every one.
+  if (AllocatorObserver* const o = observer.load(std::memory_order_acquire)) {
+    // The merges' blocks from the sizes alone (blocks of a segment are
+    // contiguous; the lower one survives a merge, at its address): reading
+    // them back from the block just after try_merge stored its size would
+    // wait for that store to retire (a failed store forwarding).
+    AllocatorMerge merges[2];
+    std::uint32_t merge_count = 0;
+    std::uintptr_t merged_ptr = original_ptr;
+    std::size_t merged_size = original_size;
+    if (below != 0) {
+      merged_ptr -= below;
+      merged_size += below;
+      merges[merge_count++] = AllocatorMerge{merged_ptr, merged_size, below};
+    }
+    if (above != 0) {
+      merged_size += above;
+      merges[merge_count++] = AllocatorMerge{merged_ptr, merged_size, above};
+    }
     o->on_free(shard.origin, continues_call(requested_too ? EventKind::free_requested : EventKind::free_completed),
                requested_too, original_ptr, original_size, requested, merges, merge_count);
+  }
   block->requested = 0;
   block->stack = 0;
   cache(block);

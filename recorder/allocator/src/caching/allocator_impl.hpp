@@ -227,7 +227,6 @@ struct alignas(64) Shard {
   // The observer's order word for this shard (AllocatorEvent::order), under
   // `mutex`: on the same cache line as the lock the event holds.
   std::uint64_t event_order = 0;
-  AllocatorEventOrigin origin;  // this shard's stream and order words, for the observer
   std::vector<Block*> spare_blocks;  // recycled Block objects: no heap allocation per split
   detail::PointerMap<Block> live;    // this shard's allocated blocks by address
   PendingStats unpublished;          // stats changes not yet published
@@ -238,6 +237,9 @@ struct alignas(64) Shard {
 
   UnmappedSet small_unmapped;
   UnmappedSet large_unmapped;
+  // This shard's stream and order words, for the observer: last, so that
+  // the fields the cached path touches keep their cache lines.
+  AllocatorEventOrigin origin;
 
   FreeSet& pool(bool small_pool) noexcept { return small_pool ? small_blocks : large_blocks; }
   UnmappedSet& unmapped(bool small_pool) noexcept { return small_pool ? small_unmapped : large_unmapped; }
