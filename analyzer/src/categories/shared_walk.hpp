@@ -13,16 +13,9 @@
 
 #include "cachealloc/analyzer/categories.hpp"
 #include "cachealloc/snapshot/model.hpp"
+#include "categories/category_walk.hpp"
 
-namespace cachealloc {
-struct AllocatorConfig;
-}
-
-namespace cachealloc::analyzer {
-
-class CategoryWalk;
-
-namespace categories {
+namespace cachealloc::analyzer::categories {
 
 class SharedWalk {
  public:
@@ -34,20 +27,21 @@ class SharedWalk {
   SharedWalk(const SharedWalk&) = delete;
   SharedWalk& operator=(const SharedWalk&) = delete;
 
-  // Inline, with the walk behind one call only for the events it follows:
-  // a split or a merge (a third of a trace) changes nothing the walk sees
+  // Inline, the walk's own calls too (category_walk.hpp): a split or a merge (a third of a trace) changes nothing the walk sees
   // (neither allocated nor what precedes an alloc), and after an event that
   // changed nothing the walk's sums need no look unless a timeline row just
   // ended (the next event opens the next row).
   void before(std::size_t i, const snapshot::Event& e) {
     if (e.kind == snapshot::EventKind::split || e.kind == snapshot::EventKind::merge) return;
-    follows_ = walk_before(i, e);
+    follows_ = walk_.before(i, e);
   }
   // After the replay applied event i, and after the timeline row that ends
   // before it ended (row_ends).
   void after(std::size_t i, const snapshot::Event& e) {
     if (!follows_ && !row_ended_) return;
-    walk_after(i, e);
+    if (follows_) walk_.applied(i, e);
+    follows_ = row_ended_ = false;
+    walk_.track(i);
   }
   // The timeline's row before the first event.
   void start_row();
@@ -63,12 +57,9 @@ class SharedWalk {
  private:
   EventSource& source_;
   std::unique_ptr<const AllocatorConfig> config_;  // the walk keeps a reference to it
-  bool walk_before(std::size_t i, const snapshot::Event& e);
-  void walk_after(std::size_t i, const snapshot::Event& e);
-  std::unique_ptr<CategoryWalk> walk_;
+  CategoryWalk walk_;
   bool follows_ = false;    // the walk follows the event between before() and after()
   bool row_ended_ = false;  // since the walk's last look
 };
 
-}  // namespace categories
-}  // namespace cachealloc::analyzer
+}  // namespace cachealloc::analyzer::categories

@@ -9,23 +9,6 @@ namespace cachealloc::analyzer::whatif {
 using snapshot::Event;
 using snapshot::EventKind;
 
-void PoolInference::before(std::size_t i, const Event& e, const Replay& engine) {
-  if (e.kind == EventKind::split || e.kind == EventKind::merge) return;
-  const EventKind previous = previous_;
-  previous_ = e.kind;
-  if (config_.expandable_segments) return;
-  switch (e.kind) {
-    case EventKind::segment_alloc:
-      reserved_address_ = e.address;
-      reserved_size_ = e.size;
-      reserved_before_ = true;
-      return;
-    case EventKind::segment_release: on_release(i, e, previous); return;
-    case EventKind::alloc: on_alloc(i, e, engine, previous); return;
-    default: return;
-  }
-}
-
 void PoolInference::on_release(std::size_t i, const Event& e, EventKind previous) {
   // (Our recorder's empty_cache event follows its releases.)
   if (previous != EventKind::segment_release) run_start_ = i;
@@ -39,9 +22,7 @@ void PoolInference::on_release(std::size_t i, const Event& e, EventKind previous
   }
 }
 
-void PoolInference::on_alloc(std::size_t i, const Event& e, const Replay& engine, EventKind previous) {
-  const bool fresh = reserved_before_ && previous == EventKind::segment_alloc && reserved_address_ == e.address;
-  reserved_before_ = false;
+void PoolInference::on_alloc(std::size_t i, const Event& e, const Replay& engine, bool fresh) {
   std::uint32_t pool = 0;
   const auto open = open_.find(e.stream);
   if (fresh) {
