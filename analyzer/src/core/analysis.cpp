@@ -323,6 +323,9 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   if (options.progress) options.progress(n, n);
 
   finish(a, replay, pass.at_peak_allocated, pass.at_peak_reserved);
+  if (options.live_at_peak != AnalysisOptions::LiveAtPeak::none && pass.live_at_peak.consistent() &&
+      a.anomalies.total() == 0 && replay.overlapping_segments() == 0)
+    a.live_at_peak = pass.live_at_peak.blocks();
   if (categories_walk) a.categories = categories_walk->finish(a, start);
   return a;
 }

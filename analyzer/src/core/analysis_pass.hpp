@@ -11,6 +11,7 @@
 
 #include "cachealloc/analyzer/analysis.hpp"
 #include "categories/shared_walk.hpp"
+#include "core/peak_live_set.hpp"
 #include "core/replay_hot.hpp"
 
 namespace cachealloc::analyzer::pass {
@@ -120,6 +121,7 @@ class WindowPass {
                    : 0;
     bucket_end_ = buckets_ ? a.window.begin + window_size_ / buckets_ : 0;
     row_.first_event = a.window.begin;
+    live_at_peak_ = options.live_at_peak;
   }
 
   // The categories walk follows this pass's replay (serial, whole trace
@@ -202,14 +204,18 @@ class WindowPass {
       if (const std::optional<snapshot::StackId> touched = replay_.last_touched_stack()) {
         at_peak_allocated.touch(*touched);
         at_peak_reserved.touch(*touched);
+        // Only an alloc or a free changes the allocated set, at its address.
+        if (live_at_peak_ != AnalysisOptions::LiveAtPeak::none) live_at_peak.touch(e.address);
       }
       if (t.allocated > a_.peak_allocated.bytes) {
         record_peak(a_.peak_allocated, t.allocated, i, e.time_ns, replay_);
         at_peak_allocated.new_peak(replay_);
+        if (live_at_peak_ == AnalysisOptions::LiveAtPeak::allocated) live_at_peak.new_peak(replay_);
       }
       if (t.reserved > a_.peak_reserved.bytes) {
         record_peak(a_.peak_reserved, t.reserved, i, e.time_ns, replay_);
         at_peak_reserved.new_peak(replay_);
+        if (live_at_peak_ == AnalysisOptions::LiveAtPeak::reserved) live_at_peak.new_peak(replay_);
         a_.cache_at_peak_reserved = replay_.cache_figures(false);
         peak_cache_pending_ = true;
         peak_call_done_ = false;
@@ -301,6 +307,8 @@ class WindowPass {
 
   SitePeakTracker at_peak_allocated;
   SitePeakTracker at_peak_reserved;
+  // AnalysisOptions::live_at_peak's peak, when asked for.
+  PeakLiveSet live_at_peak;
 
  private:
   static bool is_request(EventKind kind) {
@@ -335,6 +343,7 @@ class WindowPass {
     a_.peak_segments = t.segments;
     at_peak_allocated.start(replay_);
     at_peak_reserved.start(replay_);
+    if (live_at_peak_ != AnalysisOptions::LiveAtPeak::none) live_at_peak.start(replay_);
   }
 
   [[gnu::noinline]] void settle_peak_cache() {
@@ -367,6 +376,7 @@ class WindowPass {
   Analysis& a_;
   Replay& replay_;
   categories::SharedWalk* walk_ = nullptr;
+  AnalysisOptions::LiveAtPeak live_at_peak_ = AnalysisOptions::LiveAtPeak::none;
   bool per_event_ = false;
   std::size_t window_size_ = 0;
   std::size_t buckets_ = 0;

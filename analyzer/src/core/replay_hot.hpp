@@ -234,6 +234,13 @@ inline void Replay::segment_enter(const SegmentNode& segment) noexcept {
   else if (!segment.expandable) totals_.inactive_split += segment.inactive;
 }
 
+inline std::optional<Replay::LiveBlock> Replay::allocated_at(std::uint64_t address) const {
+  const std::uint32_t id = block_at_.find(address);
+  if (id == kNone || blocks_[id].state != snapshot::BlockState::active_allocated) return std::nullopt;
+  const BlockNode& b = blocks_[id];
+  return LiveBlock{b.address, b.size, b.requested, b.stack};
+}
+
 inline void Replay::add_live(snapshot::StackId stack, std::uint64_t bytes) {
   if (stack.value >= live_bytes_by_stack_.size()) {
     live_bytes_by_stack_.resize(stack.value + 1, 0);

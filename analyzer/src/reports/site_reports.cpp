@@ -50,14 +50,18 @@ std::vector<SiteGroup> group_by_site(const std::vector<Replay::LiveBlock>& block
   return result;
 }
 
+void sort_largest_first(std::vector<Replay::LiveBlock>& blocks) {
+  std::sort(blocks.begin(), blocks.end(), [](const Replay::LiveBlock& x, const Replay::LiveBlock& y) {
+    return x.size != y.size ? x.size > y.size : x.address < y.address;
+  });
+}
+
 std::vector<Replay::LiveBlock> live_blocks(const Replay& replay, std::uint64_t min_size) {
   std::vector<Replay::LiveBlock> blocks;
   replay.for_each_allocated([&](const Replay::LiveBlock& b) {
     if (b.size >= min_size) blocks.push_back(b);
   });
-  std::sort(blocks.begin(), blocks.end(), [](const Replay::LiveBlock& x, const Replay::LiveBlock& y) {
-    return x.size != y.size ? x.size > y.size : x.address < y.address;
-  });
+  sort_largest_first(blocks);
   return blocks;
 }
 
@@ -116,15 +120,23 @@ Document peak_report(EventSource& source, const ReportOptions& options) {
   SiteNamer names(snapshot, options.sites);
   // The categories walk follows the analysis's replay: its sums at the
   // allocated peak need no walk of their own.
+  // So does the live set at the peak, for the per-allocation listing,
+  // unless the pass could not keep it: then a second pass replays to it.
   AnalysisOptions analysis = detail::analysis_options(options);
   analysis.categories = true;
-  const Analysis a = analyze(source, analysis);
+  analysis.live_at_peak =
+      options.peak_reserved ? AnalysisOptions::LiveAtPeak::reserved : AnalysisOptions::LiveAtPeak::allocated;
+  Analysis a = analyze(source, analysis);
   const Peak& peak = options.peak_reserved ? a.peak_reserved : a.peak_allocated;
   const char* metric = options.peak_reserved ? "reserved" : "allocated";
-  // Second pass: the full live set at the peak, for the per-allocation listing.
   std::vector<Replay::LiveBlock> blocks;
   const std::size_t until = peak.event == kNoEvent ? (a.window.begin == 0 ? kNoEvent : a.window.begin - 1) : peak.event;
-  replay_to(source, a.device, until, [&](const Replay& replay) { blocks = live_blocks(replay, 0); }, options.progress);
+  if (a.live_at_peak) {
+    blocks = std::move(*a.live_at_peak);
+    sort_largest_first(blocks);
+  } else {
+    replay_to(source, a.device, until, [&](const Replay& replay) { blocks = live_blocks(replay, 0); }, options.progress);
+  }
   const std::vector<SiteGroup> groups = group_by_site(blocks, names);
   std::uint64_t live = 0;
   for (const auto& b : blocks) live += b.size;

@@ -100,6 +100,12 @@ struct AnalysisOptions {
   // and a report reads the events once instead of twice. Memory: the walk's
   // (categories.hpp).
   bool categories = false;
+  // Also keep the allocations live at the allocated or the reserved peak
+  // (Analysis::live_at_peak), so that a report that lists them (peak) reads
+  // the events once instead of replaying them to the peak again. Costs a
+  // hash probe per alloc and free; memory: that live set and the addresses
+  // touched after the last new maximum.
+  enum class LiveAtPeak { none, allocated, reserved } live_at_peak = LiveAtPeak::none;
 };
 
 // Where a figure reached its maximum.
@@ -195,6 +201,11 @@ struct Analysis {
   // AnalysisOptions::categories, where the pass could take them; null
   // otherwise (a window, several threads): categorize() then.
   std::shared_ptr<const Categorization> categories;
+  // AnalysisOptions::live_at_peak: the allocated blocks after the peak's
+  // event (at the window's start for a peak at kNoEvent), in no order, where
+  // the one-thread pass kept them from a trace without ReplayAnomalies;
+  // absent otherwise (several threads, a damaged trace): replay_to() then.
+  std::optional<std::vector<Replay::LiveBlock>> live_at_peak;
 
   // The allocator already held memory when the ring began (the history was
   // switched on mid-run, or a PyTorch ring overflowed without saying so).

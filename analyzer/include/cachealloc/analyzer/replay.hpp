@@ -225,6 +225,11 @@ class Replay {
     }
   }
 
+  // The allocated block (not pending) that starts at `address`, if any.
+  // O(1). Defined in analyzer/src/core/replay_hot.hpp: callable only from
+  // analyzer/src.
+  inline std::optional<LiveBlock> allocated_at(std::uint64_t address) const;
+
   // Open annotations, outermost first.
   const std::vector<snapshot::StringId>& open_annotations() const noexcept { return annotations_; }
 
