@@ -3,6 +3,9 @@
 // final layout stored in the snapshot.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <tuple>
+
 #include "../analyzer/testing/trace_builder.hpp"
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/replay.hpp"
@@ -263,4 +266,68 @@ TEST_CASE("a total made impossible is refused at the event that made it; split, 
     }
     CHECK(refused.find("replaying event 4 gives an impossible state on device 0") != std::string::npos);
   }
+}
+
+namespace {
+
+std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint32_t>> sorted_blocks(
+    const std::vector<Replay::LiveBlock>& blocks) {
+  std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint32_t>> result;
+  for (const Replay::LiveBlock& b : blocks) result.emplace_back(b.address, b.size, b.requested, b.stack.value);
+  std::sort(result.begin(), result.end());
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("the analysis keeps the allocations live at the allocated or reserved peak as a replay to the peak finds them") {
+  using LiveAtPeak = analyzer::AnalysisOptions::LiveAtPeak;
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    for (std::size_t dropped : {0ul, 2'000ul}) {
+      for (const LiveAtPeak which : {LiveAtPeak::allocated, LiveAtPeak::reserved}) {
+        for (const analyzer::EventWindow window : {analyzer::EventWindow{}, analyzer::EventWindow{3'000, 9'000}}) {
+          // given a random trace, whole or begun after a ring overflow, and a window
+          auto snap = analyzer::testing::random_trace(seed, 20'000);
+          snap.events.erase(snap.events.begin(), snap.events.begin() + static_cast<std::ptrdiff_t>(dropped));
+          snap.dropped_events = dropped;
+          // when the analysis keeps the live set at the peak
+          analyzer::AnalysisOptions options;
+          options.window = window;
+          options.live_at_peak = which;
+          const analyzer::Analysis a = analyzer::analyze(snap, options);
+          // then it holds what a replay to the peak's event holds
+          CAPTURE(seed);
+          CAPTURE(dropped);
+          CAPTURE(window.begin);
+          REQUIRE(a.live_at_peak.has_value());
+          const analyzer::Peak& peak = which == LiveAtPeak::allocated ? a.peak_allocated : a.peak_reserved;
+          const std::size_t until =
+              peak.event == analyzer::kNoEvent ? (a.window.begin == 0 ? analyzer::kNoEvent : a.window.begin - 1) : peak.event;
+          std::vector<Replay::LiveBlock> replayed;
+          analyzer::replay_to(snap, a.device, until, [&](const Replay& replay) {
+            replay.for_each_allocated([&](const Replay::LiveBlock& b) { replayed.push_back(b); });
+          });
+          CHECK(!replayed.empty());
+          CHECK(sorted_blocks(*a.live_at_peak) == sorted_blocks(replayed));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a trace the replay finds damaged leaves the live set at the peak to a replay") {
+  // given a trace with a free of a block that was never allocated
+  const auto snap = TraceBuilder()
+                        .segment(kBase, 20 * kMiB)
+                        .alloc(kBase, kMiB, kMiB)
+                        .emit(snapshot::EventKind::free_completed, kBase + kMiB, kMiB, 0)
+                        .alloc(kBase + 2 * kMiB, kMiB, kMiB)
+                        .build();
+  // when the analysis is asked for the live set at the allocated peak
+  analyzer::AnalysisOptions options;
+  options.live_at_peak = analyzer::AnalysisOptions::LiveAtPeak::allocated;
+  const analyzer::Analysis a = analyzer::analyze(snap, options);
+  // then it leaves it to replay_to
+  CHECK(a.anomalies.total() != 0);
+  CHECK(!a.live_at_peak.has_value());
 }
