@@ -314,7 +314,11 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
       started = true;
     }
     const std::size_t inside = a.window.end > base ? std::min(a.window.end - base, length) : 0;
-    for (; j < inside; ++j) pass.step(base + j, events[j]);
+    if (categories_walk) {
+      for (; j < inside; ++j) pass.step<true>(base + j, events[j]);
+    } else {
+      for (; j < inside; ++j) pass.step(base + j, events[j]);
+    }
     if (options.progress) options.progress(base + length, n);
   }
   if (!started) pass.start_window(a.time_origin_ns);

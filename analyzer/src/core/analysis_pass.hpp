@@ -179,10 +179,13 @@ class WindowPass {
   }
 
   // One event inside the window: the per-event cost of the whole tool.
+  // kWalk: the categories walk follows (share_replay_with); a loop without
+  // it compiles without the walk's inlined code.
+  template <bool kWalk = false>
   [[gnu::always_inline]] inline void step(std::size_t i, const Event& e) {
     if (peak_cache_pending_ && e.device == a_.device && is_request(e.kind)) [[unlikely]]
       settle_peak_cache();
-    if (walk_ != nullptr) walk_->before(i, e);
+    if constexpr (kWalk) walk_->before(i, e);
     replay_.apply_inline(e);
     if (counts_for(e, a_.device)) {
       const auto kind = static_cast<std::size_t>(e.kind);
@@ -234,7 +237,7 @@ class WindowPass {
       held_ = false;
       if (!completes) close_row(i);
     }
-    if (walk_ != nullptr) walk_->after(i, e);
+    if constexpr (kWalk) walk_->after(i, e);
 
     if (per_event_) {
       TimelineRow r;
@@ -243,7 +246,7 @@ class WindowPass {
       r.kind = e.kind;
       r.at_end = r.max = t;
       a_.timeline.push_back(r);
-      if (walk_ != nullptr) walk_->row_ends();
+      if constexpr (kWalk) walk_->row_ends();
     } else if (buckets_) {
       if (changed || row_.first_event == i) grow_max(row_.max, t);  // a row starts from zero
       if (i + 1 >= bucket_end_) {
