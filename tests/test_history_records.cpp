@@ -105,6 +105,24 @@ std::size_t check_dumped(const snapshot::Snapshot& s, const std::vector<Allocato
   return stacked;
 }
 
+// A recorder whose allocator never reports to it: the test feeds it events
+// directly (one thread: the observer's lock rule has no one to exclude).
+struct DirectlyFed {
+  static HistoryOptions options(StackCapture stacks, bool on_free) {
+    HistoryOptions o;
+    o.stacks = stacks;
+    o.stacks_on_free = on_free;
+    o.max_entries = 1u << 20;
+    return o;
+  }
+  DirectlyFed(StackCapture stacks, bool on_free)
+      : allocator(test_support::simulated(64 * MiB)), recorder(allocator, options(stacks, on_free)) {
+    allocator.set_observer(nullptr);
+  }
+  CachingAllocator allocator;
+  HistoryRecorder recorder;
+};
+
 }  // namespace
 
 TEST_CASE("history clocks parse by name, and an unknown name is refused naming it") {
@@ -122,13 +140,9 @@ TEST_CASE("the dump gives back every reported event field for field, folded or n
       CAPTURE(on_free);
       // Given a recorder whose allocator never runs, fed events directly
       // (one thread: on_event's lock rule has no one to exclude)
-      CachingAllocator allocator(test_support::simulated(64 * MiB));
-      HistoryOptions options;
-      options.stacks = stacks;
-      options.stacks_on_free = on_free;
-      options.max_entries = 1u << 20;
-      HistoryRecorder recorder(allocator, options);
-      allocator.set_observer(nullptr);  // only this test reports events
+      DirectlyFed fed(stacks, on_free);
+      CachingAllocator& allocator = fed.allocator;
+      HistoryRecorder& recorder = fed.recorder;
       const std::vector<AllocatorEvent> events = random_events(40'000, 11 + on_free);
       std::uint64_t order = 0;
       for (AllocatorEvent event : events) {
@@ -183,13 +197,9 @@ TEST_CASE("events reported in batches (on_events) dump as the same events as one
     for (const bool on_free : {false, true}) {
       CAPTURE(std::string(to_string(stacks)));
       CAPTURE(on_free);
-      CachingAllocator allocator(test_support::simulated(64 * MiB));
-      HistoryOptions options;
-      options.stacks = stacks;
-      options.stacks_on_free = on_free;
-      options.max_entries = 1u << 20;
-      HistoryRecorder recorder(allocator, options);
-      allocator.set_observer(nullptr);  // only this test reports events
+      DirectlyFed fed(stacks, on_free);
+      CachingAllocator& allocator = fed.allocator;
+      HistoryRecorder& recorder = fed.recorder;
       // When each batch is reported in one call
       std::uint32_t stacked_allocs = 0;
       for (const AllocatorEventBatch& batch : batches) {
@@ -263,13 +273,9 @@ TEST_CASE("the cached path's calls (on_alloc, on_free) dump as the same events a
     for (const bool on_free : {false, true}) {
       CAPTURE(std::string(to_string(stacks)));
       CAPTURE(on_free);
-      CachingAllocator allocator(test_support::simulated(64 * MiB));
-      HistoryOptions options;
-      options.stacks = stacks;
-      options.stacks_on_free = on_free;
-      options.max_entries = 1u << 20;
-      HistoryRecorder recorder(allocator, options);
-      allocator.set_observer(nullptr);  // only this test reports events
+      DirectlyFed fed(stacks, on_free);
+      CachingAllocator& allocator = fed.allocator;
+      HistoryRecorder& recorder = fed.recorder;
       // When each is reported through the recorder's own calls
       std::uint32_t stacked_allocs = 0;
       for (const Call& call : calls) {
