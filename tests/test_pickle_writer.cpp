@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -382,6 +383,24 @@ TEST_CASE("a snapshot that fails validation is not written") {
   const std::filesystem::path path = temp_path("invalid.pickle");
   CHECK_THROWS_AS(write_pytorch_pickle(s, path), SnapshotError);
   CHECK_FALSE(std::filesystem::exists(path));
+}
+
+TEST_CASE("a segment on a negative device is refused, not written as a pickle PyTorch's reader refuses") {
+  // Given a segment on device -2147483648 (a fuzz_convert finding: the
+  // writer wrote it, and reading it back failed)
+  Snapshot s;
+  s.segments.push_back(Segment{});
+  s.segments[0].device = std::numeric_limits<std::int32_t>::min();
+  s.segments[0].address = 0x7f0000000000;
+  s.segments[0].total_size = 2 << 20;
+  s.segments[0].blocks.push_back(Block{0x7f0000000000, 2 << 20, 0, BlockState::inactive, StackId{}});
+  // Then the writer refuses it in one line naming the segment
+  try {
+    (void)encode_pytorch_pickle(s);
+    FAIL("wrote a segment on a negative device");
+  } catch (const SnapshotError& error) {
+    CHECK(std::string(error.what()).find("segment 0 is on device -2147483648") != std::string::npos);
+  }
 }
 
 TEST_CASE("a recording's allocator settings are written as PyTorch 2.11's allocator_settings, and read back as such") {

@@ -343,8 +343,8 @@ TEST_CASE("a missing file is an io error naming the path") {
 TEST_CASE("an event past its tables in a streamed block is refused with the message load gives") {
   // Given a trace of two blocks with annotations throughout (valid ones pass),
   // and in the second block one event that names a thread, a stack or an
-  // annotation string that does not exist (every kind the encoding can hold
-  // exists since the category event took the last one)
+  // annotation string that does not exist, or a negative device (every kind
+  // the encoding can hold exists since the category event took the last one)
   Snapshot valid = make_trace(100000);
   valid.threads = {1234};
   valid.strings.push_back("phase");
@@ -369,6 +369,7 @@ TEST_CASE("an event past its tables in a streamed block is refused with the mess
          e.kind = EventKind::annotation_begin;
          e.aux = (std::uint64_t{1} << 32) + 2;
        }},
+      {"is on device -2147483648; device indices start at 0", [](Event& e) { e.device = INT32_MIN; }},
   };
   const fs::path path = scratch_file("screen.bin");
   {

@@ -21,6 +21,7 @@ std::optional<std::string> segments_problem(const Snapshot& snapshot, const std:
   for (std::size_t s = 0; s < segments.size(); ++s) {
     const Segment& segment = segments[s];
     const std::string where = "segment " + std::to_string(s) + suffix;
+    if (segment.device < 0) return where + " is on device " + std::to_string(segment.device) + "; device indices start at 0";
     if (segment.total_size > UINT64_MAX - segment.address) return where + " wraps around the address space";
     if (const SizeLimits limits = size_limits(snapshot, segment.device); segment.total_size > limits.segment)
       return where + " holds " + std::to_string(segment.total_size) + " bytes, " +
@@ -98,6 +99,7 @@ SizeLimits size_limits(const Snapshot& snapshot, std::int32_t device) {
 std::optional<std::string> implausible_event(const Event& event, std::uint64_t index, const SizeLimits& limits,
                                              std::uint64_t thread_last) {
   const std::string which = "event " + std::to_string(index);
+  if (event.device < 0) return which + " is on device " + std::to_string(event.device) + "; device indices start at 0";
   if (event.time_ns > kMaxPlausibleTimeNs)
     return which + " is at " + std::to_string(event.time_ns) + " ns, past 2^62 ns";
   if (event.time_ns < thread_last)
@@ -151,6 +153,7 @@ std::optional<std::string> implausible_event(const Event& event, std::uint64_t i
 std::optional<std::string> layout_problem(const Snapshot& snapshot) {
   for (const DeviceInfo& device : snapshot.devices) {
     const std::string where = "device " + std::to_string(device.index);
+    if (device.index < 0) return where + " has a negative index; device indices start at 0";
     for (const auto& [figure, name] : {std::pair{device.total_bytes, "total"},
                                        std::pair{device.driver_total_at_dump, "driver total"}}) {
       if (figure > kMaxPlausibleBytes)

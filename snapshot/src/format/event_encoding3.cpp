@@ -298,7 +298,7 @@ void decode(const EventColumns& columns, std::vector<Event>& events, EventScreen
       }
       kind = static_cast<std::uint8_t>(context & kKindMask);
       read_context_fields<kPext>(read.context, index, context, {kThreadChanged, kDeviceChanged, kStreamChanged}, event);
-      flagged |= (context & kThreadChanged) != 0 && event.thread >= thread_limit;
+      flagged |= ((context & kThreadChanged) != 0 && event.thread >= thread_limit) | (event.device < 0);
     }
     event.kind = static_cast<EventKind>(kind);  // validate() rejects kinds past the last one
     if (!(flags & kSameTime)) event.time_ns += read.time.template varint<kPext>(index);

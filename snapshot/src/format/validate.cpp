@@ -97,6 +97,7 @@ void validate(const Snapshot& snapshot) {
   for (std::size_t r = 0; r < snapshot.ring_start.size(); ++r) {
     const RingStart& start = snapshot.ring_start[r];
     const std::string where = "ring start " + std::to_string(r);
+    if (start.device < 0) inconsistent(where + " is for device " + std::to_string(start.device) + "; device indices start at 0");
     if (r > 0 && start.device <= snapshot.ring_start[r - 1].device) {
       inconsistent(where + " is for device " + std::to_string(start.device) + ", not after device " +
                    std::to_string(snapshot.ring_start[r - 1].device));
@@ -157,6 +158,7 @@ void detail::validate_events(const Snapshot& snapshot, std::span<const Event> ev
     const std::uint64_t slot = snapshot.threads.empty() || event.thread >= threads ? 0 : event.thread;
     const std::uint64_t last = thread_last[slot];
     const bool flagged = (kind >= static_cast<unsigned>(kEventKindCount)) | (event.thread >= limits.thread_limit) |
+                         (event.device < 0) |
                          ((event.stack.value != 0) & (event.stack.value >= limits.stack_limit)) |
                          (((kind == annotation_begin) | (kind == annotation_end)) & (event.aux != 0) &
                           (event.aux >= limits.string_limit)) |

@@ -317,7 +317,8 @@ class SnapshotPickler {
 
   // PyTorch keeps one trace list per device index, so the highest index
   // sizes the output; an absurd one is refused rather than written as
-  // millions of empty lists.
+  // millions of empty lists. A negative one never gets here: validate()
+  // refuses it (invariants.hpp).
   static std::int32_t checked_device(std::int32_t index) {
     if (index >= kMaxDevices) {
       throw SnapshotError(ErrorCode::unsupported, "device index " + std::to_string(index) +
@@ -336,7 +337,7 @@ class SnapshotPickler {
     }
     std::vector<std::vector<const Event*>> per_device(static_cast<std::size_t>(devices));
     for (const Event& event : s_.events) {
-      if (action(event.kind).empty() || event.device < 0) continue;
+      if (action(event.kind).empty()) continue;
       per_device[static_cast<std::size_t>(event.device)].push_back(&event);
     }
     w_.list(per_device.size(), [&](std::size_t d) {

@@ -4,6 +4,8 @@
 // both call layout_problem() on what they decoded, so a file that breaks the
 // model's promises is refused the same way whichever format carries it; the
 // analyzer then relies on them without checking again:
+//   - no device index is negative (a segment's, a device's, an event's:
+//     the analyzer's options take -1 for "every device");
 //   - no segment wraps around the address space (address + total_size fits);
 //   - the segments of one device do not overlap;
 //   - each segment's blocks are in address order, inside the segment, apart,
