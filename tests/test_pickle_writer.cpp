@@ -385,6 +385,37 @@ TEST_CASE("a snapshot that fails validation is not written") {
   CHECK_FALSE(std::filesystem::exists(path));
 }
 
+TEST_CASE("annotations whose times go back are read in an order that a pickle written from them keeps") {
+  if (!have_python()) {
+    MESSAGE("python3 not found: skipped");
+    return;
+  }
+  // Given a pickle whose annotations go back in time (an END at 50 us after a
+  // START at 100 us, as a fuzz_convert input had), at the microsecond of a
+  // trace entry, where the reader raises them
+  const std::filesystem::path path = temp_path("back_in_time.pickle");
+  const std::string script =
+      "import pickle,sys; A=0x7f0000000000; M=2<<20;"
+      "e=lambda a,addr,size,t: {'action':a,'addr':addr,'size':size,'stream':0,'time_us':t,'frames':[]};"
+      "n=lambda st,name,t: {'stage':st,'name':name,'device':0,'time_us':t};"
+      "d={'segments':[],'device_traces':[[e('segment_alloc',A,M,100),e('alloc',A,512,101),"
+      "e('free_requested',A,512,102),e('free_completed',A,512,102),e('segment_free',A,M,103)]],"
+      "'external_annotations':[n('START','a',100),n('END','a',50),n('START','b',60),n('END','b',101)]};"
+      "pickle.dump(d,open(sys.argv[1],'wb'),protocol=4); print('ok')";
+  REQUIRE(run_python(script, path) == "ok\n");
+  const Snapshot read = read_pytorch_pickle(path);
+  std::filesystem::remove(path);
+  // When it is written as a pickle and read again
+  const Snapshot back = decode_pytorch_pickle(encode_pytorch_pickle(read));
+  // Then the events come back in the same order, at the same times
+  REQUIRE(back.events.size() == read.events.size());
+  for (std::size_t i = 0; i < read.events.size(); ++i) {
+    CAPTURE(i);
+    CHECK(back.events[i].kind == read.events[i].kind);
+    CHECK(back.events[i].time_ns == read.events[i].time_ns);
+  }
+}
+
 TEST_CASE("a segment on a negative device is refused, not written as a pickle PyTorch's reader refuses") {
   // Given a segment on device -2147483648 (a fuzz_convert finding: the
   // writer wrote it, and reading it back failed)

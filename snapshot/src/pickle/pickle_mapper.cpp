@@ -750,8 +750,20 @@ class Mapper {
       }
       return;
     }
+    // Each sequence clamped on its own first, so that the merge places an
+    // event by the time it ends up with: a pickle written from the result
+    // (whose times are those) reads back in the same order. Placed by a time
+    // its sequence then raised, an annotation could precede an event of the
+    // microsecond it was raised to, and follow it once written and read again.
     std::size_t total = 0;
-    for (const auto* sequence : sequences) total += sequence->size();
+    for (auto* sequence : sequences) {
+      std::uint64_t last = 0;
+      for (Event& event : *sequence) {
+        event.time_ns = std::max(event.time_ns, last);
+        last = event.time_ns;
+      }
+      total += sequence->size();
+    }
     out_.events.reserve(total);
     // An annotation that starts at the same microsecond as an event encloses
     // it; one that ends then, follows it.
