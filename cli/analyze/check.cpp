@@ -113,11 +113,7 @@ void add_check_command(CLI::App& app, Runner& runner) {
       }
       if (!result.figures.category_source.empty())
         out << "note: the categories' peaks are " << result.figures.category_source_note << "\n";
-      if (result.figures.peaks_from_stats) {
-        out << "note: the peaks are the allocator's recorded ones, from before the trace or beyond what it covers\n";
-      } else if (result.figures.lower_bounds) {
-        out << "note: the trace does not cover the whole run; its peaks are lower bounds\n";
-      }
+      if (const std::string note = analyzer::peaks_note(result.figures); !note.empty()) out << "note: " << note << "\n";
     }});
   });
 }

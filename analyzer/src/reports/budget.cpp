@@ -7,6 +7,7 @@
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/document.hpp"
 #include "reports/category_sections.hpp"
+#include "reports/report_helpers.hpp"
 
 namespace cachealloc::analyzer {
 namespace {
@@ -50,7 +51,17 @@ BudgetResult check_budgets(EventSource& source, const Budgets& budgets) {
   // A run's peak can also lie before a trace that began from an empty
   // allocator (history switched on after empty_cache()): the recorded peak
   // is then the higher one.
-  if (recorded_reserved && recorded_allocated) {
+  const auto recorded_leaked = stat("allocated_bytes.all.current");
+  f.events_dropped = detail::dropped_mid_stream(head) && recorded_reserved && recorded_allocated && recorded_leaked;
+  if (f.events_dropped) {
+    // The replay's peaks may be too high (a dropped free) as well as too
+    // low: the allocator's own are the run's.
+    f.peaks_from_stats = true;
+    fragmentation_known = false;
+    f.peak_reserved = *recorded_reserved;
+    f.peak_allocated = *recorded_allocated;
+    f.leaked = *recorded_leaked;
+  } else if (recorded_reserved && recorded_allocated) {
     f.peaks_from_stats = *recorded_reserved > f.peak_reserved || *recorded_allocated > f.peak_allocated || f.lower_bounds;
     // The trace's peak reached the run's: the fragmentation there is the one at the peak.
     fragmentation_known = *recorded_reserved <= f.peak_reserved;
@@ -160,11 +171,17 @@ Document budget_document(const BudgetResult& result, bool accept_lower_bounds) {
   for (const std::string& line : result.unconfirmed) doc.notes.push_back(line);
   if (!result.figures.category_source.empty())
     doc.notes.push_back("the categories' peaks (peak_<category>) are " + result.figures.category_source_note);
-  if (result.figures.peaks_from_stats)
-    doc.notes.push_back("the peaks are the allocator's recorded ones, from before the trace or beyond what it covers");
-  else if (result.figures.lower_bounds)
-    doc.notes.push_back("the trace does not cover the whole run; its peaks are lower bounds");
+  if (std::string note = peaks_note(result.figures); !note.empty()) doc.notes.push_back(std::move(note));
   return doc;
+}
+
+std::string peaks_note(const BudgetFigures& figures) {
+  if (figures.events_dropped)
+    return "events were dropped while the stream was written: the peaks and the leak are the allocator's recorded "
+           "ones, not the replay's";
+  if (figures.peaks_from_stats) return "the peaks are the allocator's recorded ones, from before the trace or beyond what it covers";
+  if (figures.lower_bounds) return "the trace does not cover the whole run; its peaks are lower bounds";
+  return "";
 }
 
 }  // namespace cachealloc::analyzer

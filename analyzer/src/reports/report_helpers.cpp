@@ -3,6 +3,7 @@
 #include <set>
 
 #include "cachealloc/snapshot/pickle.hpp"
+#include "cachealloc/snapshot/stream.hpp"
 
 namespace cachealloc::analyzer {
 
@@ -45,6 +46,10 @@ bool records_kind(const Snapshot& snapshot, snapshot::EventKind kind) {
 
 bool counts_dropped_events(const Snapshot& snapshot) { return snapshot.header.source != snapshot::kPytorchPickleSource; }
 
+bool dropped_mid_stream(const Snapshot& snapshot) {
+  return snapshot.header.format_version == snapshot::kStreamFormatVersion && snapshot.dropped_events > 0;
+}
+
 void add_common_notes(Document& document, const Snapshot& snapshot, const Analysis& analysis) {
   // A report shows one device; the others of the file are named, with the
   // option that shows them, so none is left out unseen.
@@ -73,6 +78,12 @@ void add_common_notes(Document& document, const Snapshot& snapshot, const Analys
                              " allocations did not follow PyTorch's policy replayed over the trace (no block fit, or "
                              "the final layout says otherwise), so their sizes are inferred: allocated figures and "
                              "peaks are lower bounds (marked >=).");
+  } else if (dropped_mid_stream(snapshot)) {
+    document.notes.push_back(std::to_string(snapshot.dropped_events) +
+                             " events were dropped while the stream was written (the disk could not keep up and "
+                             "when_full was drop): the replay misses them anywhere in the run, so peaks, counts and "
+                             "per-site totals are approximate, neither exact nor bounds; check holds budgets to the "
+                             "allocator's own figures. Record with when_full:wait (the default) to keep every event.");
   } else if (analysis.truncated()) {
     const std::string why = analysis.dropped_events > 0
                                 ? "the ring overflowed: " + std::to_string(analysis.dropped_events) +

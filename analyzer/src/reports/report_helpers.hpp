@@ -26,6 +26,10 @@ bool records_kind(const snapshot::Snapshot& snapshot, snapshot::EventKind kind);
 // Whether the file counts the events its ring dropped: ours does; PyTorch's
 // ring drops its oldest entries without a count.
 bool counts_dropped_events(const snapshot::Snapshot& snapshot);
+// A stream (format version 7) that dropped events while it was written
+// (when_full=drop): they are missing anywhere in the run, not before its
+// first event as a ring's are.
+bool dropped_mid_stream(const snapshot::Snapshot& snapshot);
 
 // Warnings every report shares: ring overflow and lower bounds, anomalies,
 // a replayed layout that disagrees with the stored one, a partial window.

@@ -240,7 +240,7 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
       .add("external_fragmentation", "external fragmentation", f.external_fragmentation(), Unit::ratio)
       .add("largest_free_block", "largest free block", f.largest_free, Unit::bytes);
 
-  if (a.dropped_events > 0) {
+  if (a.dropped_events > 0 && !detail::dropped_mid_stream(snapshot)) {
     doc.notes.push_back("warning: the ring overflowed and " + std::to_string(a.dropped_events) +
                         " events were lost; enlarge the ring to see the whole run.");
   }

@@ -61,6 +61,10 @@ struct BudgetFigures {
   // The peaks are the allocator's recorded ones (exact): the trace began
   // after them, or does not cover the whole run.
   bool peaks_from_stats = false;
+  // A stream that dropped events while it was written (when_full=drop): the
+  // replay misses them anywhere in the run, so its figures may be too high as
+  // well as too low; the peaks and the leak are the allocator's own.
+  bool events_dropped = false;
 };
 
 // One budget given, as JSON and CSV report it (check --format json|csv).
@@ -96,5 +100,10 @@ int budget_exit_code(const BudgetResult& result, bool accept_lower_bounds) noexc
 // unconfirmed; an unknown figure is null / empty), and the fields
 // exit_code and verdict (met, exceeded, unconfirmed).
 Document budget_document(const BudgetResult& result, bool accept_lower_bounds);
+
+// Where the peaks come from, for a note: the allocator's own figures, or
+// lower bounds of a trace that does not cover the run; "" when they are the
+// trace's exact ones.
+std::string peaks_note(const BudgetFigures& figures);
 
 }  // namespace cachealloc::analyzer
