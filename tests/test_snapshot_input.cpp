@@ -17,6 +17,8 @@
 #include "cachealloc/snapshot/input.hpp"
 #include "cachealloc/snapshot/load.hpp"
 #include "cachealloc/snapshot/pickle.hpp"
+#include "cachealloc/snapshot/reader.hpp"
+#include "cachealloc/snapshot/stream.hpp"
 
 namespace fs = std::filesystem;
 using namespace cachealloc::snapshot;
@@ -94,6 +96,68 @@ TEST_CASE("given '-', when it is loaded, then standard input is read") {
   ::dup2(saved, STDIN_FILENO);
   ::close(saved);
   CHECK(from_stdin == load(kOurs));
+}
+
+namespace {
+
+const fs::path kStreamed = kSource / "testdata" / "format_versions" / "v7.bin";
+
+// What the streaming reader reads from a file: its head and every block.
+Snapshot read_with_reader(const fs::path& path) {
+  SnapshotReader reader(path);
+  Snapshot s = reader.head();
+  std::vector<Event> block;
+  while (reader.next_block(block)) s.events.insert(s.events.end(), block.begin(), block.end());
+  return s;
+}
+
+Snapshot load_from_standard_input(const fs::path& path) {
+  const int saved = ::dup(STDIN_FILENO);
+  const int file = ::open(path.c_str(), O_RDONLY);
+  REQUIRE(file >= 0);
+  ::dup2(file, STDIN_FILENO);
+  ::close(file);
+  struct Restore {
+    int saved;
+    ~Restore() {
+      ::dup2(saved, STDIN_FILENO);
+      ::close(saved);
+    }
+  } restore{saved};
+  return load("-");
+}
+
+}  // namespace
+
+TEST_CASE("given a streamed recording, whole or killed, on standard input or compressed, when it is loaded, "
+          "then it equals the file as the streaming reader reads it") {
+  // Given the version 7 golden stream, and the same stream cut inside its
+  // trailer (a recording killed before it finished)
+  std::ifstream in(kStreamed, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(bytes.size() > 100);
+  const fs::path killed = temp("killed-v7.bin");
+  std::ofstream(killed, std::ios::binary) << bytes.substr(0, bytes.size() - 10);
+  for (const fs::path& file : {kStreamed, killed}) {
+    CAPTURE(file);
+    const Snapshot expected = read_with_reader(file);
+    REQUIRE(expected.header.format_version == kStreamFormatVersion);
+    REQUIRE(!expected.events.empty());
+    CHECK(expected.settings.count(kStreamNoteSetting) == (file == killed ? 1u : 0u));
+    // When it is loaded from the file, from standard input and compressed
+    // Then each is the same snapshot, the killed one with the same note
+    CHECK(load(file) == expected);
+    CHECK(load_from_standard_input(file) == expected);
+    for (const char* tool : {"gzip", "zstd"}) {
+      CAPTURE(tool);
+      if (!have(tool)) continue;
+      const fs::path packed = temp(file.filename().string() + "." + tool);
+      REQUIRE(std::system((std::string(tool) + " -c -q " + file.string() + " > " + packed.string()).c_str()) == 0);
+      CHECK(load(packed) == expected);
+      fs::remove(packed);
+    }
+  }
+  fs::remove(killed);
 }
 
 TEST_CASE("given endless or large inputs that are not snapshots, when they are loaded, then each is refused at once") {

@@ -137,6 +137,7 @@ class StreamGuard {
       } else if (body <= limit_ - detail::kFramingSize) {
         // The framing's own checks (a newer version, the reserved field).
         detail::check_framing(so_far.first(detail::kFramingSize), detail::kFramingSize + body);
+        expected_ = detail::kFramingSize + body;
       } else {
         // A newer version is named before the size it may have changed.
         if (detail::read_u32(so_far, 8) > kFormatVersion) detail::check_framing(so_far.first(detail::kFramingSize), UINT64_MAX);
@@ -144,7 +145,6 @@ class StreamGuard {
                                                         " bytes, more than the " + std::to_string(limit_) +
                                                         " bytes a " + what() + " may hold; read it from a file");
       }
-      expected_ = detail::kFramingSize + body;
     }
     if (expected_ && so_far.size() > *expected_) {
       throw SnapshotError(ErrorCode::inconsistent, "inconsistent snapshot: more bytes follow the " +
