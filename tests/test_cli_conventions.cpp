@@ -166,6 +166,15 @@ TEST_CASE("given options that make no sense for the snapshot, each is refused na
             E + "--min-size: '-1M' is not a byte count (a number such as 2.5G or 2900M, with K, M, G or T)"},
            {kAnalyze, {"timeline", kSample, "--buckets", "5", "--all-events"}, 2, E + "--buckets and --all-events cannot be used together"},
            {kAnalyze, {"peak", kSample, "--table", "sites"}, 2, E + "--table sites: only with --format csv"},
+           // NaN passes every range comparison: refused as 0, inf or 1e9 are, not a busy loop.
+           {kAnalyze, {"summary", kSample, "--follow", "--follow-interval", "nan"}, 2,
+            E + "--follow-interval: 'nan' is not a number from 0.01 to 3600"},
+           {kAnalyze, {"summary", kSample, "--follow", "--follow-interval", "inf"}, 2,
+            E + "--follow-interval: 'inf' is not a number from 0.01 to 3600"},
+           {kAnalyze, {"summary", kSample, "--follow", "--follow-interval", "0"}, 2,
+            E + "--follow-interval: '0' is not a number from 0.01 to 3600"},
+           {kAnalyze, {"check", kSample, "--follow-interval", "2", "--max-leaked", "0"}, 2,
+            E + "--follow-interval requires --follow"},
        })
     check(c);
 }

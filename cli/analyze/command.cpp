@@ -270,11 +270,12 @@ extern "C" void on_interrupt(int) { g_interrupted.store(true, std::memory_order_
 }  // namespace
 
 void add_follow_options(CLI::App& command, CommonOptions& options) {
-  command.add_flag("--follow", options.follow,
+  CLI::Option* follow = command.add_flag("--follow", options.follow,
                    "a streamed recording still being written: read it again as it grows and print the result "
                    "anew each time, until the recording ends (its trailer) or Ctrl-C");
   command.add_option("--follow-interval", options.follow_interval, "with --follow, seconds between looks at the file")
-      ->check(CLI::Range(0.01, 3600.0))
+      ->check(number_from(0.01, 3600.0))
+      ->needs(follow)
       ->capture_default_str();
 }
 

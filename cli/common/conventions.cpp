@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdio>
 #include <exception>
+#include <sstream>
 
 #include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/text.hpp"
@@ -104,6 +105,26 @@ CLI::Validator whole_number(long long min, long long max) {
         return {};
       },
       "INT in " + std::to_string(min) + ".." + std::to_string(max));
+}
+
+CLI::Validator number_from(double min, double max) {
+  auto shortest = [](double value) {
+    std::ostringstream text;
+    text << value;
+    return text.str();
+  };
+  const std::string range = shortest(min) + " to " + shortest(max);
+  return CLI::Validator(
+      [min, max, range](std::string& value) -> std::string {
+        double number = 0;
+        const char* end = value.data() + value.size();
+        const auto [at, error] = std::from_chars(value.data(), end, number);
+        // Written as a negation so that NaN, for which every comparison is false, fails it.
+        if (error != std::errc() || at != end || !(number >= min && number <= max))
+          return "'" + value + "' is not a number from " + range;
+        return {};
+      },
+      "NUMBER in " + range);
 }
 
 namespace {

@@ -37,6 +37,9 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
 CLI::Validator one_of(std::vector<std::string> choices);
 // "'-3' is not a whole number from 1 to 100000".
 CLI::Validator whole_number(long long min, long long max);
+// "'nan' is not a number from 0.01 to 3600": NaN and infinities are refused
+// too (CLI::Range lets NaN through, as every comparison with it is false).
+CLI::Validator number_from(double min, double max);
 
 // --help's usage line of `app` (not of its subcommands): "Usage: " + `usage`.
 void set_usage(CLI::App& app, std::string usage);
