@@ -21,6 +21,7 @@
 
 #include "../analyzer/testing/trace_builder.hpp"
 #include "cachealloc/analyzer/follow.hpp"
+#include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/stream.hpp"
 
 namespace fs = std::filesystem;
@@ -197,4 +198,44 @@ TEST_CASE("follow_file waits for a file that is not there yet, and stops when as
           CHECK(finished);
         }) == analyzer::FollowEnd::finished);
   CHECK(updates == 1);
+}
+
+TEST_CASE("follow_file refuses at once a path that exists but can never grow by chunks") {
+  // Given paths that exist and are no regular file, and a stop flag set after 1 s
+  // (so that a follow that waits on them ends instead of hanging the test)
+  const fs::path folder = scratch("folder");
+  fs::create_directories(folder);
+  for (const fs::path& path : {folder, fs::path("/dev/zero"), fs::path("/dev/null")}) {
+    CAPTURE(path);
+    std::atomic<bool> stop{false};
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      stop = true;
+    });
+    analyzer::FollowOptions options;
+    options.interval = std::chrono::milliseconds(10);
+    options.stop = &stop;
+    int updates = 0;
+    // When followed, then it is refused with an error naming it, not waited on
+    const auto started = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+      analyzer::follow_file(path, options, [&](analyzer::FileEvents&, bool) { ++updates; });
+    } catch (const snapshot::SnapshotError& e) {
+      error = e.what();
+    }
+    CHECK(!stop.load());
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::milliseconds(500));
+    CHECK(error.find(path.string()) != std::string::npos);
+    CHECK(updates == 0);
+    stopper.join();
+  }
+  fs::remove_all(folder);
+  // And a file that is there but no snapshot is refused at its first read
+  const fs::path junk = scratch("junk.bin");
+  std::ofstream(junk, std::ios::binary) << std::string(64, 'X');
+  analyzer::FollowOptions options;
+  options.interval = std::chrono::milliseconds(10);
+  CHECK_THROWS_AS(analyzer::follow_file(junk, options, [](analyzer::FileEvents&, bool) {}), snapshot::SnapshotError);
+  fs::remove(junk);
 }

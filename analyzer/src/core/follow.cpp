@@ -18,6 +18,18 @@ std::uintmax_t size_of(const std::filesystem::path& path) {
   return error ? 0 : size;
 }
 
+// A path that exists but is no regular file (a directory, /dev/zero,
+// /dev/null, a pipe) never grows by chunks: its size reads as 0 and the
+// follow would wait forever. A path not there yet may still be created.
+void refuse_unless_regular(const std::filesystem::path& path) {
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (!std::filesystem::exists(status) || std::filesystem::is_regular_file(status)) return;
+  const char* what = std::filesystem::is_directory(status) ? "a directory" : "not a regular file";
+  throw snapshot::SnapshotError(snapshot::ErrorCode::io, "--follow: " + path.string() + " is " + what +
+                                                             ", not a recording that a writer appends to");
+}
+
 bool stopped(const FollowOptions& options) {
   return options.stop != nullptr && options.stop->load(std::memory_order_relaxed);
 }
@@ -36,6 +48,7 @@ FollowEnd follow_file(const std::filesystem::path& path, const FollowOptions& op
   bool shown = false;
   for (;; std::this_thread::sleep_for(options.interval)) {
     if (stopped(options)) return FollowEnd::stopped;
+    refuse_unless_regular(path);
     const std::uintmax_t size = size_of(path);
     if (size == 0 || (shown && size == seen_size)) continue;
     std::optional<FileEvents> read;

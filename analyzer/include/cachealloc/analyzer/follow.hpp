@@ -42,7 +42,10 @@ bool recording_finished(const snapshot::Snapshot& head);
 // before its first read is waited for, as tail -F does), then each time
 // it has grown by new complete events chunks or its trailer, until the
 // trailer is read (the last call has finished == true) or *stop is set.
-// Throws SnapshotError as FileEvents does, and whatever update throws.
+// Throws SnapshotError as FileEvents does (a file that is no snapshot is
+// refused at its first read, once it holds enough bytes to tell), an io one
+// as soon as the path exists but is no regular file (a directory, a device,
+// a pipe: it never grows), and whatever update throws.
 FollowEnd follow_file(const std::filesystem::path& path, const FollowOptions& options,
                       const std::function<void(FileEvents& source, bool finished)>& update);
 
