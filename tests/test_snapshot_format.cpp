@@ -1470,6 +1470,51 @@ TEST_CASE("a version 7 golden stream cut inside its last events chunk reads the 
   CHECK(s.segments[0].blocks.size() == 1);  // after the merges, one free block of the whole segment
 }
 
+namespace {
+
+std::vector<std::byte> version7_file() {
+  std::ifstream in(kVersion7Golden, std::ios::binary);
+  const std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> bytes(chars.size());
+  std::memcpy(bytes.data(), chars.data(), chars.size());
+  return bytes;
+}
+
+struct Version7Chunk {
+  std::size_t offset = 0;
+  std::uint32_t kind = 0;
+  std::uint64_t stored = 0;
+};
+// The golden stream's chunks: start, tables, tables, events x 3, trailer.
+std::vector<Version7Chunk> version7_chunks(const std::vector<std::byte>& bytes) {
+  std::vector<Version7Chunk> chunks;
+  for (std::size_t offset = 24; offset + 32 <= bytes.size();) {
+    Version7Chunk chunk{offset};
+    std::memcpy(&chunk.kind, bytes.data() + offset, 4);
+    std::memcpy(&chunk.stored, bytes.data() + offset + 8, 8);
+    chunks.push_back(chunk);
+    offset += 32 + chunk.stored;
+  }
+  REQUIRE(chunks.size() == 7);
+  return chunks;
+}
+
+}  // namespace
+
+TEST_CASE("a version 7 stream cut before its start chunk is complete is refused as truncated") {
+  // Given the golden stream cut anywhere from the end of its framing to the end of its start chunk
+  const std::vector<std::byte> whole = version7_file();
+  const Version7Chunk start = version7_chunks(whole).at(0);
+  for (std::size_t keep = 24; keep < start.offset + 32 + start.stored; ++keep) {
+    CAPTURE(keep);
+    const std::span<const std::byte> cut(whole.data(), keep);
+    // When decoded, then it is refused: nothing usable was recorded
+    std::string message;
+    CHECK(decode_error(cut, &message) == ErrorCode::truncated);
+    CHECK(message.find("before its start chunk is complete") != std::string::npos);
+  }
+}
+
 TEST_CASE("the ring start the writer stores is the one derived from the events") {
   // Given the version 4 golden snapshot without its ring start
   Snapshot unset = make_version4_golden_snapshot();

@@ -228,6 +228,8 @@ write('chunk_past_end_v7.bin', V7[:at + 8] + q(len(V7)) + V7[at + 16:])
 # A declared size that wraps the offset back onto the same chunk: endless
 # unless sizes are checked without overflow.
 write('chunk_size_wraps_v7.bin', V7[:at + 8] + q(2**64 - 32) + V7[at + 16:])
+# Cut inside the start chunk: nothing usable was recorded.
+write('cut_in_start_chunk_v7.bin', V7[:100])
 write('zero_events_chunk_v7.bin', v7_rewrite(V7, FIRST_EVENTS, events=0))
 write('huge_events_count_v7.bin', v7_rewrite(V7, FIRST_EVENTS, events=2**32 - 1))
 write('huge_raw_size_v7.bin', v7_rewrite(V7, 1, raw=2**40))

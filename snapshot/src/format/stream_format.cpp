@@ -209,8 +209,12 @@ StreamIndex index_stream(ByteSource& source) {
     inconsistent(std::to_string(size - at) + " bytes follow the trailer at offset " + std::to_string(at));
   }
 
+  if (!start) {
+    // Nothing usable was recorded: not even the devices and settings.
+    truncated("the stream ends before its start chunk is complete" + (tail.empty() ? "" : ": " + tail));
+  }
   if (!index.complete) {
-    index.head = start ? std::move(*start) : Snapshot{};
+    index.head = std::move(*start);
     index.head.strings = tables.strings;
     index.head.frames = tables.frames;
     index.head.stacks = tables.stacks;
