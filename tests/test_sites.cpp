@@ -224,6 +224,7 @@ TEST_CASE("a C++ site prints bare: no return type, parameters, template argument
   const auto templated = add_frame("void model::gemm<float, 4>(float const*, long) const", "gemm.cu", 12);
   const auto anonymous = add_frame("model::(anonymous namespace)::Layer::operator()(at::Tensor&&)", "??", 0);
   const auto offset = add_frame("model::step+0x1f", "", 0);
+  const auto lambda = add_frame("main::{lambda(int)#1}::operator()(int) const", "main.cpp", 40);
   const auto python = add_frame("forward", "model.py", 7);
   // when each is a site
   analyzer::SiteNamer names(snap, analyzer::SiteFilter{});
@@ -231,6 +232,7 @@ TEST_CASE("a C++ site prints bare: no return type, parameters, template argument
   CHECK(names.site(templated) == "model::gemm (gemm.cu:12)");
   CHECK(names.site(anonymous) == "model::(anonymous namespace)::Layer::operator()");
   CHECK(names.site(offset) == "model::step");
+  CHECK(names.site(lambda) == "main::{lambda(int)#1}::operator() (main.cpp:40)");
   CHECK(names.site(python) == "forward (model.py:7)");
 }
 

@@ -42,9 +42,10 @@ std::string_view qualified_name(std::string_view function) {
 }
 
 // A C++ function as a person reads it: no return type, parameters, template
-// arguments, cv-qualifier or "+0x1f" offset. "(anonymous namespace)" and
-// operator() stay part of the name. "void at::native::gpu_reduce_kernel<float,
-// ...>(...)" -> "at::native::gpu_reduce_kernel".
+// arguments, cv-qualifier or "+0x1f" offset. "(anonymous namespace)", a
+// lambda's "{lambda(int)#1}" and operator() stay part of the name.
+// "void at::native::gpu_reduce_kernel<float, ...>(...)" ->
+// "at::native::gpu_reduce_kernel".
 std::string bare_function(std::string_view function) {
   function = qualified_name(function);
   std::string out;
@@ -77,6 +78,18 @@ std::string bare_function(std::string_view function) {
       }
       if (angle == 0) out += rest.substr(0, length);
       i += length - 1;
+      continue;
+    }
+    if (c == '{') {
+      // A lambda or an unnamed type, "{lambda(int)#1}": its parameters are
+      // its name, kept whole.
+      std::size_t end = i;
+      for (int depth = 0; end < function.size(); ++end) {
+        if (function[end] == '{') ++depth;
+        if (function[end] == '}' && --depth == 0) break;
+      }
+      if (angle == 0) out += function.substr(i, end + 1 - i);
+      i = end;
       continue;
     }
     if (c == '<') {
