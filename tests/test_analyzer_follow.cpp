@@ -239,3 +239,40 @@ TEST_CASE("follow_file refuses at once a path that exists but can never grow by 
   CHECK_THROWS_AS(analyzer::follow_file(junk, options, [](analyzer::FileEvents&, bool) {}), snapshot::SnapshotError);
   fs::remove(junk);
 }
+
+TEST_CASE("check --follow interrupted before the trailer cannot conclude (exit 3), and a follow that read nothing fails") {
+  if (!fs::exists(kTool)) return;
+  const fs::path absent = scratch("never.bin");
+  fs::remove(absent);
+  const fs::path cut = scratch("cut.bin");
+  write_in_steps(cut, analyzer::testing::random_trace(7, 20'000, 4), 1, std::chrono::milliseconds(0), false);
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           // Given a check on a file that never comes: a CI gate must not pass having read nothing
+           {{"check", "--follow", "--max-peak-reserved", "1T", absent.string()}, 3, "nothing was read"},
+           // or on a stream whose trailer never comes: met so far is not met
+           {{"check", "--follow", "--max-peak-reserved", "1T", cut.string()}, 3, "the budgets are not confirmed"},
+           // and a summary that had nothing to show
+           {{"summary", "--follow", absent.string()}, 2, "nothing was read"},
+       }) {
+    std::vector<std::string> args = c.args;
+    args.insert(args.begin() + 1, {"--follow-interval", "0.05"});
+    const Child follow = start_analyzer(args, "interrupted");
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    // When it is interrupted (Ctrl-C)
+    ::kill(follow.pid, SIGINT);
+    // Then the exit status says it did not conclude, with one line saying why
+    CAPTURE(args[0]);
+    CAPTURE(args.back());
+    CHECK(follow.wait() == c.code);
+    const std::string after = slurp(follow.err);
+    CAPTURE(after);
+    CHECK(after.find(c.says) != std::string::npos);
+    CHECK(count(after, "interrupted") == 1);
+  }
+  fs::remove(cut);
+}

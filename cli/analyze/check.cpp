@@ -114,7 +114,7 @@ void add_check_command(CLI::App& app, Runner& runner) {
       if (!result.figures.category_source.empty())
         out << "note: the categories' peaks are " << result.figures.category_source_note << "\n";
       if (const std::string note = analyzer::peaks_note(result.figures); !note.empty()) out << "note: " << note << "\n";
-    }});
+    }, /*verdict_on_whole_recording=*/true});
   });
 }
 

@@ -279,7 +279,8 @@ void add_follow_options(CLI::App& command, CommonOptions& options) {
       ->capture_default_str();
 }
 
-void Runner::follow(Destination& to, const std::function<void(analyzer::FileEvents& source)>& once) const {
+void Runner::follow(Destination& to, const std::function<void(analyzer::FileEvents& source)>& once,
+                    bool verdict_on_whole_recording) const {
   if (common.file == "-") throw UsageError("--follow: needs a file that grows, not standard input");
   if (to.to_folder) throw UsageError("--follow: -o takes a file (rewritten with each result), not a folder");
   struct sigaction action {};
@@ -290,13 +291,28 @@ void Runner::follow(Destination& to, const std::function<void(analyzer::FileEven
   options.decode_threads = common.decode_threads;
   options.stop = &g_interrupted;
   bool first = true;
-  analyzer::follow_file(common.file, options, [&](analyzer::FileEvents& source, bool finished) {
-    if (!first) to.output.emplace(common.output, true);  // each result whole: -o FILE holds the latest
-    first = false;
-    std::fprintf(stderr, "%s: %s: %zu events, %s\n", kProgram, common.file.c_str(), source.event_count(),
-                 finished ? "the recording has ended" : "still being written");
-    once(source);
-  });
+  const analyzer::FollowEnd end =
+      analyzer::follow_file(common.file, options, [&](analyzer::FileEvents& source, bool finished) {
+        if (!first) to.output.emplace(common.output, true);  // each result whole: -o FILE holds the latest
+        first = false;
+        std::fprintf(stderr, "%s: %s: %zu events, %s\n", kProgram, common.file.c_str(), source.event_count(),
+                     finished ? "the recording has ended" : "still being written");
+        once(source);
+      });
+  if (end == analyzer::FollowEnd::finished) return;
+  // Ctrl-C before the trailer. A gate that passed on part of the recording
+  // has not passed: a CI job must not read 0 there. A budget already
+  // exceeded stays exceeded (1): failing is the safe side.
+  const std::string what = first ? "before " + common.file + " held a recording (nothing was read)"
+                                 : "before the recording ended (its trailer was not read)";
+  if (verdict_on_whole_recording) {
+    if (*verdict != 1) {
+      *verdict = 3;
+      notes->push_back("interrupted " + what + ": the budgets are not confirmed (exit 3)");
+    }
+    return;
+  }
+  if (first) throw UsageError("--follow: interrupted " + what);
 }
 
 void Runner::run_job(const WriterJob& job, Destination& to) const {
@@ -305,7 +321,7 @@ void Runner::run_job(const WriterJob& job, Destination& to) const {
       analyzer::ReportOptions options = one_file_options(source);
       job.write(source, options, to.output->stream());
       to.output->commit();
-    });
+    }, job.verdict_on_whole_recording);
   }
   analyzer::FileEvents source(common.file, common.decode_threads);
   analyzer::ReportOptions options = one_file_options(source);

@@ -57,6 +57,9 @@ struct ReportJob {
 // (flamegraph, html, check, export --what perfetto): no -o DIR/.
 struct WriterJob {
   std::function<void(analyzer::EventSource&, analyzer::ReportOptions&, std::ostream&)> write;
+  // check: the exit status is a verdict on the whole recording, which a
+  // --follow interrupted before the trailer cannot give (Runner::follow).
+  bool verdict_on_whole_recording = false;
 };
 // The whole snapshot, written to the -o file (convert): no -o DIR/.
 struct SnapshotJob {
@@ -100,7 +103,11 @@ class Runner {
   analyzer::ReportOptions one_file_options(analyzer::EventSource& source) const;
   // --follow: `once` on each read of the file (analyzer::follow_file), each
   // result to a fresh output, until the recording's trailer or Ctrl-C.
-  void follow(Destination& to, const std::function<void(analyzer::FileEvents& source)>& once) const;
+  // Interrupted before the trailer: with `verdict_on_whole_recording`, a
+  // verdict of 0 becomes 3 (cannot conclude) with a note saying why;
+  // otherwise, having read nothing, it is a UsageError (nothing to show).
+  void follow(Destination& to, const std::function<void(analyzer::FileEvents& source)>& once,
+              bool verdict_on_whole_recording = false) const;
   void write(const analyzer::Document& document, Destination& to) const;
 
   std::string name_;
