@@ -209,3 +209,29 @@ TEST_CASE("given an unreadable file among the ranks, the others are summarized a
   REQUIRE(f.closest_to_oom.has_value());
   CHECK(ranks[*f.closest_to_oom].rank == 10u);
 }
+
+TEST_CASE("given two files whose names give the same rank number, neither takes it, and a note says why") {
+  // Given rank 0's recording under two names whose only number is 200
+  const fs::path dir = fleet().dir / "shared";
+  fs::create_directories(dir);
+  fs::copy_file(fleet().dir / "rank_0.bin", dir / "s200k_a.bin", fs::copy_options::overwrite_existing);
+  fs::copy_file(fleet().dir / "rank_0.bin", dir / "s200k_b.bin", fs::copy_options::overwrite_existing);
+  fs::copy_file(fleet().dir / "rank_1.bin", dir / "rank_1.bin", fs::copy_options::overwrite_existing);
+  // When the folder is summarized
+  const std::vector<analyzer::RankSummary> ranks = analyzer::summarize_ranks(analyzer::rank_files({dir.string()}), {});
+  REQUIRE(ranks.size() == 3);
+  // Then the two are of unknown rank, and rank_1.bin keeps its number
+  for (const analyzer::RankSummary& r : ranks) {
+    CAPTURE(r.run.file);
+    const bool named = r.run.file.ends_with("rank_1.bin");
+    CHECK(r.rank.has_value() == named);
+    CHECK(r.rank_shared == !named);
+  }
+  const analyzer::Document doc = analyzer::ranks_report(ranks, {});
+  CHECK(std::any_of(doc.notes.begin(), doc.notes.end(), [](const std::string& note) {
+    return note.starts_with("2 file names give a rank number another file's name gives too");
+  }));
+  CHECK(std::none_of(doc.notes.begin(), doc.notes.end(),
+                     [](const std::string& note) { return note.find("carry no rank number") != std::string::npos; }));
+  fs::remove_all(dir);
+}

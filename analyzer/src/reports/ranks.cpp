@@ -268,6 +268,17 @@ std::vector<RankSummary> summarize_ranks(const std::vector<std::filesystem::path
   std::vector<RankSummary> ranks;
   for (std::vector<RankSummary>& rows : per_file)
     for (RankSummary& row : rows) ranks.push_back(std::move(row));
+  // A number two files' names both give ("s200k_a.bin", "s200k_b.bin") names
+  // neither: their ranks are unknown rather than one rank twice.
+  std::map<std::uint32_t, std::set<std::string>> files_of;
+  for (const RankSummary& r : ranks)
+    if (r.rank) files_of[*r.rank].insert(r.run.file);
+  for (RankSummary& r : ranks) {
+    if (r.rank && files_of[*r.rank].size() > 1) {
+      r.rank.reset();
+      r.rank_shared = true;
+    }
+  }
   return ranks;
 }
 
@@ -420,9 +431,13 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
   }
   if (bounds) doc.notes.push_back("some traces do not cover their whole run: their peaks are lower bounds.");
   // Counted by file: a file of several devices is one name.
-  std::set<std::string> unnamed;
+  std::set<std::string> unnamed, shared;
   for (const RankSummary& r : ranks)
-    if (!r.rank) unnamed.insert(r.run.file);
+    if (!r.rank) (r.rank_shared ? shared : unnamed).insert(r.run.file);
+  if (!shared.empty())
+    doc.notes.push_back(std::to_string(shared.size()) +
+                        " file names give a rank number another file's name gives too: their ranks are unknown "
+                        "(null in JSON); the sites table names each #N, its row in rank order from 0.");
   if (!unnamed.empty())
     doc.notes.push_back(unnamed.size() == 1
                             ? "1 file name carries no rank number (rank_N, gpuN, deviceN): its rank is unknown (null "

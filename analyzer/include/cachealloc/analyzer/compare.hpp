@@ -126,7 +126,8 @@ struct RanksOptions {
   std::function<void(std::size_t done, std::size_t total)> progress;  // after each file, from any thread
 };
 struct RankSummary {
-  std::optional<std::uint32_t> rank;  // from the name
+  std::optional<std::uint32_t> rank;  // from the name; none where another file's name gives the same number
+  bool rank_shared = false;           // the number its name gives is another file's too
   RunSummary run;       // run.file always; the figures only where readable()
   std::string error;    // why the file could not be read ("cannot read FILE: ..."); empty when it was
   bool readable() const noexcept { return error.empty(); }
