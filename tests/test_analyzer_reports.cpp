@@ -4,13 +4,17 @@
 // every report in every format parses.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <sstream>
 
 #include "../analyzer/testing/parsers.hpp"
 #include "../analyzer/testing/trace_builder.hpp"
 #include "cachealloc/analyzer/load.hpp"
 #include "cachealloc/analyzer/reports.hpp"
+#include "cachealloc/snapshot/stream.hpp"
 
 using namespace cachealloc;
 using analyzer::Document;
@@ -420,4 +424,45 @@ TEST_CASE("block sizes the reader inferred or saw contradicted make the peaks lo
   // and without either the same trace has none
   const auto json = json_of(analyzer::summary_report(analyzer::testing::random_trace(2, 500), {}));
   CHECK(json["lower_bounds"].array().empty());
+}
+
+TEST_CASE("summary of a stream that lost its trailer: the dropped count and the driver's reading at the end are unknown") {
+  // Given a stream whose start carries the driver's reading when the
+  // recording began (the whole device free), killed after 512 MiB were reserved
+  using snapshot::Event;
+  using snapshot::EventKind;
+  const std::uint64_t total = 80ull << 30, size = 512 * kMiB;
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("cachealloc_reports_cut_" + std::to_string(::getpid()) + ".bin");
+  {
+    snapshot::Snapshot start;
+    snapshot::DeviceInfo device;
+    device.total_bytes = total;
+    device.driver_total_at_dump = total;
+    device.driver_free_at_dump = total;
+    start.devices.push_back(device);
+    snapshot::StreamFileWriter writer(path, start);
+    writer.append_events(std::vector<Event>{
+        Event{EventKind::segment_alloc, 0, 0, {}, 10, 0, kBase, size, snapshot::segment_flag_large_pool},
+        Event{EventKind::alloc, 0, 0, {}, 11, 0, kBase, size, size},
+    });
+  }  // no finish(): no trailer
+  // When summarized
+  const Document document = analyzer::summary_report(analyzer::load(path.string()), {});
+  std::filesystem::remove(path);
+  const auto json = json_of(document);
+  // Then what only the trailer holds is null, never 0 (docs/GLOSSARY.md)
+  CHECK(json["reserved_at_end"].number() == static_cast<double>(size));
+  CHECK(std::holds_alternative<std::nullptr_t>(json["dropped_events"].value));
+  CHECK(std::holds_alternative<std::nullptr_t>(json["gap"]["driver_used"].value));
+  CHECK(std::holds_alternative<std::nullptr_t>(json["gap"]["driver_free"].value));
+  CHECK(json["driver_total"].number() == static_cast<double>(total));
+  // and 'unknown' in the table
+  const std::string table = rendered(document, Format::table);
+  CAPTURE(table);
+  for (const char* label : {"events lost to ring overflow", "used on the device"}) {
+    const std::size_t at = table.find(label);
+    REQUIRE(at != std::string::npos);
+    CHECK(table.substr(at, table.find('\n', at) - at).find("unknown") != std::string::npos);
+  }
 }

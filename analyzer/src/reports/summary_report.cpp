@@ -2,6 +2,7 @@
 #include "reports/category_sections.hpp"
 #include "reports/report_helpers.hpp"
 #include "cachealloc/snapshot/pickle.hpp"
+#include "cachealloc/snapshot/stream.hpp"
 
 #include <optional>
 
@@ -41,11 +42,15 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
   for (const snapshot::DeviceInfo& info : snapshot.devices) {
     if (info.index == a.device) device = info;
   }
+  // A stream that lost its trailer (killed, or still being written) holds
+  // neither its count of dropped events nor a reading of the driver at its
+  // end: the one it carries was taken when the recording began.
+  const bool trailer_missing = snapshot.settings.count(snapshot::kStreamNoteSetting) != 0;
   std::optional<std::uint64_t> total;
   std::optional<std::uint64_t> free;
   if (const std::uint64_t t = device.driver_total_at_dump != 0 ? device.driver_total_at_dump : device.total_bytes; t != 0)
     total = t;
-  if (at_dump && total && device.driver_free_at_dump <= *total) free = device.driver_free_at_dump;
+  if (at_dump && !trailer_missing && total && device.driver_free_at_dump <= *total) free = device.driver_free_at_dump;
   if (!at_dump && !a.ooms.empty() && a.ooms.back().event + 1 == a.window.end && total && a.ooms.back().device_free != 0 &&
       a.ooms.back().device_free <= *total) {
     free = a.ooms.back().device_free;
@@ -56,13 +61,15 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
   // dump, or at an OOM that ends the window.
   const snapshot::DeviceUsage* usage = nullptr;
   for (const snapshot::DeviceUsage& u : device.usage) {
-    if ((at_dump && u.event == snapshot::kUsageAtDump) || (!at_dump && a.window.end != 0 && u.event == a.window.end - 1))
+    if ((at_dump && !trailer_missing && u.event == snapshot::kUsageAtDump) || (!at_dump && a.window.end != 0 && u.event == a.window.end - 1))
       usage = &u;
   }
 
   // PyTorch's ring does not count what it drops: how many a pickle lost is
   // unknown, even where its trace explains the layout from an empty start.
-  const Value dropped = detail::counts_dropped_events(snapshot) ? Value{a.dropped_events} : Value{};
+  // Nor does a stream without its trailer, which is where the count is written.
+  const Value dropped =
+      detail::counts_dropped_events(snapshot) && !trailer_missing ? Value{a.dropped_events} : Value{};
   FieldGroup& overview = doc.group("", "device " + std::to_string(a.device) + " " + moment);
   overview.add("device", "device", static_cast<std::uint64_t>(a.device), Unit::count)
       .json_only_if(true)  // the group's title names it
@@ -153,6 +160,9 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
     doc.notes.push_back(
         "device figures: unknown, the snapshot holds none (PyTorch's snapshots record neither the driver's nor "
         "NVML's figures).");
+  } else if (!free && !nvml && at_dump && trailer_missing) {
+    doc.notes.push_back("device figures: unknown at the last event read; the recording ended without its trailer, "
+                        "which holds the driver's reading at the end.");
   } else if (!free && !nvml) {
     doc.notes.push_back("device figures: not measured at " + event_here + "; the driver was read at the dump (event #" +
                         std::to_string(a.event_count == 0 ? 0 : a.event_count - 1) + ") and at OOMs.");
