@@ -1515,6 +1515,54 @@ TEST_CASE("a version 7 stream cut before its start chunk is complete is refused 
   }
 }
 
+TEST_CASE("a version 7 stream damaged before its last chunk is refused, even without its trailer") {
+  // Given the golden stream with a byte of its first events chunk flipped,
+  // cut inside its last events chunk
+  std::vector<std::byte> bytes = version7_file();
+  const std::vector<Version7Chunk> chunks = version7_chunks(bytes);
+  const Version7Chunk first_events = chunks.at(3), last_events = chunks.at(5);
+  bytes[first_events.offset + 32 + first_events.stored / 2] ^= std::byte{0x40};
+  bytes.resize(last_events.offset + 32 + last_events.stored / 2);
+  // When decoded, then the checksum failure is named, not hidden behind the cut
+  std::string message;
+  CHECK(decode_error(bytes, &message) == ErrorCode::inconsistent);
+  CHECK(message == "inconsistent snapshot: chunk 3 at offset " + std::to_string(first_events.offset) +
+                       " fails its checksum");
+}
+
+TEST_CASE("a version 7 stream whose last chunk fails its checksum reads the chunks before it, with the note") {
+  // Given the golden stream ending with its last events chunk, damaged (the trailer never written)
+  std::vector<std::byte> bytes = version7_file();
+  const Version7Chunk last_events = version7_chunks(bytes).at(5);
+  bytes.resize(last_events.offset + 32 + last_events.stored);
+  bytes[last_events.offset + 32 + last_events.stored / 2] ^= std::byte{0x40};
+  // When decoded, then the first two events chunks (9 events) read, and the note names the checksum
+  const Snapshot s = decode(bytes);
+  CHECK(s.events.size() == 9);
+  REQUIRE(s.settings.count(kStreamNoteSetting) == 1);
+  CHECK(s.settings.at(kStreamNoteSetting).find("chunk 5 at offset " + std::to_string(last_events.offset) +
+                                               " fails its checksum") != std::string::npos);
+}
+
+TEST_CASE("a version 7 chunk header whose size a damage made absurd is refused, not read as a cut") {
+  const std::vector<std::byte> whole = version7_file();
+  const std::vector<Version7Chunk> chunks = version7_chunks(whole);
+  // Given the complete golden stream with an events chunk's stored size
+  // far past any zstd frame of its content, and with the trailer's a little
+  // past the end of the file, its whole frame present
+  std::vector<std::byte> absurd = whole;
+  put_u64(absurd, chunks.at(4).offset + 8, 1'000'000'000'000'000);
+  std::vector<std::byte> lie = whole;
+  put_u64(lie, chunks.at(6).offset + 8, chunks.at(6).stored + 10);
+  // When decoded, then each is refused as inconsistent
+  std::string message;
+  CHECK(decode_error(absurd, &message) == ErrorCode::inconsistent);
+  CHECK(message.find("chunk 4 at offset " + std::to_string(chunks.at(4).offset) + " stores 1000000000000000 bytes") !=
+        std::string::npos);
+  CHECK(decode_error(lie, &message) == ErrorCode::inconsistent);
+  CHECK(message.find("its zstd frame ends after " + std::to_string(chunks.at(6).stored)) != std::string::npos);
+}
+
 TEST_CASE("the ring start the writer stores is the one derived from the events") {
   // Given the version 4 golden snapshot without its ring start
   Snapshot unset = make_version4_golden_snapshot();

@@ -221,15 +221,27 @@ write('bad_crc_v7.bin', V7[:flip] + bytes([V7[flip] ^ 0x40]) + V7[flip + 1:])
 at, _, _, stored, _, _ = CHUNKS[TRAILER]
 flip = at + 32 + stored // 2
 write('bad_crc_last_chunk_v7.bin', V7[:flip] + bytes([V7[flip] ^ 0x40]) + V7[flip + 1:])
-# The second events chunk declares more bytes than the file holds: the walk
-# stops there, as at a chunk a kill cut short.
+# The second events chunk declares more bytes than the file holds, more
+# than zstd's bound for its content: a damaged header, not a cut (the file
+# goes on to its trailer), refused rather than read as a killed recording.
 at = CHUNKS[FIRST_EVENTS + 1][0]
 write('chunk_past_end_v7.bin', V7[:at + 8] + q(len(V7)) + V7[at + 16:])
+write('chunk_size_absurd_v7.bin', V7[:at + 8] + q(10**15) + V7[at + 16:])
 # A declared size that wraps the offset back onto the same chunk: endless
 # unless sizes are checked without overflow.
 write('chunk_size_wraps_v7.bin', V7[:at + 8] + q(2**64 - 32) + V7[at + 16:])
+# The trailer declares 10 bytes more than the file holds, within zstd's
+# bound, but its whole frame is there: a lie, not a cut.
+at, _, _, stored, _, _ = CHUNKS[TRAILER]
+write('trailer_size_lie_v7.bin', V7[:at + 8] + q(stored + 10) + V7[at + 16:])
 # Cut inside the start chunk: nothing usable was recorded.
 write('cut_in_start_chunk_v7.bin', V7[:100])
+# The first events chunk damaged, then the file cut inside the last events
+# chunk: the damage is not at the end, so it is no kill's doing.
+at, _, _, stored, _, _ = CHUNKS[FIRST_EVENTS]
+flip = at + 32 + stored // 2
+at, _, _, stored, _, _ = CHUNKS[LAST_EVENTS]
+write('bad_crc_then_cut_v7.bin', (V7[:flip] + bytes([V7[flip] ^ 0x40]) + V7[flip + 1:])[:at + 32 + stored // 2])
 write('zero_events_chunk_v7.bin', v7_rewrite(V7, FIRST_EVENTS, events=0))
 write('huge_events_count_v7.bin', v7_rewrite(V7, FIRST_EVENTS, events=2**32 - 1))
 write('huge_raw_size_v7.bin', v7_rewrite(V7, 1, raw=2**40))

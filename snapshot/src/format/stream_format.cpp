@@ -56,6 +56,18 @@ bool read_stored(ByteSource& source, std::uint64_t offset, const ChunkHeader& he
   return crc_of(header_bytes.first(28), stored) == header.crc;
 }
 
+// Whether the bytes of a chunk that ends past the end of the file hold its
+// whole zstd frame: a chunk a kill cut short never does (the frame is all of
+// its stored bytes), so its header's size lies.
+std::optional<std::size_t> complete_frame_in_cut_chunk(ByteSource& source, std::uint64_t offset,
+                                                       std::vector<std::byte>& present) {
+  present.resize(source.size() - offset - kChunkHeaderSize);
+  source.read(present.data(), present.size(), offset + kChunkHeaderSize);
+  const std::size_t frame = ZSTD_findFrameCompressedSize(present.data(), present.size());
+  if (ZSTD_isError(frame)) return std::nullopt;
+  return frame;
+}
+
 void decompress(void* context, const std::vector<std::byte>& stored, const ChunkHeader& header,
                 std::vector<std::byte>& raw, const std::string& where) {
   // The frame's own content size (the writer always stores it) is checked
@@ -142,12 +154,11 @@ StreamIndex index_stream(ByteSource& source) {
     }
     source.read(header_bytes.data(), header_bytes.size(), at);
     const ChunkHeader header = parse_header(header_bytes);
-    if (header.stored_size > size - at - kChunkHeaderSize) {
-      tail = where + " ends " + std::to_string(header.stored_size - (size - at - kChunkHeaderSize)) +
-             " bytes short";
-      break;
-    }
-    const bool last = at + kChunkHeaderSize + header.stored_size == size;
+    // The header's checksum covers its payload too, so it cannot vouch for
+    // the header alone. A header present whole was written whole (each
+    // chunk is one write(2)), so every field is checked before the chunk's
+    // size is held against the file: a size a damaged header made absurd is
+    // refused, never taken for a recording cut short.
     if (header.sequence != sequence) {
       inconsistent(where + " is numbered " + std::to_string(header.sequence));
     }
@@ -158,11 +169,30 @@ StreamIndex index_stream(ByteSource& source) {
     if ((header.kind == ChunkKind::start) != (sequence == 0)) {
       inconsistent(where + (sequence == 0 ? " is not the start chunk" : " is a second start chunk"));
     }
-    if (header.kind == ChunkKind::events) {
-      if (header.events == 0 || header.events > kMaxBlockEvents) {
-        inconsistent(where + " holds " + std::to_string(header.events) + " events; a chunk holds 1 to " +
-                     std::to_string(kMaxBlockEvents));
+    if (header.kind != ChunkKind::start && header.kind != ChunkKind::tables && header.kind != ChunkKind::events &&
+        header.kind != ChunkKind::trailer) {
+      inconsistent(where + " is of unknown kind " + std::to_string(static_cast<std::uint32_t>(header.kind)));
+    }
+    if (header.kind == ChunkKind::events && (header.events == 0 || header.events > kMaxBlockEvents)) {
+      inconsistent(where + " holds " + std::to_string(header.events) + " events; a chunk holds 1 to " +
+                   std::to_string(kMaxBlockEvents));
+    }
+    // The writer's frame never exceeds zstd's bound for its content.
+    if (const std::size_t bound = ZSTD_compressBound(header.raw_size); header.stored_size > bound) {
+      inconsistent(where + " stores " + std::to_string(header.stored_size) + " bytes; a zstd frame of " +
+                   std::to_string(header.raw_size) + " bytes takes at most " + std::to_string(bound));
+    }
+    if (header.stored_size > size - at - kChunkHeaderSize) {
+      if (const auto frame = complete_frame_in_cut_chunk(source, at, buffers.stored)) {
+        inconsistent(where + " stores " + std::to_string(header.stored_size) + " bytes, but its zstd frame ends after " +
+                     std::to_string(*frame));
       }
+      tail = where + " ends " + std::to_string(header.stored_size - (size - at - kChunkHeaderSize)) +
+             " bytes short";
+      break;
+    }
+    const bool last = at + kChunkHeaderSize + header.stored_size == size;
+    if (header.kind == ChunkKind::events) {
       index.chunks.push_back(StreamEventChunk{at, header, index.event_count});
       index.event_count += header.events;
     } else {
@@ -198,7 +228,7 @@ StreamIndex index_stream(ByteSource& source) {
           append_tables_to(tables, std::move(append), where);
           break;
         }
-        default: inconsistent(where + " is of unknown kind " + std::to_string(static_cast<std::uint32_t>(header.kind)));
+        default: break;  // events chunks are indexed above; no other kind gets here
       }
     }
     at += kChunkHeaderSize + header.stored_size;
@@ -220,19 +250,23 @@ StreamIndex index_stream(ByteSource& source) {
     index.head.stacks = tables.stacks;
     index.head.threads = tables.threads;
     // The final layout went down with the trailer: rebuild it from the
-    // events, which start at the start of the run. An events chunk that
-    // does not read is where the file ends.
+    // events, which start at the start of the run. Only the file's last
+    // chunk may fail its checksum (a kill mid-write); damage anywhere
+    // before it is refused, as in a complete file.
     LayoutFromEvents layout;
     std::vector<Event> events;
     for (std::size_t i = 0; i < index.chunks.size(); ++i) {
-      try {
-        read_events_chunk(source, index.chunks[i], i, index.head, buffers, events);
-      } catch (const SnapshotError& error) {
-        if (tail.empty()) tail = error.what();
-        index.event_count = index.chunks[i].first_event;
-        index.chunks.resize(i);
-        break;
+      const StreamEventChunk& chunk = index.chunks[i];
+      if (tail.empty() && chunk.offset + kChunkHeaderSize + chunk.header.stored_size == size) {
+        source.read(header_bytes.data(), header_bytes.size(), chunk.offset);
+        if (!read_stored(source, chunk.offset, chunk.header, header_bytes, buffers.stored)) {
+          tail = chunk_name(chunk.header.sequence, chunk.offset) + " fails its checksum";
+          index.event_count = chunk.first_event;
+          index.chunks.resize(i);
+          break;
+        }
       }
+      read_events_chunk(source, chunk, i, index.head, buffers, events);
       layout.add(events);
     }
     index.head.segments = layout.take();

@@ -70,12 +70,15 @@ struct StreamIndex {
   bool complete = false;
 };
 
-// Walks the chunk chain after the framing. Checks each chunk's size against
-// the file and the checksum of every chunk it decompresses (all but events
+// Walks the chunk chain after the framing. Checks each header's fields (its
+// stored size against zstd's bound for its content) before its size against
+// the file, and the checksum of every chunk it decompresses (all but events
 // chunks, which read_events_chunk() checks). Without a trailer, the walk
-// stops at the first incomplete or damaged chunk at the end, every events
-// chunk is decoded once to rebuild the final layout from the events, and
-// head.settings[kStreamNoteSetting] says so. Throws SnapshotError
+// stops at the first chunk cut short or at a damaged last chunk, every
+// events chunk before it is decoded once (damage there is inconsistent) to
+// rebuild the final layout from the events, and
+// head.settings[kStreamNoteSetting] says so. A file that ends before its
+// start chunk is complete is truncated. Throws SnapshotError
 // (inconsistent, truncated) as decode() does; validates the head.
 StreamIndex index_stream(ByteSource& source);
 
