@@ -175,6 +175,11 @@ TEST_CASE("given options that make no sense for the snapshot, each is refused na
             E + "--follow-interval: '0' is not a number from 0.01 to 3600"},
            {kAnalyze, {"check", kSample, "--follow-interval", "2", "--max-leaked", "0"}, 2,
             E + "--follow-interval requires --follow"},
+           {kAnalyze, {"replay", kSample, "--fraction", "nan"}, 2, E + "--fraction: 'nan' is not a number from 0 to 1"},
+           {kAnalyze, {"replay", kSample, "--recorded-fraction", "nan"}, 2,
+            E + "--recorded-fraction: 'nan' is not a number from 0 to 1"},
+           {kAnalyze, {"recommend", kSample, "--fraction", "nan"}, 2, E + "--fraction: 'nan' is not a number from 0 to 1"},
+           {kAnalyze, {"replay", kSample, "--fraction", "1.5"}, 2, E + "--fraction: '1.5' is not a number from 0 to 1"},
        })
     check(c);
 }

@@ -25,7 +25,7 @@ void add_recommend_command(CLI::App& app, Runner& runner) {
   command->add_option("--capacity", args->capacity,
                       "the memory to fit in, BYTES (suffixes K, M, G, T; default: the recorded cap, if any)");
   command->add_option("--fraction", args->fraction, "the memory to fit in, as a fraction of the device total")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_from(0.0, 1.0))
       ->excludes("--capacity");
   command->add_option("--set", args->set, "a setting kept for every candidate, KEY=VALUE (not a swept key; repeatable)");
   command->add_option("--threads", args->threads, "replays at a time (default: every core)")

@@ -30,12 +30,12 @@ void add_replay_command(CLI::App& app, Runner& runner) {
   auto args = std::make_shared<ReplayArguments>();
   command->add_option("--set", args->set, "a CACHEALLOC_CONF setting over the recorded ones, KEY=VALUE (repeatable)");
   command->add_option("--fraction", args->fraction, "cap reserved memory at this fraction of the device total")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(number_from(0.0, 1.0));
   command->add_option("--capacity", args->capacity, "cap reserved memory at BYTES (suffixes K, M, G, T)")
       ->excludes("--fraction");
   command->add_option("--recorded-fraction", args->recorded_fraction,
                       "the recorded run's memory fraction, which a PyTorch pickle does not store")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(number_from(0.0, 1.0));
   command->add_option("--addresses", args->addresses,
                       "where reservations land: recorded (as in the recording, while the replay reserves the same) "
                       "or model (the driver address model)")
