@@ -748,6 +748,16 @@ TEST_CASE("a negative device index is refused by the writer and the reader, nami
   }
 }
 
+TEST_CASE("an unmapped block in a segment that is not expandable is refused by the writer and the reader") {
+  // Given a segment that is not expandable whose last block is unmapped (a
+  // fuzz_convert finding: the pickle writer keeps only an expandable
+  // segment's mapped runs, so the segment came back shorter)
+  Snapshot bad = make_rich_snapshot();
+  REQUIRE(!bad.segments[0].expandable);
+  bad.segments[0].blocks.back().state = BlockState::unmapped;
+  check_refused_by_writer_and_reader(bad, "block 2 of segment 0 is unmapped, but its segment is not expandable");
+}
+
 TEST_CASE("an alloc or free whose block is smaller than its request is refused, naming the event") {
   // Given a free_requested of a 0-byte block that requests 1 byte (a
   // fuzz_convert finding: a pickle, which holds only the request, brings

@@ -34,6 +34,9 @@ std::optional<std::string> segments_problem(const Snapshot& snapshot, const std:
       if (block.address < segment.address || block.address > end || block.size > end - block.address)
         return which + " lies outside its segment";
       if (block.address < cursor) return which + " overlaps the block before it";
+      // Only an expandable segment unmaps part of its range.
+      if (block.state == BlockState::unmapped && !segment.expandable)
+        return which + " is unmapped, but its segment is not expandable";
       if (block.address > cursor) return which + " leaves a gap of " + std::to_string(block.address - cursor) +
                                          " bytes before it: the block sizes do not add up to the segment's";
       // A block in use is rounded up from its request, never down.

@@ -211,7 +211,11 @@ RingStart derive_ring_start(const std::vector<Segment>& final_layout, std::int32
       pieces.push_back(Block{b.address, b.size, b.requested, b.state, b.stack});
       if (b.from_event) ++result.blocks_from_before_ring;
     }
-    for (auto [b, f] : info.unmapped) pieces.push_back(Block{b, f - b, 0, BlockState::unmapped, {}});
+    // Only an expandable segment unmaps part of its range (invariants.hpp):
+    // a map or unmap inside another contradicts the trace, and its range
+    // stays an inactive gap.
+    if (info.expandable)
+      for (auto [b, f] : info.unmapped) pieces.push_back(Block{b, f - b, 0, BlockState::unmapped, {}});
     std::sort(pieces.begin(), pieces.end(),
               [](const Block& a, const Block& b) { return a.address < b.address; });
 

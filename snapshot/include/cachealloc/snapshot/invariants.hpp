@@ -10,6 +10,7 @@
 //   - the segments of one device do not overlap;
 //   - each segment's blocks are in address order, inside the segment, apart,
 //     and their sizes add up to the segment's: they tile it from its address;
+//   - only an expandable segment holds unmapped blocks;
 //   - the same for each ring-start layout (RingStart::segments);
 //   - all text (the string table, the header, device names and notes, the
 //     settings) is valid UTF-8 (RFC 3629, text.hpp). Python's pickle.loads
