@@ -416,6 +416,25 @@ TEST_CASE("annotations whose times go back are read in an order that a pickle wr
   }
 }
 
+TEST_CASE("an expandable segment with no blocks is written, not dropped") {
+  // Given an expandable segment of 0 bytes with no blocks (a fuzz_convert
+  // finding: a pickle without its total_size and blocks keys reads so, and
+  // the writer kept only an expandable segment's mapped runs, of which it has none)
+  Snapshot s;
+  s.segments.push_back(Segment{});
+  s.segments[0].address = 0x7f0000000000;
+  s.segments[0].expandable = true;
+  s.segments[0].large_pool = true;
+  // When it goes through our pickle and back
+  const Snapshot back = decode_pytorch_pickle(encode_pytorch_pickle(s));
+  // Then it is still there, as it was
+  REQUIRE(back.segments.size() == 1);
+  CHECK(back.segments[0].address == s.segments[0].address);
+  CHECK(back.segments[0].expandable);
+  CHECK(back.segments[0].total_size == 0);
+  CHECK(back.segments[0].blocks.empty());
+}
+
 TEST_CASE("a segment on a negative device is refused, not written as a pickle PyTorch's reader refuses") {
   // Given a segment on device -2147483648 (a fuzz_convert finding: the
   // writer wrote it, and reading it back failed)

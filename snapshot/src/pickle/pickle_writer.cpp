@@ -240,7 +240,7 @@ class SnapshotPickler {
       std::size_t start = 0;
       for (std::size_t b = 0; b <= segment.blocks.size(); ++b) {
         if (b == segment.blocks.size() || segment.blocks[b].state == BlockState::unmapped) {
-          if (b > start || (segment.blocks.empty() && !segment.expandable)) runs.push_back({&segment, start, b});
+          if (b > start || segment.blocks.empty()) runs.push_back({&segment, start, b});
           start = b + 1;
         }
       }
