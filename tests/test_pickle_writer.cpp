@@ -416,6 +416,20 @@ TEST_CASE("annotations whose times go back are read in an order that a pickle wr
   }
 }
 
+TEST_CASE("a setting whose name has more dots than the reader nests dicts comes back whole") {
+  // Given a setting of five dotted parts (a fuzz_convert finding: written as
+  // five nested dicts, it lay past the depth the reader flattens)
+  Snapshot s;
+  s.settings["a.b.c.roundup_power2_divisions.1ld"] = "0.0";
+  s.settings["x.y"] = "1";
+  // When it goes through our pickle and back
+  const Snapshot back = decode_pytorch_pickle(encode_pytorch_pickle(s));
+  // Then both settings are there, as they were
+  REQUIRE(back.settings.count("a.b.c.roundup_power2_divisions.1ld") == 1);
+  CHECK(back.settings.at("a.b.c.roundup_power2_divisions.1ld") == "0.0");
+  CHECK(back.settings.at("x.y") == "1");
+}
+
 TEST_CASE("an expandable segment with no blocks is written, not dropped") {
   // Given an expandable segment of 0 bytes with no blocks (a fuzz_convert
   // finding: a pickle without its total_size and blocks keys reads so, and

@@ -471,13 +471,16 @@ class SnapshotPickler {
     std::map<std::string, std::string> all = with_pytorch_settings(s_.settings);
     all.erase(kSkippedRecordsSetting);  // the read's count, not a setting: a named loss
     for (const auto& [key, value] : all) {
-      // Nest only where no plain value sits at the prefix already.
+      // Nest only where no plain value sits at the prefix already, and in
+      // at most 3 dicts below the root: the reader flattens 4 levels of dicts
+      // (the root's included), so a key of more parts keeps its rest dotted.
       SettingNode* node = &root;
       std::size_t start = 0;
+      int levels = 0;
       for (std::size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', start)) {
         const std::string part = key.substr(start, dot - start);
         const auto plain = all.find(key.substr(0, dot));
-        if (part.empty() || plain != all.end()) break;
+        if (part.empty() || plain != all.end() || ++levels > 3) break;
         node = &node->children[part];
         start = dot + 1;
       }
