@@ -11,13 +11,11 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
-#include <new>
 #include <string>
 #include <string_view>
 #include <memory>
 #include <thread>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "cachealloc/device.hpp"
@@ -32,10 +30,10 @@ namespace cachealloc {
 
 // A fixed block of event records (event_records.hpp). Each thread fills its
 // own staging chunk in place, without any lock; it stays hot in the thread's
-// cache. When it is full the thread trades its records' buffer for the one
-// of the ring chunk it claims (the oldest one, evicted, once the ring is
-// full): no copy, the staging chunk goes on in the evicted chunk's buffer.
-// The ring lock is taken once per chunk.
+// cache. When it is full the thread copies it into the ring (a ring of
+// chunks, the oldest one evicted) with non-temporal stores, which neither
+// read the ring's cold memory first nor evict the thread's working set, then
+// starts over. The ring lock is taken once per chunk.
 //
 // Records hold neither `device` (the recorder's) nor `thread` (a chunk
 // holds one thread's events; Chunk::thread names it, and the flush carries
@@ -46,45 +44,24 @@ struct Chunk {
   // Fewest events a full chunk holds: what sizes the ring for max_entries.
   static constexpr std::uint32_t kMinEvents = (kWords - detail::kMaxBatchWords + 1) / detail::kMaxWordsPerEvent;
   static constexpr std::uint32_t kThreadInEvents = ~std::uint32_t{0};
-  // The records, a buffer of kWords words the chunk owns (not zeroed: what
-  // is read was written). Chunks trade buffers (take_words).
-  alignas(64) std::uint64_t* words;
+  alignas(64) std::uint64_t words[kWords];
   std::uint32_t used = 0;                 // words written
   std::atomic<std::uint32_t> count{0};    // events (a compound record holds two); atomic only so that counters may be read racily
   std::uint32_t thread = kThreadInEvents;  // whose events these are
   std::uint64_t base_ticks = 0;           // record times are offsets from this
   std::uint64_t newest_ticks = 0;         // the newest time in the chunk
   std::uint64_t sequence = 0;             // a stream's queue order (State::stream_sequence)
-  // A ring chunk a thread is filling outside ring_lock (flush). Set and
-  // cleared by that thread; a flush that would reuse the chunk (the ring
-  // went round meanwhile) waits for it under ring_lock.
+  // A ring chunk a thread is copying into outside ring_lock (flush). Set
+  // and cleared by that thread; a flush that would reuse the chunk (the
+  // ring went round during the copy) waits for it under ring_lock.
   std::atomic<bool> busy{false};
-
-  // Throws std::bad_alloc when the buffer cannot be allocated.
-  Chunk() : words(static_cast<std::uint64_t*>(::operator new(kWords * sizeof(std::uint64_t), std::align_val_t{64}))) {}
-  ~Chunk() { ::operator delete(words, std::align_val_t{64}); }
-  Chunk(const Chunk&) = delete;
-  Chunk& operator=(const Chunk&) = delete;
 
   bool empty() const noexcept { return used == 0; }
   void clear() noexcept {
     used = 0;
     count.store(0, std::memory_order_relaxed);
   }
-  // Takes `from`'s records and what describes them, and gives `from` this
-  // chunk's buffer in exchange; `from` is left empty.
-  void take_words(Chunk& from) noexcept {
-    std::swap(words, from.words);
-    used = from.used;
-    count.store(from.count.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    thread = from.thread;
-    base_ticks = from.base_ticks;
-    newest_ticks = from.newest_ticks;
-    from.clear();
-  }
 };
-// What a chunk takes in memory, its records' buffer included.
-inline constexpr std::size_t kChunkBytes = sizeof(Chunk) + Chunk::kWords * sizeof(std::uint64_t);
 
 // One thread's staging chunk. Only its owner writes it, and only inside
 // on_event, which runs under a shard lock; a dump reads it inside
@@ -116,10 +93,9 @@ struct HistoryRecorder::State {
   void flush_to_stream(ThreadSlot& slot) noexcept;
   void flush_to_stream_locked(ThreadSlot& slot) noexcept;  // needs ring_lock; never waits
   // Moves a thread's full staging chunk into the ring. Takes ring_lock only
-  // to claim the ring chunk, and trades buffers with it outside the lock
-  // (Chunk::take_words): the caller holds a pool lock, so no dump or
-  // restart (which hold every shard lock) runs meanwhile. Must not hold
-  // ring_lock.
+  // to claim the ring chunk, and copies outside it: the caller holds a pool
+  // lock, so no dump or restart (which hold every shard lock) runs meanwhile,
+  // and threads copy at once instead of in turn. Must not hold ring_lock.
   void flush(ThreadSlot& slot) noexcept;
   // The same with ring_lock held throughout (annotations, which run outside
   // the allocator's locks). Needs ring_lock.

@@ -4,7 +4,11 @@
 #include "ring_hook.hpp"
 
 #include <algorithm>
-#include <memory>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+#include <cstring>
+#include <new>
 
 namespace cachealloc {
 
@@ -18,11 +22,32 @@ Chunk* take_chunk(std::vector<Chunk*>& spare, std::vector<std::unique_ptr<Chunk>
     return chunk;
   }
   try {
+    // Default-initialized: the 16 KiB of records are not zeroed (the copy
+    // into the chunk writes what is read).
     chunks.push_back(std::unique_ptr<Chunk>(new Chunk));
     return chunks.back().get();
   } catch (...) {
     return nullptr;
   }
+}
+
+// Copies a chunk's records with stores that bypass the cache: the ring's
+// chunk is written whole, so reading it in first would only cost time.
+void stream_copy(Chunk& to, const Chunk& from) noexcept {
+#if defined(__SSE2__)
+  const auto* source = reinterpret_cast<const __m128i*>(from.words);
+  auto* target = reinterpret_cast<__m128i*>(to.words);
+  const std::size_t units = (from.used + 1) / 2;
+  for (std::size_t i = 0; i < units; ++i) _mm_stream_si128(target + i, _mm_load_si128(source + i));
+  _mm_sfence();
+#else
+  std::memcpy(to.words, from.words, from.used * sizeof(std::uint64_t));
+#endif
+  to.used = from.used;
+  to.count.store(from.count.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  to.thread = from.thread;
+  to.base_ticks = from.base_ticks;
+  to.newest_ticks = from.newest_ticks;
 }
 
 std::atomic<detail::RingCopyHook> g_ring_copy_hook{nullptr};
@@ -39,8 +64,8 @@ Chunk* HistoryRecorder::State::claim_locked(ThreadSlot& slot) noexcept {
     if (target) ring.push_back(target);
   } else {
     Chunk* oldest = ring[next % ring.size()];
-    // Another thread may still be handing its records to it, if the ring
-    // went round meanwhile (a ring of a few chunks): it holds no lock we hold.
+    // Another thread may still be copying into it, if the ring went round
+    // during that copy (a ring of a few chunks): it holds no lock we hold.
     while (oldest->busy.load(std::memory_order_acquire)) CACHEALLOC_CPU_RELAX();
     const std::uint32_t dropped = oldest->count.load(std::memory_order_relaxed);
     evicted += dropped;
@@ -73,7 +98,8 @@ void HistoryRecorder::State::flush(ThreadSlot& slot) noexcept {
   }
   Chunk* target = nullptr;
   // While the ring grows, a new chunk is allocated outside ring_lock, so
-  // that threads do not queue behind one another's malloc.
+  // that threads do not queue behind one another's malloc; its pages are
+  // first touched by the copy, also outside the lock, in parallel.
   std::unique_ptr<Chunk> fresh;
   bool allocation_failed = false;
   {
@@ -94,18 +120,15 @@ void HistoryRecorder::State::flush(ThreadSlot& slot) noexcept {
         break;
       }
       lock.unlock();
-      try {
-        fresh = std::make_unique<Chunk>();
-      } catch (...) {
-        allocation_failed = true;
-      }
+      fresh.reset(new (std::nothrow) Chunk);
+      allocation_failed = !fresh;
       lock.lock();
     }
   }
   if (const detail::RingCopyHook hook = g_ring_copy_hook.load(std::memory_order_relaxed)) [[unlikely]]
     hook();
   if (target) {
-    target->take_words(slot.staging);
+    stream_copy(*target, slot.staging);
     target->busy.store(false, std::memory_order_release);
   }
   slot.staging.clear();
@@ -119,7 +142,7 @@ void HistoryRecorder::State::flush_locked(ThreadSlot& slot) noexcept {
     return;
   }
   if (Chunk* target = claim_locked(slot)) {
-    target->take_words(slot.staging);
+    stream_copy(*target, slot.staging);
     target->busy.store(false, std::memory_order_release);
   }
   slot.staging.clear();

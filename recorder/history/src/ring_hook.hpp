@@ -2,9 +2,8 @@
 // recorder and its tests.
 //
 // The ring copy hook is called by a thread after it has claimed a ring chunk
-// and before it hands its events to it (Chunk::take_words), outside
-// ring_lock. Tests use it to hold the hand-over open while other threads go
-// round the ring.
+// and before it copies its events into it, outside ring_lock. Tests use it
+// to hold a copy open while other threads go round the ring.
 #pragma once
 
 #include <cstdint>

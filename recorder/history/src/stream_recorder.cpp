@@ -80,7 +80,7 @@ StreamWhenFull parse_stream_when_full(std::string_view text) {
 const char* to_string(StreamWhenFull when_full) noexcept { return when_full == StreamWhenFull::drop ? "drop" : "wait"; }
 
 std::size_t stream_chunk_limit(const HistoryOptions& options) {
-  return (options.stream_buffer_bytes - kWriterBytes) / kChunkBytes - HistoryRecorder::State::kStreamReserveChunks;
+  return (options.stream_buffer_bytes - kWriterBytes) / sizeof(Chunk) - HistoryRecorder::State::kStreamReserveChunks;
 }
 
 // --- the hot path's slow path -----------------------------------------------
@@ -106,8 +106,13 @@ Chunk* stream_chunk_locked(HistoryRecorder::State& s, bool cut) noexcept {
   return s.chunks.back().get();
 }
 
-void queue_locked(HistoryRecorder::State& s, Chunk& target, Chunk& staging) {
-  target.take_words(staging);
+void queue_locked(HistoryRecorder::State& s, Chunk& target, const Chunk& staging) {
+  std::memcpy(target.words, staging.words, staging.used * sizeof(std::uint64_t));
+  target.used = staging.used;
+  target.count.store(staging.count.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  target.thread = staging.thread;
+  target.base_ticks = staging.base_ticks;
+  target.newest_ticks = staging.newest_ticks;
   target.sequence = ++s.stream_sequence;
   s.ring.push_back(&target);
 }
@@ -182,8 +187,8 @@ StreamStatus HistoryRecorder::stream_status() const {
   status.active = s.streaming;
   status.dropped_events = s.evicted;
   status.waits = s.stream_waits;
-  status.buffer_bytes += s.chunks.size() * kChunkBytes;
-  status.peak_buffer_bytes = std::max<std::uint64_t>(status.peak_buffer_bytes, s.stream_peak_chunks * kChunkBytes + kWriterBytes);
+  status.buffer_bytes += s.chunks.size() * sizeof(Chunk);
+  status.peak_buffer_bytes = std::max<std::uint64_t>(status.peak_buffer_bytes, s.stream_peak_chunks * sizeof(Chunk) + kWriterBytes);
   return status;
 }
 
