@@ -340,5 +340,16 @@ TEST_CASE("given a stream that dropped events while it was written, check holds 
   CHECK(summary.status == 0);
   CHECK(summary.out.find("3 events were dropped while the stream was written") != std::string::npos);
   CHECK(summary.out.find("enlarge the ring") == std::string::npos);
+  // marked "~", never ">=", in the table, and listed as approximate in JSON and CSV
+  CHECK(summary.out.find(">= ") == std::string::npos);
+  CHECK(summary.out.find("~ ") != std::string::npos);
+  CHECK(summary.out.find("peaks (approximate: events were dropped") != std::string::npos);
+  Run json = run(kTool + " summary " + path.string() + " --format json");
+  CHECK(json.status == 0);
+  CHECK(json.out.find("\"lower_bounds\":[]") != std::string::npos);
+  CHECK(json.out.find("\"approximate\":[\"peak_allocated\"") != std::string::npos);
+  Run csv = run(kTool + " summary " + path.string() + " --format csv");
+  CHECK(csv.out.find("peak_allocated,4194304,approximate") != std::string::npos);
+  CHECK(csv.out.find(",true") == std::string::npos);
   std::filesystem::remove(path);
 }

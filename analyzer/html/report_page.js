@@ -64,7 +64,8 @@
       if (lines.length > 3) html += '<details><summary>' + (lines.length - 3) + ' more</summary><ul>' + lines.slice(3).map((l) => '<li>' + esc(l) + '</li>').join('') + '</ul></details>';
       html += '</div>';
     }
-    const notes = (summary.notes || []).concat(summary.lower_bounds && summary.lower_bounds.length ? ['lower bounds: ' + summary.lower_bounds.join(', ')] : []);
+    const notes = (summary.notes || []).concat(summary.lower_bounds && summary.lower_bounds.length ? ['lower bounds: ' + summary.lower_bounds.join(', ')] : [])
+      .concat(summary.approximate && summary.approximate.length ? ['approximate (events were dropped): ' + summary.approximate.join(', ')] : []);
     if (notes.length) html += '<ul class="notes">' + notes.map((n) => '<li>' + esc(n) + '</li>').join('') + '</ul>';
     $('summary').innerHTML = html;
   }

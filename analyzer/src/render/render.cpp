@@ -205,7 +205,7 @@ constexpr std::size_t kStreamAlignRows = 1000;
 // that would name two figures alike is a bug caught by every test that
 // renders it, never an object whose readers keep one value and drop the other.
 void check_unique_keys(const Document& document) {
-  std::set<std::string> top{"report", "lower_bounds", "notes"};
+  std::set<std::string> top{"report", "lower_bounds", "approximate", "notes"};
   const auto claim = [&](const std::string& key) {
     if (!top.insert(key).second) throw std::logic_error("report " + document.report + ": JSON key '" + key + "' twice");
   };
@@ -310,10 +310,18 @@ void render_json(const Document& document, std::ostream& out) {
         streamed_notes);
     json.end_array();
   }
+  // The marked figures are bounds, or, in an approximate document, neither.
   json.key("lower_bounds");
   json.begin_array();
-  for (const std::string& key : lower_bounds) json.value(std::string_view(key));
+  if (!document.approximate)
+    for (const std::string& key : lower_bounds) json.value(std::string_view(key));
   json.end_array();
+  if (document.approximate) {
+    json.key("approximate");
+    json.begin_array();
+    for (const std::string& key : lower_bounds) json.value(std::string_view(key));
+    json.end_array();
+  }
   json.key("notes");
   json.begin_array();
   std::size_t in_notes = 0;
@@ -363,7 +371,7 @@ void csv_fields(const Document& document, std::ostream& out) {
     if (const FieldGroup* group = std::get_if<FieldGroup>(&section)) {
       for (const Field& field : group->fields) {
         csv.row({group->key.empty() ? field.key : group->key + "." + field.key, raw(field.value, field.unit),
-                 field.lower_bound ? "true" : "false"});
+                 !field.lower_bound ? "false" : document.approximate ? "approximate" : "true"});
       }
     }
   }
@@ -406,7 +414,8 @@ void render_table(const Document& document, std::ostream& out) {
                                                 : unknown                        ? std::string("unknown")
                                                                                  : human(field.value, field.unit);
                        out << "  " << field.label << std::string(width - field.label.size() + 2, ' ')
-                           << (field.lower_bound && !empty ? ">= " : "") << text << '\n';
+                           << (field.lower_bound && !empty ? (document.approximate ? "~ " : ">= ") : "") << text
+                           << '\n';
                        if (const auto* lines = std::get_if<std::vector<std::string>>(&field.value)) {
                          for (std::size_t i = 1; i < lines->size(); ++i)
                            out << "  " << std::string(width + 2, ' ') << snapshot::printable((*lines)[i]) << '\n';

@@ -51,6 +51,9 @@ bool dropped_mid_stream(const Snapshot& snapshot) {
 }
 
 void add_common_notes(Document& document, const Snapshot& snapshot, const Analysis& analysis) {
+  // Events dropped anywhere in a stream: its marked figures are neither
+  // exact nor bounds.
+  document.approximate = dropped_mid_stream(snapshot);
   // A report shows one device; the others of the file are named, with the
   // option that shows them, so none is left out unseen.
   std::set<std::int32_t> others;

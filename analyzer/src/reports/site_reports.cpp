@@ -262,7 +262,8 @@ Document top_report(EventSource& source, const ReportOptions& options) {
     doc.notes.push_back("the " + std::to_string(limit) + " largest sites are listed: --limit 0 lists every one");
   }
   for (std::string& note : names.notes()) doc.notes.push_back(std::move(note));
-  if (lower) doc.notes.push_back("allocation counts and bytes cover the ring only: lower bounds for the run");
+  if (lower && !detail::dropped_mid_stream(snapshot))
+    doc.notes.push_back("allocation counts and bytes cover the ring only: lower bounds for the run");
   detail::add_common_notes(doc, snapshot, a);
   return doc;
 }

@@ -180,7 +180,11 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
     doc.notes.push_back("NVML's figures are the simulated device's model of them.");
   }
 
-  Table& peaks = doc.table("peaks", std::string("peaks") + (lower ? " (lower bounds: the trace does not cover the whole run)" : ""),
+  const bool approximate = detail::dropped_mid_stream(snapshot);
+  Table& peaks = doc.table("peaks", std::string("peaks") +
+                                        (approximate ? " (approximate: events were dropped while the stream was written)"
+                                         : lower     ? " (lower bounds: the trace does not cover the whole run)"
+                                                     : ""),
                            {{"metric", "metric"},
                             {"bytes", "peak", Unit::bytes},
                             {"event", "event", Unit::event},
@@ -219,7 +223,8 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
                              by_category, categories);
   doc.notes.push_back(detail::category_note(detail::category_source(categories)));
 
-  FieldGroup& counts = doc.group("events", std::string("events in the ring") + (lower ? " (lower bounds)" : ""));
+  FieldGroup& counts = doc.group("events", approximate ? std::string("events in the stream (the run had more: some were dropped)")
+                                                      : std::string("events in the ring") + (lower ? " (lower bounds)" : ""));
   // Category tags appear only where a program made them: a trace without
   // them (every PyTorch pickle) prints no row for them.
   const auto untagged = [&](snapshot::EventKind kind) {

@@ -141,6 +141,12 @@ struct Document {
   std::deque<Section> sections;  // a deque: references from group()/table() stay valid
   std::vector<std::string> notes;  // warnings and caveats, shown last
   std::string csv_table;           // the table CSV writes; empty: the first one
+  // The figures marked lower_bound are approximate instead, neither exact
+  // nor bounds: events were dropped anywhere in the run (a stream recorded
+  // with when_full=drop), so the replay may be above or below the run.
+  // Tables mark them "~", JSON lists them under "approximate" (and
+  // "lower_bounds" is empty), CSV's lower_bound column reads "approximate".
+  bool approximate = false;
   bool csv_fields = false;         // CSV writes the fields as key,value rows instead
   // Rendered after the sections, before the notes.
   std::optional<StreamedTable> streamed;
