@@ -1525,6 +1525,21 @@ TEST_CASE("a version 7 stream cut before its start chunk is complete is refused 
   }
 }
 
+TEST_CASE("a version 7 stream cut inside its first events chunk reads as no events, and its note says so") {
+  // Given the golden stream cut halfway through its first events chunk
+  std::vector<std::byte> bytes = version7_file();
+  const Version7Chunk first_events = version7_chunks(bytes).at(3);
+  bytes.resize(first_events.offset + 32 + first_events.stored / 2);
+  // When decoded, then it holds no events, and the note says no chunk of them was complete
+  const Snapshot s = decode(bytes);
+  CHECK(s.events.empty());
+  REQUIRE(s.settings.count(kStreamNoteSetting) == 1);
+  CHECK(s.settings.at(kStreamNoteSetting) ==
+        "the recording ended without its trailer (killed?): no chunk of events was complete (0 events); chunk 3 at "
+        "offset " + std::to_string(first_events.offset) + " ends " + std::to_string(first_events.stored - first_events.stored / 2) +
+        " bytes short");
+}
+
 TEST_CASE("a version 7 stream damaged before its last chunk is refused, even without its trailer") {
   // Given the golden stream with a byte of its first events chunk flipped,
   // cut inside its last events chunk

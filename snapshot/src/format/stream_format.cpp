@@ -270,10 +270,13 @@ StreamIndex index_stream(ByteSource& source) {
       layout.add(events);
     }
     index.head.segments = layout.take();
-    const std::uint64_t chunks = index.chunks.empty() ? 0 : index.chunks.back().header.sequence;
+    const std::string kept =
+        index.chunks.empty()
+            ? std::string("no chunk of events was complete (0 events)")
+            : "events up to chunk " + std::to_string(index.chunks.back().header.sequence) + " (" +
+                  std::to_string(index.event_count) + " events)";
     index.head.settings[kStreamNoteSetting] =
-        "the recording ended without its trailer (killed?): events up to chunk " + std::to_string(chunks) + " (" +
-        std::to_string(index.event_count) + " events)" + (tail.empty() ? "" : "; " + tail);
+        "the recording ended without its trailer (killed?): " + kept + (tail.empty() ? "" : "; " + tail);
   } else {
     index.head.strings = std::move(tables.strings);
     index.head.frames = std::move(tables.frames);
