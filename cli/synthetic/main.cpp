@@ -62,7 +62,9 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(result.stream.peak_buffer_bytes),
                   static_cast<unsigned long long>(result.stream.waits));
       if (result.stream.dropped_events > 0)
-        std::fprintf(stderr, "%s: note: %llu events were dropped (--stream-when-full drop); figures are lower bounds\n",
+        std::fprintf(stderr,
+                     "%s: note: %llu events were dropped (--stream-when-full drop); the file's replayed figures are "
+                     "approximate, neither exact nor bounds\n",
                      kProgram, static_cast<unsigned long long>(result.stream.dropped_events));
     } else if (result.ring_overflowed) {
       std::fprintf(stderr, "%s: note: the ring overflowed; figures are lower bounds\n", kProgram);
