@@ -351,5 +351,18 @@ TEST_CASE("given a stream that dropped events while it was written, check holds 
   Run csv = run(kTool + " summary " + path.string() + " --format csv");
   CHECK(csv.out.find("peak_allocated,4194304,approximate") != std::string::npos);
   CHECK(csv.out.find(",true") == std::string::npos);
+  // And diff and ranks say the same of it: approximate, not lower bounds
+  Run diff = run(kTool + " diff " + path.string() + " " + path.string());
+  CHECK(diff.status == 0);
+  CHECK(diff.out.find("peaks and totals (B - A), approximate (see the notes)") != std::string::npos);
+  CHECK(diff.out.find("both streams dropped events while they were written") != std::string::npos);
+  CHECK(diff.out.find("lower bounds") == std::string::npos);
+  Run ranks = run(kTool + " ranks " + path.string() + " --format json");
+  CHECK(ranks.status == 0);
+  CHECK(ranks.out.find("\"lower_bounds\":false,\"approximate\":true") != std::string::npos);
+  CHECK(ranks.out.find("\"approximate\":[\"median_peak_reserved\"") != std::string::npos);
+  Run ranks_table = run(kTool + " ranks " + path.string());
+  CHECK(ranks_table.out.find("their peaks are approximate") != std::string::npos);
+  CHECK(ranks_table.out.find("are lower bounds") == std::string::npos);
   std::filesystem::remove(path);
 }

@@ -163,7 +163,8 @@ RunSummary summarize(EventSource& source, const SummaryOptions& options) {
     if (total != 0) run.device_total = total;
   }
   run.events = a.event_count;
-  run.lower_bounds = a.truncated();
+  run.approximate = detail::dropped_mid_stream(head);
+  run.lower_bounds = a.truncated() && !run.approximate;
   run.peak_reserved = a.peak_reserved.bytes;
   run.peak_allocated = a.peak_allocated.bytes;
   run.peak_active = a.peak_active.bytes;
@@ -220,7 +221,12 @@ Document diff_report(const RunSummary& a, const RunSummary& b, const DiffOptions
       .add("b_device", "B's device", static_cast<std::int64_t>(b.device));
 
   const bool bounds = a.lower_bounds || b.lower_bounds;
-  Table& peaks = doc.table("peaks", std::string("peaks and totals (B - A)") + (bounds ? ", lower bounds (see the notes)" : ""),
+  const bool approximate = a.approximate || b.approximate;
+  const char* caveat = bounds && approximate ? ", lower bounds or approximate (see the notes)"
+                       : bounds              ? ", lower bounds (see the notes)"
+                       : approximate         ? ", approximate (see the notes)"
+                                             : "";
+  Table& peaks = doc.table("peaks", std::string("peaks and totals (B - A)") + caveat,
                            {{"metric", "metric"},
                             {"a", "A", Unit::bytes},
                             {"b", "B", Unit::bytes},
@@ -401,6 +407,14 @@ Document diff_report(const RunSummary& a, const RunSummary& b, const DiffOptions
                                                                      : "B's trace does not cover") +
                         " the whole run (ring overflow, a mid-run start or inferred block sizes): peaks, counts and "
                         "site totals there are lower bounds, and so is any change computed from them.");
+  }
+  if (a.approximate || b.approximate) {
+    doc.notes.push_back(std::string(a.approximate && b.approximate ? "both streams dropped events while they were"
+                                    : a.approximate                 ? "A's stream dropped events while it was"
+                                                                    : "B's stream dropped events while it was") +
+                        " written (when_full was drop): the replay misses them anywhere in the run, so peaks, counts "
+                        "and site totals there are approximate, neither exact nor bounds, and so is any change "
+                        "computed from them.");
   }
   for (const RunSummary* run : {&a, &b})
     for (const std::string& note : run->site_notes)

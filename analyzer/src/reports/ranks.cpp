@@ -326,17 +326,23 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
   doc.title = "ranks: " + std::to_string(readable) + " snapshot(s)" +
               (unreadable != 0 ? ", " + std::to_string(unreadable) + " file(s) unreadable" : "");
   doc.csv_table = "ranks";
-  bool bounds = false;
-  for (const RankSummary& r : ranks) bounds = bounds || r.run.lower_bounds;
+  bool bounds = false, approximate = false;
+  for (const RankSummary& r : ranks) {
+    bounds = bounds || r.run.lower_bounds;
+    approximate = approximate || r.run.approximate;
+  }
+  // The medians are marked once: approximate where any rank's figures are
+  // (a median over approximate figures is itself neither exact nor a bound).
+  doc.approximate = approximate;
   FieldGroup& fleet = doc.group("", "over all ranks");
   // Not "ranks": that key is the table's in JSON.
   fleet.add("rank_count", "ranks", static_cast<std::uint64_t>(readable), Unit::count)
       .add("unreadable_files", "unreadable files", static_cast<std::uint64_t>(unreadable), Unit::count)
       .add("median_peak_reserved", "median peak reserved", static_cast<std::uint64_t>(f.median_peak_reserved),
-           Unit::bytes, bounds)
+           Unit::bytes, bounds || approximate)
       .add("imbalance_reserved", "imbalance of peak reserved (max / median)", f.imbalance_reserved)
       .add("median_peak_allocated", "median peak allocated", static_cast<std::uint64_t>(f.median_peak_allocated),
-           Unit::bytes, bounds)
+           Unit::bytes, bounds || approximate)
       .add("imbalance_allocated", "imbalance of peak allocated (max / median)", f.imbalance_allocated);
   if (f.closest_to_oom) {
     const RankSummary& c = ranks[*f.closest_to_oom];
@@ -360,7 +366,8 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
                             {"segments", "segments", Unit::count},
                             {"ooms", "OOMs", Unit::count},
                             {"closest_to_oom", "closest"},
-                            {"lower_bounds", "lower bounds"}});
+                            {"lower_bounds", "lower bounds"},
+                            {"approximate", "approximate"}});
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const RunSummary& run = ranks[i].run;
     const Value rank = ranks[i].rank ? Value{static_cast<std::uint64_t>(*ranks[i].rank)} : Value{};
@@ -381,7 +388,8 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
                           f.median_peak_reserved > 0 ? Value{static_cast<double>(run.peak_reserved) / f.median_peak_reserved}
                                                      : Value{},
                           run.device_total ? Value{*run.device_total} : Value{}, room ? Value{*room} : Value{},
-                          run.peak_segments, run.ooms, f.closest_to_oom == i, run.lower_bounds});
+                          run.peak_segments, run.ooms, f.closest_to_oom == i, run.lower_bounds,
+                          run.approximate});
   }
   // What each rank's allocated peak is made of.
   std::vector<Column> category_columns = {{"rank", "rank", Unit::count}, {"file", "file"}};
@@ -430,6 +438,9 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
                         "take some of it.");
   }
   if (bounds) doc.notes.push_back("some traces do not cover their whole run: their peaks are lower bounds.");
+  if (approximate)
+    doc.notes.push_back("some streams dropped events while they were written (when_full was drop): their peaks are "
+                        "approximate, neither exact nor bounds.");
   // Counted by file: a file of several devices is one name.
   std::set<std::string> unnamed, shared;
   for (const RankSummary& r : ranks)
@@ -506,6 +517,8 @@ void write_ranks_jsonl(const std::vector<RankSummary>& ranks, const RanksOptions
     json.value(f.closest_to_oom == i);
     json.key("lower_bounds");
     json.value(run.lower_bounds);
+    json.key("approximate");
+    json.value(run.approximate);
     json.key("top_sites");
     json.begin_array();
     for (std::size_t s = 0; s < detail::listed(run.sites.size(), options.site_limit); ++s) {

@@ -69,6 +69,10 @@ struct RunSummary {
   std::optional<std::uint64_t> device_total;  // from the file; PyTorch pickles hold none
   std::uint64_t events = 0;
   bool lower_bounds = false;  // Analysis::truncated(): peaks and counts may be larger
+  // A stream that dropped events while it was written (when_full=drop): the
+  // replay misses them anywhere in the run, so peaks and counts may lie on
+  // either side, neither exact nor bounds (lower_bounds is then false).
+  bool approximate = false;
   std::uint64_t peak_reserved = 0, peak_allocated = 0, peak_active = 0, peak_requested = 0;
   std::uint64_t reserved_at_end = 0, allocated_at_end = 0;
   std::uint64_t peak_segments = 0, segments_at_end = 0;
