@@ -46,10 +46,18 @@ AllocatorConfig recorded_config(const snapshot::Snapshot& head) {
 }  // namespace
 
 // The replay's state now is the start: the walk reads it, and keeps no copy.
-SharedWalk::SharedWalk(EventSource& source, std::int32_t device, Replay& replay)
+namespace {
+CategorizeOptions shared_walk_options(bool keep_changes) {
+  CategorizeOptions options;
+  if (!keep_changes) options.max_kept_changes = 0;
+  return options;
+}
+}  // namespace
+
+SharedWalk::SharedWalk(EventSource& source, std::int32_t device, Replay& replay, bool keep_changes)
     : source_(source),
       config_(std::make_unique<const AllocatorConfig>(recorded_config(source.head()))),
-      walk_(source.head(), device, InitialLayout{}, *config_, CategorizeOptions{}, &replay) {}
+      walk_(source.head(), device, InitialLayout{}, *config_, shared_walk_options(keep_changes), &replay) {}
 
 SharedWalk::~SharedWalk() = default;
 

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -300,7 +299,7 @@ class CategoryWalk {
   }
 
   std::size_t add(std::uint64_t bytes, const Lifetime& life) {
-    if (life.evidence.parameter) parameter_sizes_.insert(bytes);
+    if (life.evidence.parameter) parameter_sizes_.insert(bytes, true);
     const std::size_t id = result_.count_++;
     result_.packed_.resize((result_.count_ + 1) / 2);
     return id;
@@ -326,7 +325,7 @@ class CategoryWalk {
       result_.set_category(id, {static_cast<Category>(tag), CategorySource::exact});
       return static_cast<Category>(tag);
     }
-    life.parameter_sized = parameter_sizes_.empty() || parameter_sizes_.contains(bytes);
+    life.parameter_sized = parameter_sizes_.size() == 0 || parameter_sizes_.find(bytes) != nullptr;
     const Category category = categories::infer_category(life);
     result_.set_category(id, {category, CategorySource::inferred});
     return category;
@@ -403,7 +402,7 @@ class CategoryWalk {
   whatif::PoolInference pools_;
   std::size_t max_kept_;
   Categorization result_;
-  std::unordered_set<std::uint64_t> parameter_sizes_;
+  snapshot::detail::FlatMap<bool> parameter_sizes_;  // a set: open addressing, one probe per settle
   snapshot::detail::FlatMap<std::uint32_t, 50> live_at_;  // address -> slot
   std::vector<Live> live_slots_;
   std::vector<std::uint32_t> free_slots_;

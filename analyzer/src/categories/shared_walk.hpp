@@ -22,7 +22,8 @@ class SharedWalk {
   // `replay`: the analysis's, in the state before the first event, from
   // which it applies every event of `source` in order between before() and
   // after() of each.
-  SharedWalk(EventSource& source, std::int32_t device, Replay& replay);
+  // `keep_changes`: AnalysisOptions::category_changes.
+  SharedWalk(EventSource& source, std::int32_t device, Replay& replay, bool keep_changes = true);
   ~SharedWalk();
   SharedWalk(const SharedWalk&) = delete;
   SharedWalk& operator=(const SharedWalk&) = delete;

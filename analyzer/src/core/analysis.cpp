@@ -293,7 +293,7 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   pass::WindowPass pass(options, a, replay);
   std::optional<categories::SharedWalk> categories_walk;
   if (options.categories && a.window.begin == 0 && a.window.end == n) {
-    categories_walk.emplace(source, a.device, replay);
+    categories_walk.emplace(source, a.device, replay, options.category_changes);
     pass.share_replay_with(&*categories_walk);
   }
 

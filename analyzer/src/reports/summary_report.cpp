@@ -24,6 +24,7 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
   const Snapshot& snapshot = source.head();
   AnalysisOptions analysis = detail::analysis_options(options);
   analysis.categories = true;
+  analysis.category_changes = false;  // the peak and the end only, which the walk sums
   const Analysis a = analyze(source, analysis);
   const bool lower = a.truncated();
   Document doc;

@@ -100,6 +100,12 @@ struct AnalysisOptions {
   // and a report reads the events once instead of twice. Memory: the walk's
   // (categories.hpp).
   bool categories = false;
+  // With categories: also keep each allocation's category change, so that
+  // figures at moments the walk did not sum (Categorization::at of another
+  // event, allocations(), peaks()) need no replay of the events. A report
+  // that asks only for the summed moments (summary) turns it off: on a long
+  // trace the changes are most of the walk's memory and a tenth of its time.
+  bool category_changes = true;
   // Also keep the allocations live at the allocated or the reserved peak
   // (Analysis::live_at_peak), so that a report that lists them (peak) reads
   // the events once instead of replaying them to the peak again. Costs a
