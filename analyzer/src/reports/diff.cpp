@@ -180,6 +180,7 @@ RunSummary summarize(EventSource& source, const SummaryOptions& options) {
   CategorizeOptions at_peak_and_end;
   at_peak_and_end.moments = detail::peak_and_end(a);
   at_peak_and_end.start = a.start;
+  at_peak_and_end.max_kept_changes = 0;  // the walk sums these two moments itself
   const Categorization categories = categorize(source, a.device, at_peak_and_end);
   std::vector<CategoryBytes> by_category = categories.at(at_peak_and_end.moments);
   if (at_peak_and_end.moments[0] != detail::state_after(a, a.peak_allocated.event)) std::swap(by_category[0], by_category[1]);

@@ -213,6 +213,7 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
   CategorizeOptions at_peak_and_end;
   at_peak_and_end.moments = detail::peak_and_end(a);
   at_peak_and_end.start = a.start;
+  at_peak_and_end.max_kept_changes = 0;  // the walk sums these two moments itself
   const std::shared_ptr<const Categorization> categorized = detail::categories_of(source, a, at_peak_and_end);
   const Categorization& categories = *categorized;
   std::vector<CategoryBytes> by_category = categories.at(at_peak_and_end.moments);
