@@ -108,6 +108,7 @@ Document timeline_report(EventSource& source, const ReportOptions& options) {
   analysis.timeline = options.buckets != 0 ? AnalysisOptions::Timeline::buckets : AnalysisOptions::Timeline::per_event;
   analysis.buckets = options.buckets;
   analysis.categories = true;
+  analysis.category_changes = false;  // the rows' maxima only, which the walk sums
   const Analysis a = analyze(source, analysis);
   const bool bucketed = options.buckets != 0;
 
@@ -128,6 +129,7 @@ Document timeline_report(EventSource& source, const ReportOptions& options) {
   }
   CategorizeOptions in_rows = detail::from_start_of(a);
   in_rows.allocated_max_ranges = ranges;
+  in_rows.max_kept_changes = 0;  // the walk sums the rows itself
   const std::shared_ptr<const Categorization> categorized = detail::categories_of(source, a, in_rows);
   const Categorization& categories = *categorized;
   const std::string category_source = detail::category_source(categories);
