@@ -124,6 +124,9 @@ Document peak_report(EventSource& source, const ReportOptions& options) {
   // unless the pass could not keep it: then a second pass replays to it.
   AnalysisOptions analysis = detail::analysis_options(options);
   analysis.categories = true;
+  // The walk sums the allocated peak itself; the reserved one is looked up
+  // in its kept changes.
+  analysis.category_changes = options.peak_reserved;
   analysis.live_at_peak =
       options.peak_reserved ? AnalysisOptions::LiveAtPeak::reserved : AnalysisOptions::LiveAtPeak::allocated;
   Analysis a = analyze(source, analysis);
@@ -157,7 +160,10 @@ Document peak_report(EventSource& source, const ReportOptions& options) {
       .add("allocated_bytes", "allocated then", live, Unit::bytes)
       .add("allocation_count", "allocations live then", static_cast<std::uint64_t>(blocks.size()), Unit::count)
       .add("site_count", "sites", static_cast<std::uint64_t>(groups.size()), Unit::count);
-  const std::shared_ptr<const Categorization> categorized = detail::categories_of(source, a, detail::from_start_of(a));
+  CategorizeOptions at_until = detail::from_start_of(a);  // a walk of its own (several analysis threads) sums it
+  at_until.moments = {until};
+  at_until.max_kept_changes = 0;
+  const std::shared_ptr<const Categorization> categorized = detail::categories_of(source, a, at_until);
   const Categorization& categories = *categorized;
   detail::add_category_table(doc, "categories", "live allocations by category (" + detail::category_source(categories) + ")",
                              {{"bytes", "bytes", Unit::bytes}}, {categories.at(until)}, categories);
