@@ -153,7 +153,8 @@ void add_common_options(CLI::App& command, CommonOptions& options) {
       ->capture_default_str();
   command.add_option("--analysis-threads", options.analysis_threads,
                      "threads analysing a whole trace in ranges of events, with the one-thread answer (0: one per CPU "
-                     "this process may run on, from 6 up, else 1; 1: one, with --decode-threads decoding ahead)")
+                     "this process may run on, from 6 up, else 1, and 1 for summary, timeline and peak, whose categories "
+                     "walk follows the one pass; 1: one, with --decode-threads decoding ahead)")
       ->check(whole_number(0, 256))
       ->capture_default_str();
   add_input_options(command, options);

@@ -279,7 +279,13 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
     }
   };
 
-  const unsigned threads = options.threads == 0 ? automatic_threads() : options.threads;
+  // A categories walk follows one replay in order: in ranges it would read
+  // every event again afterwards, alone (categories_of), which costs more
+  // than the ranges save. So the automatic choice, for a report that takes
+  // its categories in the pass (summary, timeline, peak), is the one pass,
+  // its blocks decoded ahead on the other cores (FileEvents).
+  const bool walk_in_pass = options.categories && a.window.begin == 0 && a.window.end == n;
+  const unsigned threads = options.threads != 0 ? options.threads : walk_in_pass ? 1 : automatic_threads();
   // Ranges take each alloc's size as the file gives it: where sizes may be
   // inferred, only the one-thread pass applies the allocator's rule.
   if (threads > 1 && !Replay::sizes_may_be_inferred(head)) {
