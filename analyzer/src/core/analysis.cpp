@@ -298,7 +298,7 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   initial.segments.shrink_to_fit();
   pass::WindowPass pass(options, a, replay);
   std::optional<categories::SharedWalk> categories_walk;
-  if (options.categories && a.window.begin == 0 && a.window.end == n) {
+  if (walk_in_pass) {
     categories_walk.emplace(source, a.device, replay, options.category_changes);
     pass.share_replay_with(&*categories_walk);
   }
