@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -18,6 +20,7 @@
 
 #include "../recorder/history/src/ring_hook.hpp"
 #include "allocator_support.hpp"
+#include "file_bytes.hpp"
 #include "cachealloc/analyzer/replay.hpp"
 #include "cachealloc/history.hpp"
 #include "cachealloc/snapshot/format.hpp"
@@ -203,6 +206,72 @@ TEST_CASE("a streamed recording killed with SIGKILL reads up to its last complet
   CHECK(replay.anomalies().total() == 0);
   CHECK(replay.layout() == s.segments);
   CHECK(snapshot::read_snapshot(path) == s);
+}
+
+namespace {
+
+// The stream at `from` without its trailer, at `to`: what a kill right
+// after the last events chunk leaves.
+void copy_without_trailer(const std::filesystem::path& from, const std::filesystem::path& to) {
+  std::vector<std::byte> bytes = test_support::file_bytes(from);
+  auto u64 = [&](std::size_t at) {
+    std::uint64_t v = 0;
+    std::memcpy(&v, bytes.data() + at, sizeof v);
+    return v;
+  };
+  std::size_t at = 24;  // the framing
+  while (at + 32 <= bytes.size() && (u64(at) & 0xffffffffu) != 4) at += 32 + u64(at + 8);
+  REQUIRE(at + 32 <= bytes.size());  // the trailer's header
+  bytes.resize(at);
+  std::ofstream out(to, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace
+
+TEST_CASE("a stream begun mid-run that loses its trailer reads from the layout the allocator had") {
+  // Given blocks alive, with stacks, before a stream begins (a ring
+  // recording first), and more kept while it runs
+  const auto path = temp_path("midrun.snap");
+  const auto cut = temp_path("midrun_cut.snap");
+  auto device = test_support::simulated();
+  CachingAllocator allocator(device);
+  HistoryRecorder recorder(allocator, HistoryOptions{});
+  std::vector<void*> before;
+  for (int i = 0; i < 300; ++i) before.push_back(allocator.allocate(std::size_t(1 + i % 7) * 300 * KiB + 512 * i));
+  for (std::size_t i = 0; i < before.size(); i += 3) allocator.deallocate(before[i]);
+  HistoryOptions options;
+  options.stream = path;
+  recorder.start(options);
+  workload(allocator, *device, 11, 20'000);
+  std::vector<void*> during;
+  for (int i = 0; i < 100; ++i) during.push_back(allocator.allocate(std::size_t(1 + i % 5) * 1 * MiB));
+  for (std::size_t i = 1; i < before.size(); i += 3) allocator.deallocate(before[i]);
+  recorder.stop();
+
+  // When the stream is read whole and without its trailer
+  const snapshot::Snapshot whole = read_streamed(path);
+  copy_without_trailer(path, cut);
+  const snapshot::Snapshot s = read_streamed(cut);
+
+  // Then the rebuilt final layout is the allocator's, stacks and all, and
+  // the events are the same
+  REQUIRE(s.settings.count(snapshot::kStreamNoteSetting) == 1);
+  CHECK(whole.settings.count(snapshot::kStreamNoteSetting) == 0);
+  REQUIRE(s.events.size() == whole.events.size());
+  CHECK(s.events == whole.events);
+  CHECK(comparable(s) == comparable(whole));
+  std::uint64_t allocated = 0;
+  for (const auto& segment : s.segments)
+    for (const auto& block : segment.blocks)
+      if (block.state == snapshot::BlockState::active_allocated) allocated += block.size;
+  CHECK(allocated == static_cast<std::uint64_t>(allocator.stats().allocated_bytes[stat_all].current));
+  bool stacked = false;
+  for (const auto& segment : s.segments)
+    for (const auto& block : segment.blocks) stacked = stacked || block.stack;
+  CHECK(stacked);
+  for (void* p : during) allocator.deallocate(p);
+  for (std::size_t i = 2; i < before.size(); i += 3) allocator.deallocate(before[i]);
 }
 
 TEST_CASE("a stream that cannot keep up drops events and counts them when asked to") {

@@ -61,8 +61,9 @@ void HistoryRecorder::start(const HistoryOptions& options) {
   }
   std::unique_ptr<StreamRecorder> stream;
   if (!options.stream.empty()) stream = std::make_unique<StreamRecorder>(s, options);
-  // Reset while every shard lock is held, so that no event is in flight.
-  s.allocator.layout([&] {
+  // Reset while every shard lock is held, so that no event is in flight;
+  // the layout is the one the stream's events start from.
+  std::vector<layout::Segment> start_layout = s.allocator.layout([&] {
     std::lock_guard lock(s.ring_lock);
     for (Chunk* chunk : s.ring) {
       chunk->clear();
@@ -91,9 +92,10 @@ void HistoryRecorder::start(const HistoryOptions& options) {
     s.streamed = 0;
     s.stream_waits = 0;
   });
+  bool stream_began = true;
   if (stream) {
     s.stream_writer = std::move(stream);
-    s.stream_writer->begin();
+    stream_began = s.stream_writer->begin(std::move(start_layout));
   }
   {
     std::lock_guard lock(s.usage_mutex);
@@ -112,6 +114,7 @@ void HistoryRecorder::start(const HistoryOptions& options) {
       s.oom_worker = std::thread([this] { oom_dump_loop(); });
     }
   }
+  if (!stream_began) return;  // the start chunk could not be written: fail() said so, and stopped
   s.deactivated.store(false, std::memory_order_relaxed);
   s.recording.store(true, std::memory_order_release);
   s.allocator.set_observer(this);

@@ -196,7 +196,7 @@ StreamStatus HistoryRecorder::stream_status() const {
 
 StreamRecorder::StreamRecorder(HistoryRecorder::State& state, const HistoryOptions& options)
     : s_(state), options_(options), spill_(options.stream.parent_path()) {
-  file_ = std::make_unique<snapshot::StreamFileWriter>(options.stream, describe_run(state, options));
+  file_ = std::make_unique<snapshot::StreamFileWriter>(options.stream);
   block_.reserve(snapshot::kStreamBlockEvents);
   pending_.first_string = strings_size_;
   pending_.first_frame = frames_size_;
@@ -208,7 +208,28 @@ bool StreamRecorder::spill(const Chunk& staging, std::uint64_t sequence) noexcep
   return spill_.append(staging, sequence);
 }
 
-void StreamRecorder::begin() { thread_ = std::thread([this] { run(); }); }
+bool StreamRecorder::begin(std::vector<snapshot::Segment> start_layout) {
+  try {
+    // Blocks alive before the stream began keep their stacks: the tables
+    // chunk right after the start chunk adds them.
+    for (snapshot::Segment& segment : start_layout) {
+      segment.stack = snapshot::StackId{stack_id(segment.stack.value)};
+      for (snapshot::Block& block : segment.blocks) block.stack = snapshot::StackId{stack_id(block.stack.value)};
+    }
+    snapshot::Snapshot head = describe_run(s_, options_);
+    head.segments = std::move(start_layout);
+    file_->start(head);
+    write_block();
+  } catch (const std::exception& e) {
+    fail(e.what());
+    return false;
+  } catch (...) {
+    fail("unknown error");
+    return false;
+  }
+  thread_ = std::thread([this] { run(); });
+  return true;
+}
 
 StreamRecorder::~StreamRecorder() { finish(); }
 

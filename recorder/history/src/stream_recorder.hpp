@@ -43,11 +43,15 @@ std::size_t stream_chunk_limit(const HistoryOptions& options);
 
 class StreamRecorder {
  public:
-  // Creates the file and writes its start chunk. Call with every shard lock
-  // free. Throws SnapshotError{io}.
+  // Creates the file (its framing). Call with every shard lock free.
+  // Throws SnapshotError{io}.
   StreamRecorder(HistoryRecorder::State& state, const HistoryOptions& options);
-  // Starts the writer thread, once the recorder streams (State::streaming).
-  void begin();
+  // Once the recorder streams (State::streaming): writes the start chunk,
+  // with `start_layout`, the allocator's layout when the stream's events
+  // begin (taken under the same locks as the reset), so that a file that
+  // loses its trailer still reads from the right state, then starts the
+  // writer thread. False when a write failed: the recording stops (fail()).
+  bool begin(std::vector<snapshot::Segment> start_layout);
   // finish() if not done.
   ~StreamRecorder();
   // The last cut (recording stops inside it), the trailer, the join.

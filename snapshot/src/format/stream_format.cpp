@@ -250,10 +250,18 @@ StreamIndex index_stream(ByteSource& source) {
     index.head.stacks = tables.stacks;
     index.head.threads = tables.threads;
     // The final layout went down with the trailer: rebuild it from the
-    // events, which start at the start of the run. Only the file's last
-    // chunk may fail its checksum (a kill mid-write); damage anywhere
-    // before it is refused, as in a complete file.
+    // events, which start from the start chunk's layout (empty unless the
+    // recording began mid-run). A stack of that layout that its tables
+    // chunk did not live to add is unknown (0). Only the file's last chunk
+    // may fail its checksum (a kill mid-write); damage anywhere before it
+    // is refused, as in a complete file.
+    for (Segment& segment : index.head.segments) {
+      if (segment.stack.value >= tables.stacks.size()) segment.stack = {};
+      for (Block& block : segment.blocks)
+        if (block.stack.value >= tables.stacks.size()) block.stack = {};
+    }
     LayoutFromEvents layout;
+    layout.seed(index.head.segments);
     std::vector<Event> events;
     for (std::size_t i = 0; i < index.chunks.size(); ++i) {
       const StreamEventChunk& chunk = index.chunks[i];
@@ -312,6 +320,41 @@ void read_events_chunk(ByteSource& source, const StreamEventChunk& chunk, std::s
 }
 
 // --- the layout from the events --------------------------------------------
+
+void LayoutFromEvents::seed(const std::vector<Segment>& start) {
+  for (const Segment& segment : start) {
+    const std::int32_t device = segment.device;
+    if (!segment.expandable) {
+      segments_[{device, segment.address}] =
+          SegmentInfo{segment.total_size, segment.stream, segment.large_pool, false, segment.stack};
+    } else {
+      // One segment per mapped range, as add() keeps them: the runs of
+      // blocks that are not unmapped.
+      std::uint64_t begin = segment.address, end = segment.address;
+      auto close = [&] {
+        if (end > begin) {
+          mapped_[{device, begin}] = end;
+          segments_[{device, begin}] = SegmentInfo{end - begin, segment.stream, segment.large_pool, true, segment.stack};
+        }
+      };
+      for (const Block& block : segment.blocks) {
+        if (block.state == BlockState::unmapped) {
+          close();
+          begin = end = block.address + block.size;
+        } else {
+          if (end == begin) begin = end = block.address;
+          end = block.address + block.size;
+        }
+      }
+      if (segment.blocks.empty()) end = segment.address + segment.total_size;
+      close();
+    }
+    for (const Block& block : segment.blocks) {
+      if (block.state == BlockState::active_allocated || block.state == BlockState::active_pending_free)
+        blocks_[{device, block.address}] = BlockInfo{block.size, block.requested, block.stack, block.state};
+    }
+  }
+}
 
 void LayoutFromEvents::add(std::span<const Event> events) {
   for (const Event& e : events) {

@@ -103,6 +103,9 @@ void read_events_chunk(ByteSource& source, const StreamEventChunk& chunk, std::s
 // blocks in order, then take().
 class LayoutFromEvents {
  public:
+  // The layout the events start from: a stream's start chunk's, for a
+  // recording that began mid-run (before any add()).
+  void seed(const std::vector<Segment>& start);
   void add(std::span<const Event> events);
   std::vector<Segment> take();
 

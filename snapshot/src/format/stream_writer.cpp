@@ -51,7 +51,12 @@ std::vector<std::byte> head_bytes(const Snapshot& snapshot) {
 
 }  // namespace
 
-StreamFileWriter::StreamFileWriter(const std::filesystem::path& path, const Snapshot& start) : path_(path) {
+StreamFileWriter::StreamFileWriter(const std::filesystem::path& path, const Snapshot& start)
+    : StreamFileWriter(path) {
+  this->start(start);
+}
+
+StreamFileWriter::StreamFileWriter(const std::filesystem::path& path) : path_(path) {
   compressor_ = ZSTD_createCCtx();
   if (compressor_ == nullptr) throw std::bad_alloc();
   ZSTD_CCtx_setParameter(static_cast<ZSTD_CCtx*>(compressor_), ZSTD_c_compressionLevel, kCompressionLevel);
@@ -69,16 +74,20 @@ StreamFileWriter::StreamFileWriter(const std::filesystem::path& path, const Snap
     for (std::size_t i = 0; i < 8; ++i) framing[16 + i] = std::byte{0xff};  // kStreamedBodySize
     write_all(fd_, framing.data(), framing.size(), path_);
     bytes_ = framing.size();
-    Snapshot head;
-    head.header = start.header;
-    head.devices = start.devices;
-    head.settings = start.settings;
-    write_chunk(static_cast<std::uint32_t>(detail::ChunkKind::start), 0, head_bytes(head));
   } catch (...) {
     ::close(fd_);
     ZSTD_freeCCtx(static_cast<ZSTD_CCtx*>(compressor_));
     throw;
   }
+}
+
+void StreamFileWriter::start(const Snapshot& start) {
+  Snapshot head;
+  head.header = start.header;
+  head.devices = start.devices;
+  head.settings = start.settings;
+  head.segments = start.segments;
+  write_chunk(static_cast<std::uint32_t>(detail::ChunkKind::start), 0, head_bytes(head));
 }
 
 StreamFileWriter::~StreamFileWriter() {
@@ -88,6 +97,9 @@ StreamFileWriter::~StreamFileWriter() {
 
 void StreamFileWriter::write_chunk(std::uint32_t kind, std::uint32_t events, const std::vector<std::byte>& raw) {
   if (fd_ < 0) io_error("write stream", path_, EBADF);
+  if ((sequence_ == 0) != (kind == static_cast<std::uint32_t>(detail::ChunkKind::start))) {
+    throw SnapshotError(ErrorCode::inconsistent, "inconsistent snapshot: a stream's start chunk is written once, first");
+  }
   compressed_.resize(ZSTD_compressBound(raw.size()));
   const std::size_t stored = ZSTD_compress2(static_cast<ZSTD_CCtx*>(compressor_), compressed_.data(),
                                             compressed_.size(), raw.data(), raw.size());

@@ -4,7 +4,8 @@
 //
 //   framing · start · (tables | events)* · trailer
 //
-// The start chunk holds the header, the devices and the settings; a tables
+// The start chunk holds the header, the devices, the settings and the
+// layout when the stream began (empty for an empty allocator); a tables
 // chunk appends to the string, frame, stack and thread tables; an events
 // chunk holds one block of events (at most kStreamBlockEvents, encoding 3,
 // decodable alone); the trailer holds the final layout and stats. Each
@@ -51,9 +52,17 @@ inline constexpr const char* kStreamNoteSetting = "stream.note";
 class StreamFileWriter {
  public:
   // Creates (or truncates) `path` and writes the framing and the start
-  // chunk: start.header, start.devices and start.settings (the rest of
-  // `start` is ignored). Throws SnapshotError{io} naming the path.
+  // chunk (start() below). Throws SnapshotError{io} naming the path.
   StreamFileWriter(const std::filesystem::path& path, const Snapshot& start);
+  // Creates (or truncates) `path` and writes the framing only: start() must
+  // come next, before anything else is appended. Throws SnapshotError{io}.
+  explicit StreamFileWriter(const std::filesystem::path& path);
+  // Writes the start chunk: start.header, start.devices, start.settings and
+  // start.segments, the layout when the stream begins (a recording started
+  // mid-run), whose stacks the first tables chunk may add (the rest of
+  // `start` is ignored). Throws SnapshotError: io, or inconsistent when
+  // the start chunk is written already.
+  void start(const Snapshot& start);
   // Closes the file without a trailer (as a crash would leave it) unless
   // finish() ran. Never throws.
   ~StreamFileWriter();
