@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/load.hpp"
 #include "cachealloc/analyzer/reports.hpp"
+#include "cachealloc/snapshot/pickle.hpp"
 #include "../analyzer/testing/parsers.hpp"
 #include "compressed_text.hpp"
 
@@ -368,4 +370,84 @@ TEST_CASE("PyTorch's OOM under a memory fraction the pickle does not record is b
   std::ostringstream table;
   analyzer::render(analyzer::oom_report(snap, analyzer::ReportOptions{}), analyzer::Format::table, table);
   CHECK(table.str().find("empty_cache() first would have let it succeed") == std::string::npos);
+}
+
+namespace {
+
+// `snap`'s trace and layout on device `device`, addresses moved by `shift`,
+// without stacks or annotations (their tables stay the other file's).
+void move_to_device(snapshot::Snapshot& snap, std::int32_t device, std::uint64_t shift) {
+  for (snapshot::Segment& segment : snap.segments) {
+    segment.device = device;
+    segment.address += shift;
+    segment.stack = {};
+    for (snapshot::Block& block : segment.blocks) {
+      block.address += shift;
+      block.stack = {};
+    }
+  }
+  std::erase_if(snap.events, [](const snapshot::Event& e) {
+    return e.kind == EventKind::annotation_begin || e.kind == EventKind::annotation_end;
+  });
+  for (snapshot::Event& e : snap.events) {
+    e.device = device;
+    e.address += shift;
+    e.stack = {};
+  }
+  for (snapshot::DeviceInfo& info : snap.devices) info.index = device;
+}
+
+}  // namespace
+
+TEST_CASE("in one pickle of two devices, each device's figures and bounds are its own: a ring that overflowed on one leaves the other exact") {
+  // given a run that began with its trace and one whose ring overflowed, as
+  // the two devices of one PyTorch pickle, in either order (each device's
+  // trace is sized on its own)
+  for (const std::int32_t midrun_device : {1, 0}) {
+    const std::int32_t complete_device = 1 - midrun_device;
+    CAPTURE(midrun_device);
+    snapshot::Snapshot complete = analyzer::load(kLongRuns / "long_rank0.pickle.zst");
+    snapshot::Snapshot midrun = analyzer::load(kLongRuns / "long_ring_overflow.pickle.zst");
+    move_to_device(complete, complete_device, std::uint64_t(complete_device) << 44);
+    move_to_device(midrun, midrun_device, std::uint64_t(midrun_device) << 44);
+    snapshot::Snapshot two = complete;
+    two.segments.insert(two.segments.end(), midrun.segments.begin(), midrun.segments.end());
+    std::sort(two.segments.begin(), two.segments.end(), [](const snapshot::Segment& a, const snapshot::Segment& b) {
+      return std::pair(a.device, a.address) < std::pair(b.device, b.address);
+    });
+    two.devices.insert(two.devices.end(), midrun.devices.begin(), midrun.devices.end());
+    std::sort(two.devices.begin(), two.devices.end(),
+              [](const snapshot::DeviceInfo& a, const snapshot::DeviceInfo& b) { return a.index < b.index; });
+    two.events.clear();
+    std::merge(complete.events.begin(), complete.events.end(), midrun.events.begin(), midrun.events.end(),
+               std::back_inserter(two.events),
+               [](const snapshot::Event& a, const snapshot::Event& b) { return a.time_ns < b.time_ns; });
+    auto through_pickle = [](const snapshot::Snapshot& s) {
+      return snapshot::decode_pytorch_pickle(snapshot::encode_pytorch_pickle(s));
+    };
+    const snapshot::Snapshot merged = through_pickle(two);
+
+    // when each device is analyzed in the two-device file and alone
+    analyzer::AnalysisOptions options;
+    options.device = complete_device;
+    const analyzer::Analysis first = analyze(merged, options);
+    const analyzer::Analysis first_alone = analyze(through_pickle(complete), analyzer::AnalysisOptions{});
+    options.device = midrun_device;
+    const analyzer::Analysis second = analyze(merged, options);
+    const analyzer::Analysis second_alone = analyze(through_pickle(midrun), analyzer::AnalysisOptions{});
+
+    // then the complete device stays exact, not bounds, and the one whose
+    // ring overflowed keeps its inferred sizes: its peaks are its own file's
+    CHECK_FALSE(first_alone.truncated());
+    CHECK_FALSE(first.truncated());
+    CHECK(first.inferred_block_sizes == 0);
+    CHECK(first.peak_allocated.bytes == first_alone.peak_allocated.bytes);
+    CHECK(first.peak_reserved.bytes == first_alone.peak_reserved.bytes);
+    CHECK(second.truncated());
+    CHECK(second.inferred_block_sizes != 0);
+    CHECK(second.inferred_block_sizes == second_alone.inferred_block_sizes);
+    CHECK(second.peak_allocated.bytes == second_alone.peak_allocated.bytes);
+    CHECK(second.peak_reserved.bytes == second_alone.peak_reserved.bytes);
+    CHECK(second.totals_at_end.allocated == second_alone.totals_at_end.allocated);
+  }
 }

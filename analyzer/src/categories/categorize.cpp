@@ -32,7 +32,7 @@ Categorization categorize(EventSource& source, std::int32_t device, const Catego
   Categorization result = walk.finish();
   result.source_ = &source;
   result.start_ = std::move(initial);
-  result.sizes_inferred_ = Replay::sizes_may_be_inferred(head);
+  result.sizes_inferred_ = Replay::sizes_may_be_inferred(head, device);
   return result;
 }
 

@@ -43,7 +43,7 @@ class CategoryWalk {
         evidence_(head),
         own_engine_(shared != nullptr ? std::nullopt
                                       : std::optional<Replay>(std::in_place, initial.segments, device, head.stacks.size(),
-                                                              Replay::sizes_may_be_inferred(head))),
+                                                              Replay::sizes_may_be_inferred(head, device))),
         engine_(shared != nullptr ? *shared : *own_engine_),
         pools_(config),
         max_kept_(options.max_kept_changes),
@@ -197,7 +197,7 @@ class CategoryWalk {
     Categorization result = finish();
     result.source_ = &source;
     result.start_ = std::move(start);
-    result.sizes_inferred_ = Replay::sizes_may_be_inferred(head_);
+    result.sizes_inferred_ = Replay::sizes_may_be_inferred(head_, device_);
     if (peak_.active()) {
       result.moments_.push_back({peak_event, peak_.result().front()});
       result.moments_.push_back({end_event, end_bytes_});

@@ -9,6 +9,7 @@
 
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/snapshot/detail/cores.hpp"
+#include "cachealloc/snapshot/pickle.hpp"
 #include "cachealloc/snapshot/ring_start.hpp"
 #include "core/analysis_pass.hpp"
 #include "core/analysis_parallel.hpp"
@@ -217,13 +218,8 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   // Sizes the reader inferred, and exact ones the final layout contradicted
   // (PyTorch's layout then departed from the replayed policy): both make the
   // figures that depend on them bounds.
-  for (const char* key : {"block_sizes.inferred", "block_sizes.contradicted"}) {
-    if (const auto found = head.settings.find(key); found != head.settings.end()) {
-      std::uint64_t count = 0;
-      std::from_chars(found->second.data(), found->second.data() + found->second.size(), count);
-      a.inferred_block_sizes += count;
-    }
-  }
+  for (const char* key : {snapshot::kInferredBlockSizesSetting, snapshot::kContradictedBlockSizesSetting})
+    a.inferred_block_sizes += snapshot::block_size_count(head, key, device);
   if (const auto policy = head.settings.find("block_sizes.policy"); policy != head.settings.end())
     a.block_policy_assumed = policy->second.starts_with("defaults");
   const std::size_t n = source.event_count();
@@ -288,12 +284,12 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   const unsigned threads = options.threads != 0 ? options.threads : walk_in_pass ? 1 : automatic_threads();
   // Ranges take each alloc's size as the file gives it: where sizes may be
   // inferred, only the one-thread pass applies the allocator's rule.
-  if (threads > 1 && !Replay::sizes_may_be_inferred(head)) {
+  if (threads > 1 && !Replay::sizes_may_be_inferred(head, device)) {
     Analysis parallel_a = a;
     if (parallel::run(source, options, initial, threads, parallel_a, finish)) return parallel_a;
   }
 
-  Replay replay(initial.segments, a.device, head.stacks.size(), Replay::sizes_may_be_inferred(head));
+  Replay replay(initial.segments, a.device, head.stacks.size(), Replay::sizes_may_be_inferred(head, device));
   initial.segments.clear();
   initial.segments.shrink_to_fit();
   pass::WindowPass pass(options, a, replay);
@@ -408,7 +404,7 @@ void replay_to(EventSource& source, std::int32_t device, std::size_t index,
   if (guess) {
     // Replay on to the end, keeping a copy of the state after `index`
     // (O(live blocks)).
-    Replay replay(guess->segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head));
+    Replay replay(guess->segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head, device));
     replay_range(source, replay, 0, end, progress);
     std::optional<Replay> at;
     if (end < n) {
@@ -425,7 +421,7 @@ void replay_to(EventSource& source, std::int32_t device, std::size_t index,
   } else {
     derived = derive_initial_layout(source, device);
   }
-  Replay replay(derived.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head));
+  Replay replay(derived.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head, device));
   replay_range(source, replay, 0, end, progress);
   if (progress) progress(n, n);
   inspect(replay);
@@ -435,7 +431,7 @@ InitialLayout confirmed_start(EventSource& source, std::int32_t device) {
   const Snapshot& head = source.head();
   const std::optional<InitialLayout> guess = start_guess(head, device);
   if (guess) {
-    Replay replay(guess->segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head));
+    Replay replay(guess->segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head, device));
     replay_range(source, replay, 0, source.event_count(), {});
     if (explains_the_trace(replay, head, device)) return *guess;
   }

@@ -8,6 +8,7 @@
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/policy.hpp"
 #include "cachealloc/snapshot/format.hpp"
+#include "cachealloc/snapshot/pickle.hpp"
 #include "cachealloc/snapshot/ring_start.hpp"
 #include "core/replay_hot.hpp"
 
@@ -68,22 +69,25 @@ std::uint64_t join_impossible_fragments(std::vector<snapshot::Segment>& segments
 
 InitialLayout derive_initial_layout(const snapshot::Snapshot& snapshot, std::int32_t device) {
   InitialLayout layout = snapshot::derive_ring_start(snapshot.segments, device, snapshot.events);
-  return Replay::sizes_may_be_inferred(snapshot) ? joined(std::move(layout)) : layout;
+  return Replay::sizes_may_be_inferred(snapshot, device) ? joined(std::move(layout)) : layout;
 }
 
 InitialLayout derive_initial_layout(EventSource& source, std::int32_t device) {
   InitialLayout layout = snapshot::derive_ring_start(source.head().segments, device, source.block_count(),
                                                      [&](std::size_t block) { return source.block(block); });
-  return Replay::sizes_may_be_inferred(source.head()) ? joined(std::move(layout)) : layout;
+  return Replay::sizes_may_be_inferred(source.head(), device) ? joined(std::move(layout)) : layout;
 }
 
 // ---------------------------------------------------------------------------
 // The forward engine.
 
-bool Replay::sizes_may_be_inferred(const snapshot::Snapshot& head) noexcept {
+bool Replay::sizes_may_be_inferred(const snapshot::Snapshot& head, std::int32_t device) noexcept {
   if (head.header.source != "pytorch-pickle") return false;
-  const auto inferred = head.settings.find("block_sizes.inferred");
-  return inferred != head.settings.end() && inferred->second != "0";
+  try {
+    return snapshot::block_size_count(head, snapshot::kInferredBlockSizesSetting, device) != 0;
+  } catch (...) {
+    return true;  // out of memory for the key: the cautious answer
+  }
 }
 
 Replay::Replay(const std::vector<Segment>& initial, std::int32_t device, std::size_t stack_count,

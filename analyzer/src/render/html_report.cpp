@@ -172,7 +172,7 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   // What the memory is made of: the timeline stacks allocated by category.
   const Categorization categorization = categorize(source, device, from_start);
 
-  Replay replay(initial.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head));
+  Replay replay(initial.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head, device));
   html::BlockCategories block_categories(categorization);
 
   const std::size_t n = source.event_count();
@@ -381,7 +381,7 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   // The page's layout applies the allocator's rule where sizes may be
   // inferred, as Replay does (replay.hpp).
   meta.key("inferred_sizes");
-  meta.value(Replay::sizes_may_be_inferred(head));
+  meta.value(Replay::sizes_may_be_inferred(head, device));
   meta.key("bucket_events");
   meta.value(static_cast<std::uint64_t>(bucket_events));
   meta.key("detail_budget");

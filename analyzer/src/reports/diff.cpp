@@ -27,7 +27,7 @@ void phases_pass(EventSource& source, const Analysis& analysis, RunSummary& run)
   const snapshot::Snapshot& head = source.head();
   InitialLayout start = analysis.starts_mid_run ? confirmed_start(source, analysis.device)
                                                 : InitialLayout{analysis.device, {}, 0, 0};
-  Replay replay(start.segments, analysis.device, head.stacks.size(), Replay::sizes_may_be_inferred(head));
+  Replay replay(start.segments, analysis.device, head.stacks.size(), Replay::sizes_may_be_inferred(head, analysis.device));
   start.segments.clear();
   std::vector<std::size_t> open;  // indices into run.phases, outermost first
   std::map<std::string, std::uint32_t> seen;

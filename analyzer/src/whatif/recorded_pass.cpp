@@ -36,7 +36,7 @@ class RecordedRunReader {
         config_(config),
         infer_empty_cache_(infer_empty_cache),
         device_total_(device_total),
-        engine_(initial.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head)),
+        engine_(initial.segments, device, head.stacks.size(), Replay::sizes_may_be_inferred(head, device)),
         device_allocs_(0),  // the window's own: the ring start's segments were reserved before it
         pools_(config) {
     peaks_.after(engine_.totals(), kNoEvent);

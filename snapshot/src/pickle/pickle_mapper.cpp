@@ -110,7 +110,8 @@ class Mapper {
         annotations.empty() && std::count_if(per_device.begin(), per_device.end(), [](const auto& d) { return !d.empty(); }) == 1;
     for (std::size_t device = 0; device < per_device.size(); ++device) {
       if (per_device[device].empty()) continue;
-      infer_block_sizes(per_device[device], segments_by_device[static_cast<std::int32_t>(device)], one_sequence);
+      infer_block_sizes(per_device[device], static_cast<std::int32_t>(device),
+                        segments_by_device[static_cast<std::int32_t>(device)], one_sequence);
     }
     std::vector<std::int32_t> used_devices;
     for (std::size_t d = 0; d < per_device.size(); ++d) {
@@ -697,7 +698,8 @@ class Mapper {
   // PyTorch's trace records requested bytes; the model wants the block size
   // (pickle_block_sizes.hpp). `clamp_time`: also raise each time to at least
   // the one before.
-  void infer_block_sizes(std::vector<Event>& events, const std::vector<const Segment*>& segments, bool clamp_time) {
+  void infer_block_sizes(std::vector<Event>& events, std::int32_t device, const std::vector<const Segment*>& segments,
+                         bool clamp_time) {
     detail::BlockSizeInput input;
     input.policy = policy();
     input.segments = segments;
@@ -708,9 +710,17 @@ class Mapper {
     if (facts.per_segment && options_.stats != nullptr) ++options_.stats->block_sizes_per_segment;
     if (facts.begins_mid_run) out_.settings["trace_may_begin_mid_run"] = "true";
     // How the block sizes were found, for the analyzer's bounds
-    // (analyzer/src/reports/report_helpers.cpp reads these keys).
-    out_.settings["block_sizes.inferred"] = std::to_string(facts.inferred);
-    out_.settings["block_sizes.contradicted"] = std::to_string(facts.contradicted);
+    // (analyzer/src/reports/report_helpers.cpp reads these keys): per
+    // device ("block_sizes.inferred.1"), each device's trace being sized
+    // on its own, and over the file (the sums, which readers before the
+    // per-device keys read).
+    const std::string suffix = "." + std::to_string(device);
+    out_.settings[std::string(kInferredBlockSizesSetting) + suffix] = std::to_string(facts.inferred);
+    out_.settings[std::string(kContradictedBlockSizesSetting) + suffix] = std::to_string(facts.contradicted);
+    inferred_sizes_ += facts.inferred;
+    contradicted_sizes_ += facts.contradicted;
+    out_.settings[kInferredBlockSizesSetting] = std::to_string(inferred_sizes_);
+    out_.settings[kContradictedBlockSizesSetting] = std::to_string(contradicted_sizes_);
     out_.settings["block_sizes.policy"] = settings_known_ ? "allocator_settings" : "defaults (no allocator_settings)";
   }
 
@@ -808,6 +818,8 @@ class Mapper {
   std::uint64_t max_split_size_ = std::numeric_limits<std::uint64_t>::max();
   bool settings_known_ = false;
   std::uint64_t skipped_records_ = 0;
+  std::uint64_t inferred_sizes_ = 0;      // block_sizes.inferred, over the devices so far
+  std::uint64_t contradicted_sizes_ = 0;  // block_sizes.contradicted, likewise
   unsigned threads_ = 1;
   const detail::PickleReadOptions& options_;
   mutable std::unordered_map<ContainerId, std::unordered_map<std::string_view, Value>> dict_index_;

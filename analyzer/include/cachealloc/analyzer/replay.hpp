@@ -158,8 +158,9 @@ class Replay {
   // the allocator's.
   Replay(const std::vector<snapshot::Segment>& initial, std::int32_t device, std::size_t stack_count,
          bool inferred_sizes = false);
-  // Whether `head`'s block sizes may be inferred (see the constructor).
-  static bool sizes_may_be_inferred(const snapshot::Snapshot& head) noexcept;
+  // Whether `head`'s block sizes for `device` may be inferred (see the
+  // constructor): each device's trace of a PyTorch pickle is sized alone.
+  static bool sizes_may_be_inferred(const snapshot::Snapshot& head, std::int32_t device) noexcept;
   ~Replay();
   // A copy is explicit: it costs O(live blocks + segments + stacks), which
   // is what keeping the state at one moment while replaying on needs.

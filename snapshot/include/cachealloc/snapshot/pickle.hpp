@@ -33,6 +33,7 @@
 // Thread safety: every function is reentrant and may run concurrently.
 #pragma once
 
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -60,6 +61,25 @@ inline constexpr const char* kSegmentsOnlySetting = "pytorch_segments_only";
 // from the snapshot has no place for it (it is not an allocator setting),
 // so pickle_conversion_losses() names it.
 inline constexpr const char* kSkippedRecordsSetting = "pytorch_skipped_records";
+
+// Snapshot::settings keys holding how many allocations' block sizes the
+// reader inferred (the trace begins mid-run) or found contradicted by the
+// final layout: the sum over the file under the key itself, and each
+// device's under the key + "." + its index (files read since the per-device
+// keys; each device's trace is sized on its own).
+inline constexpr const char* kInferredBlockSizesSetting = "block_sizes.inferred";
+inline constexpr const char* kContradictedBlockSizesSetting = "block_sizes.contradicted";
+
+// The count under `key` (one of the two above) for `device`: its own key
+// where the file has it, else the file's sum; 0 when absent or unreadable.
+inline std::uint64_t block_size_count(const Snapshot& head, const char* key, std::int32_t device) {
+  auto found = head.settings.find(std::string(key) + "." + std::to_string(device));
+  if (found == head.settings.end()) found = head.settings.find(key);
+  std::uint64_t count = 0;
+  if (found != head.settings.end())
+    std::from_chars(found->second.data(), found->second.data() + found->second.size(), count);
+  return count;
+}
 
 // True when `bytes` start like a pickle this reader may read: the PROTO
 // opcode (0x80) followed by a protocol from 2 to 5.
