@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <sstream>
 
 #include "../analyzer/testing/parsers.hpp"
@@ -175,6 +176,48 @@ TEST_CASE("an OOM records NVML's reading at its event; a range shows it only whe
     CAPTURE(key);
     CHECK(is_null(earlier["gap"][key]));
   }
+}
+
+TEST_CASE("a streamed recording keeps NVML's reading at each OOM, at its event, as a dump does") {
+  // given a 2 GiB device that 1.5 GiB of other processes share, and a recording streamed to a file
+  SimulatedDeviceOptions options;
+  options.capacity = 2 * GiB;
+  options.context_overhead = 100 * MiB;
+  options.other_processes_bytes = 1536 * MiB;
+  options.other_processes = 1;
+  auto device = make_simulated_device(options);
+  CachingAllocator allocator(device);
+  const std::filesystem::path path = std::filesystem::path(CACHEALLOC_BINARY_DIR) / "test_device_usage_oom.stream";
+  HistoryOptions history_options;
+  history_options.stream = path;
+  HistoryRecorder history(allocator, history_options);
+  void* held = allocator.allocate(200 * MiB);
+  // when two allocations fail for lack of memory, and the stream ends after a free
+  CHECK_THROWS_AS((void)allocator.allocate(400 * MiB), OutOfMemoryError);
+  const std::uint64_t reserved_at_oom = allocator.memory_reserved();
+  CHECK_THROWS_AS((void)allocator.allocate(500 * MiB), OutOfMemoryError);
+  allocator.deallocate(held);
+  allocator.empty_cache();
+  history.stop();
+  const snapshot::Snapshot snap = snapshot::read_snapshot(path);
+  // then its trailer holds three readings: each OOM's, at its event, and the end's
+  const snapshot::DeviceInfo& info = snap.devices.at(0);
+  REQUIRE(info.usage.size() == 3);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const std::uint64_t oom_event = info.usage[i].event;
+    REQUIRE(oom_event < snap.events.size());
+    CHECK(snap.events[oom_event].kind == snapshot::EventKind::oom);
+    CHECK(info.usage[i].time_ns == snap.events[oom_event].time_ns);
+    CHECK(info.usage[i].process_used == 100 * MiB + reserved_at_oom);
+  }
+  CHECK(info.usage[0].event < info.usage[1].event);
+  CHECK(info.usage[2].event == snapshot::kUsageAtDump);
+  CHECK(info.usage[2].process_used == 100 * MiB);
+  // and the oom report has the figures, not unknown
+  const analyzer::Document oom = analyzer::oom_report(snap, {});
+  const auto oom_json = analyzer::testing::parse_json(rendered(oom, analyzer::Format::json));
+  CHECK(oom_json["ooms"].array().at(0)["process_used"].number() == static_cast<double>(100 * MiB + reserved_at_oom));
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("NVML missing: the reading says why and its figures are unknown, never 0") {

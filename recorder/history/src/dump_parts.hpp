@@ -17,6 +17,9 @@ snapshot::Header history_header();
 // The allocator's settings, the config text, the backend and the history options.
 void history_settings(std::map<std::string, std::string>& settings, const AllocatorConfig& config,
                       const Device& device, const HistoryOptions& options);
+// A driver/NVML reading as the snapshot keeps it (its event and time left
+// for the caller).
+snapshot::DeviceUsage usage_reading(const DeviceUsage& reading);
 // Every string of the snapshot, each invalid byte as U+FFFD.
 void make_history_text_valid(snapshot::Snapshot& snapshot);
 

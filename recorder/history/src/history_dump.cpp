@@ -161,18 +161,6 @@ class TableBuilder {
   std::unordered_map<std::uint32_t, std::uint32_t> stack_ids_;
 };
 
-snapshot::DeviceUsage to_snapshot(const DeviceUsage& reading) {
-  snapshot::DeviceUsage u;
-  u.process_found = reading.process_found;
-  u.process_used = reading.process_used;
-  u.device_used = reading.device_used;
-  u.device_reserved = reading.device_reserved;
-  u.device_total = reading.device_total;
-  u.other_processes = reading.other_processes;
-  u.other_processes_used = reading.other_processes_used;
-  return u;
-}
-
 using State = HistoryRecorder::State;
 
 // A chunk of RingCopy::words.
@@ -304,7 +292,7 @@ std::vector<snapshot::DeviceUsage> pair_oom_usage(const std::vector<State::OomUs
                                [](const snapshot::Event& e, std::uint64_t t) { return e.time_ns < t; });
     for (; it != events.end() && it->time_ns == reading.ticks; ++it) {
       if (it->kind != snapshot::EventKind::oom || it->thread != reading.thread) continue;
-      snapshot::DeviceUsage u = to_snapshot(reading.usage);
+      snapshot::DeviceUsage u = detail::usage_reading(reading.usage);
       u.event = static_cast<std::uint64_t>(it - events.begin());
       usage.push_back(u);
       break;
@@ -350,7 +338,7 @@ snapshot::DeviceInfo describe_device(const Device& device, const CutReadings& cu
   }
   if (at_dump.source != DeviceUsage::Source::unavailable) {
     info.usage = std::move(oom_usage);
-    snapshot::DeviceUsage reading = to_snapshot(at_dump);
+    snapshot::DeviceUsage reading = detail::usage_reading(at_dump);
     reading.time_ns = dump_ns;
     info.usage.push_back(reading);
   }
@@ -413,6 +401,18 @@ std::uint64_t symbolize_stacks(snapshot::Snapshot& out, std::vector<std::string>
 }
 
 }  // namespace
+
+snapshot::DeviceUsage detail::usage_reading(const DeviceUsage& reading) {
+  snapshot::DeviceUsage u;
+  u.process_found = reading.process_found;
+  u.process_used = reading.process_used;
+  u.device_used = reading.device_used;
+  u.device_reserved = reading.device_reserved;
+  u.device_total = reading.device_total;
+  u.other_processes = reading.other_processes;
+  u.other_processes_used = reading.other_processes_used;
+  return u;
+}
 
 // The cut. The layout, the stats and the ring must describe the same moment,
 // or a replay of the events will not end in the layout. Every allocator event

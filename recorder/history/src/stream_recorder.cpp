@@ -320,15 +320,28 @@ void StreamRecorder::add_final_usage(snapshot::DeviceInfo& info) const {
     case DeviceUsage::Source::simulated: info.usage_source = snapshot::UsageSource::simulated; break;
     case DeviceUsage::Source::unavailable: info.usage_source = snapshot::UsageSource::unavailable; return;
   }
-  snapshot::DeviceUsage reading;
+  // The readings taken at OOMs, each at the index its OOM event has in the
+  // file (a dump pairs them the same way), then the one at the end.
+  std::vector<HistoryRecorder::State::OomUsage> readings;
+  {
+    std::lock_guard lock(s_.usage_mutex);
+    readings = s_.oom_usage;
+  }
+  for (const HistoryRecorder::State::OomUsage& r : readings) {
+    if (r.usage.source == DeviceUsage::Source::unavailable) continue;
+    for (const OomEvent& oom : oom_events_) {
+      if (oom.ticks != r.ticks || oom.thread != r.thread) continue;
+      snapshot::DeviceUsage at_oom = detail::usage_reading(r.usage);
+      at_oom.event = oom.index;
+      at_oom.time_ns = oom.ns;
+      info.usage.push_back(at_oom);
+      break;
+    }
+  }
+  std::sort(info.usage.begin(), info.usage.end(),
+            [](const snapshot::DeviceUsage& a, const snapshot::DeviceUsage& b) { return a.event < b.event; });
+  snapshot::DeviceUsage reading = detail::usage_reading(u);
   reading.time_ns = last_ns_;
-  reading.process_found = u.process_found;
-  reading.process_used = u.process_used;
-  reading.device_used = u.device_used;
-  reading.device_reserved = u.device_reserved;
-  reading.device_total = u.device_total;
-  reading.other_processes = u.other_processes;
-  reading.other_processes_used = u.other_processes_used;
   info.usage.push_back(reading);
 }
 
@@ -480,6 +493,7 @@ void StreamRecorder::write_cut(std::vector<Piece>& pieces) {
 }
 
 void StreamRecorder::emit(snapshot::Event event) {
+  const std::uint64_t ticks = event.time_ns;
   const detail::TickAnchor& start = s_.anchor;
   const auto delta = static_cast<long double>(static_cast<std::int64_t>(event.time_ns - start.ticks));
   std::uint64_t ns = start.ns + static_cast<std::uint64_t>(static_cast<std::int64_t>(delta * tick_ns_));
@@ -510,6 +524,11 @@ void StreamRecorder::emit(snapshot::Event event) {
     event.aux = it->second;
   }
   if (event.thread >= threads_size_) add_threads(event.thread);
+  if (event.kind == snapshot::EventKind::oom) {
+    // For the trailer's readings at OOMs; as many as the recorder keeps.
+    if (oom_events_.size() == HistoryRecorder::State::kMaxOomUsage) oom_events_.erase(oom_events_.begin());
+    oom_events_.push_back(OomEvent{file_->events_written() + block_.size(), event.thread, ticks, event.time_ns});
+  }
   block_.push_back(event);
   if (block_.size() == snapshot::kStreamBlockEvents) write_block();
 }

@@ -102,6 +102,15 @@ class StreamRecorder {
   // The writer thread's own.
   std::vector<std::uint64_t> staging_copy_;
   std::vector<StreamSpill::Piece> spilled_;   // the cut's spilled chunks
+  // Each OOM event written: its index in the file, and the (thread, ticks)
+  // its NVML reading is keyed by (State::oom_usage); the newest kMaxOomUsage.
+  struct OomEvent {
+    std::uint64_t index;
+    std::uint32_t thread;
+    std::uint64_t ticks;
+    std::uint64_t ns;
+  };
+  std::vector<OomEvent> oom_events_;
   std::vector<std::uint64_t> spill_read_;     // one of them, read back
   detail::TickAnchor cut_anchor_;
   long double tick_ns_ = 1.0L;
