@@ -655,3 +655,32 @@ TEST_CASE("given many frees waiting for other streams, when replayed, then each 
     CHECK(r.replayed.reserved_at_end == r.recorded.reserved_at_end);
   }
 }
+
+TEST_CASE("the recorded cap given as a fraction, as bytes or as the recorded fraction gives the same replay, the recorded one") {
+  // given a real run under a memory fraction that its pickle does not record
+  const snapshot::Snapshot snap = analyzer::load(std::filesystem::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "pytorch" /
+                                                 "corpus" / "roundup_gc.pickle");
+  analyzer::SnapshotEvents source(snap);
+  const double fraction = 0.010729558457887924;  // 1.50 GiB of an H200's 139.8 GiB, as the run had
+  // when the replay is told its cap as a fraction, as bytes, and as the recorded run's fraction alone
+  analyzer::AllocatorReplayOptions by_fraction;
+  by_fraction.fraction = fraction;
+  analyzer::AllocatorReplayOptions by_bytes;
+  by_bytes.capacity = 1610612736;
+  analyzer::AllocatorReplayOptions by_recorded;
+  by_recorded.recorded_fraction = fraction;
+  const analyzer::ReplayResult a = analyzer::replay_allocator(source, by_fraction);
+  const analyzer::ReplayResult b = analyzer::replay_allocator(source, by_bytes);
+  const analyzer::ReplayResult c = analyzer::replay_allocator(source, by_recorded);
+  // then each replays the recorded run: the same cap and figures, the recorded ones
+  for (const analyzer::ReplayResult* r : {&a, &b, &c}) {
+    CHECK(r->cap == 1610612736);
+    CHECK(r->replayed.segments == r->recorded.segments);
+    CHECK(r->replayed.device_allocs == r->recorded.device_allocs);
+    CHECK(r->replayed.device_frees == r->recorded.device_frees);
+    CHECK(r->replayed.reserved_at_end == r->recorded.reserved_at_end);
+    CHECK(r->replayed.peak_reserved == r->recorded.peak_reserved);
+  }
+  CHECK(b.replayed.device_frees == a.replayed.device_frees);
+  CHECK(c.replayed.segments == a.replayed.segments);
+}

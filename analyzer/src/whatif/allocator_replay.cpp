@@ -116,10 +116,11 @@ InitialLayout start_layout(EventSource& source, ReplayResult& result) {
 }
 
 // The first pass, under the recorded settings and the recorded cap as far
-// as the options tell it.
+// as the options tell it: --recorded-fraction, else the replay's own cap
+// (`asked`, from --fraction or --capacity alike).
 RecordedPass read_recorded_run(EventSource& source, const AllocatorReplayOptions& options, const InitialLayout& initial,
-                               const AllocatorConfig& recorded, const ReplayResult& result) {
-  const double recorded_fraction = options.recorded_fraction.value_or(options.fraction.value_or(0));
+                               const AllocatorConfig& recorded, double asked, const ReplayResult& result) {
+  const double recorded_fraction = options.recorded_fraction.value_or(asked);
   const std::uint64_t cap_hint =
       static_cast<std::uint64_t>(recorded_fraction * static_cast<double>(result.device_total));
   return recorded_pass(source, result.device, initial, recorded, cap_hint,
@@ -134,7 +135,11 @@ double take_recorded_run(const RecordedPass& pass, const AllocatorReplayOptions&
   result.recorded = pass.figures;
   result.recorded_cap = pass.first_oom_cap;
   double fraction = asked;
-  if (!options.fraction && !options.capacity && pass.oom_cap != 0) {
+  if (!options.fraction && !options.capacity && options.recorded_fraction && *options.recorded_fraction > 0) {
+    fraction = *options.recorded_fraction;
+    result.notes.push_back("the recorded fraction (--recorded-fraction) caps the replay too; --fraction or "
+                           "--capacity gives it another cap");
+  } else if (!options.fraction && !options.capacity && pass.oom_cap != 0) {
     fraction = fraction_for_cap(pass.oom_cap, result.device_total);
     result.notes.push_back("the recorded cap (" + std::to_string(pass.oom_cap) + " bytes, from its OOM) applies");
   }
@@ -166,7 +171,7 @@ ReplayResult replay_allocator(EventSource& source, const AllocatorReplayOptions&
   plan.device_options = simulated_device_of(head, options, result);
   const double asked = asked_fraction(options, result);
   plan.initial = start_layout(source, result);
-  plan.pass = read_recorded_run(source, options, plan.initial, settings.recorded, result);
+  plan.pass = read_recorded_run(source, options, plan.initial, settings.recorded, asked, result);
   plan.fraction = take_recorded_run(plan.pass, options, asked, result);
   replay_requests(source, options, plan, result);
   if (result.replayed_peak_at_request && result.replayed.peak_reserved_event != result.recorded.peak_reserved_event)
