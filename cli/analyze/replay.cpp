@@ -34,7 +34,7 @@ void add_replay_command(CLI::App& app, Runner& runner) {
   command->add_option("--capacity", args->capacity, "cap reserved memory at BYTES (suffixes K, M, G, T)")
       ->excludes("--fraction");
   command->add_option("--recorded-fraction", args->recorded_fraction,
-                      "the recorded run's memory fraction, which a PyTorch pickle does not store")
+                      "the recorded run's memory fraction, which a PyTorch pickle does not store (the replay's cap too, without --fraction or --capacity)")
       ->check(number_from(0.0, 1.0));
   command->add_option("--addresses", args->addresses,
                       "where reservations land: recorded (as in the recording, while the replay reserves the same) "
