@@ -46,6 +46,16 @@ std::shared_ptr<Device> shared_device(std::size_t capacity = 150109880320ull) {
   return make_simulated_device(options);
 }
 
+// A 2 GiB device with a 100 MiB context that 1.5 GiB of one other process shares.
+std::shared_ptr<Device> crowded_device() {
+  SimulatedDeviceOptions options;
+  options.capacity = 2 * GiB;
+  options.context_overhead = 100 * MiB;
+  options.other_processes_bytes = 1536 * MiB;
+  options.other_processes = 1;
+  return make_simulated_device(options);
+}
+
 }  // namespace
 
 TEST_CASE("the simulated device's NVML figures count its context, every reservation and the other processes") {
@@ -127,12 +137,7 @@ TEST_CASE("a dump records NVML's reading and the summary chains allocated to the
 
 TEST_CASE("an OOM records NVML's reading at its event; a range shows it only where it was measured") {
   // given a 2 GiB device that 1.5 GiB of other processes share, and a recording
-  SimulatedDeviceOptions options;
-  options.capacity = 2 * GiB;
-  options.context_overhead = 100 * MiB;
-  options.other_processes_bytes = 1536 * MiB;
-  options.other_processes = 1;
-  auto device = make_simulated_device(options);
+  auto device = crowded_device();
   CachingAllocator allocator(device);
   HistoryRecorder history(allocator, HistoryOptions{});
   void* held = allocator.allocate(200 * MiB);
@@ -180,12 +185,7 @@ TEST_CASE("an OOM records NVML's reading at its event; a range shows it only whe
 
 TEST_CASE("a streamed recording keeps NVML's reading at each OOM, at its event, as a dump does") {
   // given a 2 GiB device that 1.5 GiB of other processes share, and a recording streamed to a file
-  SimulatedDeviceOptions options;
-  options.capacity = 2 * GiB;
-  options.context_overhead = 100 * MiB;
-  options.other_processes_bytes = 1536 * MiB;
-  options.other_processes = 1;
-  auto device = make_simulated_device(options);
+  auto device = crowded_device();
   CachingAllocator allocator(device);
   const std::filesystem::path path = std::filesystem::path(CACHEALLOC_BINARY_DIR) / "test_device_usage_oom.stream";
   HistoryOptions history_options;
