@@ -21,6 +21,7 @@
 #include "../recorder/history/src/ring_hook.hpp"
 #include "allocator_support.hpp"
 #include "file_bytes.hpp"
+#include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/replay.hpp"
 #include "cachealloc/history.hpp"
 #include "cachealloc/snapshot/format.hpp"
@@ -270,6 +271,24 @@ TEST_CASE("a stream begun mid-run that loses its trailer reads from the layout t
   for (const auto& segment : s.segments)
     for (const auto& block : segment.blocks) stacked = stacked || block.stack;
   CHECK(stacked);
+  // And the analyzer's figures, at events throughout the stream, are the
+  // complete file's: the state it derives at the start included
+  const std::size_t n = s.events.size();
+  for (std::size_t end : {std::size_t{0}, n / 9, n / 4, n / 3, n / 2, 2 * n / 3, 5 * n / 6, n - 1, n}) {
+    INFO("window ending at event " << end);
+    analyzer::AnalysisOptions window;
+    window.window.end = end;
+    const analyzer::Analysis a = analyzer::analyze(s, window);
+    const analyzer::Analysis b = analyzer::analyze(whole, window);
+    CHECK(a.totals_at_end.allocated == b.totals_at_end.allocated);
+    CHECK(a.totals_at_end.reserved == b.totals_at_end.reserved);
+    CHECK(a.segments_at_end == b.segments_at_end);
+    CHECK(a.peak_allocated.bytes == b.peak_allocated.bytes);
+    CHECK(a.peak_reserved.bytes == b.peak_reserved.bytes);
+    CHECK(a.anomalies.total() == 0);
+  }
+  CHECK(analyzer::analyze(whole, {}).totals_at_end.allocated ==
+        static_cast<std::uint64_t>(allocator.stats().allocated_bytes[stat_all].current));
   for (void* p : during) allocator.deallocate(p);
   for (std::size_t i = 2; i < before.size(); i += 3) allocator.deallocate(before[i]);
 }

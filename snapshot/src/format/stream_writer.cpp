@@ -49,6 +49,17 @@ std::vector<std::byte> head_bytes(const Snapshot& snapshot) {
   return out;
 }
 
+// What the start chunk and the trailer both hold: the header, the devices,
+// the settings and a layout (the tables go in tables chunks).
+Snapshot chunk_head(const Snapshot& from) {
+  Snapshot head;
+  head.header = from.header;
+  head.devices = from.devices;
+  head.settings = from.settings;
+  head.segments = from.segments;
+  return head;
+}
+
 }  // namespace
 
 StreamFileWriter::StreamFileWriter(const std::filesystem::path& path, const Snapshot& start)
@@ -82,12 +93,7 @@ StreamFileWriter::StreamFileWriter(const std::filesystem::path& path) : path_(pa
 }
 
 void StreamFileWriter::start(const Snapshot& start) {
-  Snapshot head;
-  head.header = start.header;
-  head.devices = start.devices;
-  head.settings = start.settings;
-  head.segments = start.segments;
-  write_chunk(static_cast<std::uint32_t>(detail::ChunkKind::start), 0, head_bytes(head));
+  write_chunk(static_cast<std::uint32_t>(detail::ChunkKind::start), 0, head_bytes(chunk_head(start)));
 }
 
 StreamFileWriter::~StreamFileWriter() {
@@ -155,12 +161,8 @@ void StreamFileWriter::append_events(std::span<const Event> events) {
 }
 
 void StreamFileWriter::finish(const Snapshot& final_state) {
-  Snapshot trailer;
-  trailer.header = final_state.header;
-  trailer.devices = final_state.devices;
-  trailer.settings = final_state.settings;
+  Snapshot trailer = chunk_head(final_state);
   trailer.stats = final_state.stats;
-  trailer.segments = final_state.segments;
   trailer.dropped_events = final_state.dropped_events;
   write_chunk(static_cast<std::uint32_t>(detail::ChunkKind::trailer), 0, head_bytes(trailer));
   const int fd = fd_;
