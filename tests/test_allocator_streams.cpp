@@ -109,6 +109,41 @@ TEST_CASE("simulated: a pending block does not merge until its event completes")
   for (const auto& segment : layout) CHECK(segment.blocks.size() == 1);
 }
 
+TEST_CASE("simulated: a side stream's free that waited completes at the next request on any stream, as PyTorch's "
+          "process_events, and its stats fold before the request's") {
+  // Given a block of a side stream's pool, used on the default stream and
+  // freed: it waits for the default stream's event
+  auto device = simulated();
+  CachingAllocator allocator(device);
+  const Stream side = device->create_stream();
+  void* held = allocator.allocate(8 * MiB);  // the default stream's pool holds a segment already
+  void* a = allocator.allocate(3 * MiB, side);
+  allocator.record_stream(a, Stream{});
+  allocator.deallocate(a);
+  CHECK(allocator.stats().active_bytes[stat_all].current == static_cast<std::int64_t>(11 * MiB));
+  allocator.reset_peak_stats();
+  // When the event has completed and the next request is the default stream's
+  device->synchronize();
+  void* b = allocator.allocate(2 * MiB);
+  // Then the side stream's block is inactive from that request on, and the
+  // peak of active bytes never held it and b together
+  const MemoryStats stats = allocator.stats();
+  CHECK(stats.active_bytes[stat_all].current == static_cast<std::int64_t>(10 * MiB));
+  CHECK(stats.active_bytes[stat_all].peak == static_cast<std::int64_t>(11 * MiB));
+  const auto layout = allocator.layout();
+  for (const auto& segment : layout)
+    for (const auto& block : segment.blocks)
+      CHECK(block.state != layout::BlockState::active_pending_free);
+  // And the side stream's pool reuses it (it stayed in its own pool)
+  void* c = allocator.allocate(3 * MiB, side);
+  CHECK(c == a);
+  allocator.deallocate(c);
+  allocator.deallocate(b);
+  allocator.deallocate(held);
+  allocator.empty_cache();
+  CHECK(allocator.memory_reserved() == 0);
+}
+
 TEST_CASE("one thread on two streams: the peaks are those of the calls in the order they were made, read or not") {
   // Stats are published lazily (allocator_impl.hpp, "Publishing"): folding
   // the default stream's pool before the other one's would lose the peak

@@ -92,6 +92,20 @@ f = torch.empty(5 << 20, dtype=torch.uint8, device="cuda")
 record("record_stream: after synchronize")
 del f
 
+# The other way round: a side stream's tensor used on the default stream and
+# freed there. PyTorch completes its free at the next request of any stream.
+with torch.cuda.stream(side):
+    g = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.current_stream().wait_stream(side)
+g.add_(1)
+g.record_stream(torch.cuda.current_stream())
+del g
+record("record_stream: a side stream's tensor freed while the default stream uses it")
+torch.cuda.synchronize()
+h = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+record("record_stream: the default stream's next request after synchronize completes it")
+del h
+
 # caching_allocator_alloc / _delete
 p = torch.cuda.caching_allocator_alloc(7 << 20)
 record("caching_allocator_alloc 7 MiB")

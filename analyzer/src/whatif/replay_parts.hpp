@@ -130,6 +130,10 @@ class AllocatorControl final : public ReplayControl {
 struct PeakTracker {
   std::uint64_t peak_reserved = 0, peak_allocated = 0, peak_event = 0;
   bool pending = false;
+  // A trace begun mid-run may peak at its start: its figures are read after
+  // the first call, as the recorded pass and summary read them (the call
+  // that "reached" it), not before.
+  bool skip_next_boundary = false;
   CacheFigures at_peak;
   // Returns true at a new peak of reserved bytes.
   bool after(const Totals& totals, std::uint64_t event) {
@@ -144,6 +148,10 @@ struct PeakTracker {
   template <class Figures>
   void boundary(const Figures& engine) {
     if (!pending) return;
+    if (skip_next_boundary) {
+      skip_next_boundary = false;
+      return;
+    }
     pending = false;
     at_peak = engine.cache_figures(true);
   }

@@ -114,7 +114,7 @@ class RequestReplay {
     start_device_allocs_ = static_cast<std::uint64_t>(rebuilt.num_device_alloc);
     start_device_frees_ = static_cast<std::uint64_t>(rebuilt.num_device_free);
     if (plan_.fraction != 0) allocator_.set_memory_fraction(plan_.fraction);
-    peaks_.after(engine_.totals(), kNoEvent);
+    peaks_.skip_next_boundary = peaks_.after(engine_.totals(), kNoEvent);
   }
 
   void run() {
@@ -127,6 +127,7 @@ class RequestReplay {
   // The replayed run's figures. The allocator's destructor then returns
   // everything to the device; the program's live blocks are dropped with it.
   void finish() {
+    peaks_.skip_next_boundary = false;  // a trace with no request: the start's figures
     peaks_.boundary(engine_);
     peaks_.fill(result_.replayed);
     const MemoryStats stats = allocator_.stats();

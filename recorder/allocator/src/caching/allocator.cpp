@@ -231,6 +231,9 @@ void* CachingAllocator::Impl::allocate(std::size_t requested, Stream stream) {
     if (!capture) t_shard = ThreadShard{generation, stream.handle, pool};
   }
   Shard& shard = *pool;
+  if (!capture && shards_with_pending.load(std::memory_order_acquire) >
+                      (shard.has_pending.load(std::memory_order_relaxed) ? 1u : 0u)) [[unlikely]]
+    process_other_shards(shard);
   flush_deferred(shard);
   std::unique_lock lock(shard.mutex);
   begin_call();  // after the deferred path's locks: read the clock afresh under this one
@@ -323,6 +326,31 @@ void CachingAllocator::Impl::insert_events(Block* block) {
     ++block->event_count;
     shard.pending[stream].push_back(PendingFree{event, block});
   }
+  note_pending(shard);
+}
+
+void CachingAllocator::Impl::note_pending(Shard& shard) noexcept {
+  const bool now = !shard.pending.empty();
+  if (shard.has_pending.load(std::memory_order_relaxed) == now) return;
+  shard.has_pending.store(now, std::memory_order_relaxed);
+  if (now) shards_with_pending.fetch_add(1, std::memory_order_release);
+  else shards_with_pending.fetch_sub(1, std::memory_order_release);
+}
+
+void CachingAllocator::Impl::process_other_shards(const Shard& own) {
+  // The registry, then one shard lock at a time: lock_all's order.
+  std::lock_guard registry(registry_mutex);
+  for (Shard* other : shards) {
+    if (other == &own || !other->has_pending.load(std::memory_order_relaxed)) continue;
+    // This thread's changes fold in the order it made them (flush_deferred):
+    // those it left in another shard first, these before its request's.
+    flush_deferred(*other);
+    std::lock_guard lock(other->mutex);
+    if (other->pending.empty()) continue;
+    begin_call();  // its free_completed and merges are their own call's events
+    process_events(*other);
+    maybe_publish(*other);
+  }
 }
 
 void CachingAllocator::Impl::insert_deferred_events() {
@@ -348,6 +376,7 @@ void CachingAllocator::Impl::process_events(Shard& shard) {
     }
     it = queue.empty() ? shard.pending.erase(it) : std::next(it);
   }
+  note_pending(shard);
 }
 
 // The allocation part of a free: allocated drops at once, even when the

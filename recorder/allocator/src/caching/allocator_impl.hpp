@@ -223,6 +223,9 @@ struct alignas(64) Shard {
   FreeSet large_blocks{kLargeBinWidth};
   // Outstanding events per stream they were recorded on, oldest first.
   std::map<Stream, std::deque<PendingFree>> pending;
+  // Whether `pending` holds any, for other shards' requests to read without
+  // this lock (Impl::shards_with_pending counts the shards where it is set).
+  std::atomic<bool> has_pending{false};
   std::vector<DeviceEvent> spare_events;
   // The observer's order word for this shard (AllocatorEvent::order), under
   // `mutex`: on the same cache line as the lock the event holds.
@@ -269,6 +272,13 @@ struct CachingAllocator::Impl {
   // (restore_pool recreates the checkpoint's splits whatever the policy says).
   void* hand_out(Shard& shard, Block* block, std::size_t size, std::size_t requested, int split = -1);
   void process_events(Shard& shard);
+  // PyTorch completes every stream's deferred frees at each request, not
+  // only those of the requesting stream's pool: a request first completes
+  // those of the other shards (each under its own lock, none held here).
+  void process_other_shards(const Shard& own);
+  // Keeps has_pending and shards_with_pending in step with shard.pending
+  // (under the shard's lock), after each change to it.
+  void note_pending(Shard& shard) noexcept;
   void insert_events(Block* block);
   // Returns a block whose last user is done to its pool, merging neighbours.
   // With also_release_allocation, also does release_allocation_stats under
@@ -368,6 +378,7 @@ struct CachingAllocator::Impl {
   static constexpr std::size_t kShardSlots = 1024;
   std::array<std::atomic<Shard*>, kShardSlots> shard_table{};
   std::vector<Shard*> shards;  // sorted by (stream handle, private pool)
+  std::atomic<std::uint32_t> shards_with_pending{0};  // shards whose deferred frees wait for events
   detail::ShardMutex registry_mutex;  // in lock_all's vector with the shard locks
 
   // Private pools by id, with their use counts; under registry_mutex.

@@ -191,6 +191,7 @@ void CachingAllocator::Impl::synchronize_and_free_events(std::optional<PrivatePo
       }
     }
     shard->pending.clear();
+    note_pending(*shard);
   }
 }
 
