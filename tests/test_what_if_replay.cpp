@@ -21,6 +21,7 @@
 #include "cachealloc/analyzer/analysis.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
 #include "cachealloc/analyzer/load.hpp"
+#include "cachealloc/analyzer/sweep.hpp"
 #include "cachealloc/allocator.hpp"
 #include "cachealloc/errors.hpp"
 #include "cachealloc/history.hpp"
@@ -229,6 +230,57 @@ TEST_CASE("given the long real runs, complete and begun mid-run, when replayed u
     CHECK(rep.reserved_at_end == rec.reserved_at_end);
     CHECK(rep.allocated_at_end == rec.allocated_at_end);
   }
+}
+
+TEST_CASE("given a real run begun mid-run whose start holds more than a cap, when replayed and swept under that cap, "
+          "then it runs out of memory before the trace, and no setting is said to fit") {
+  // Given a real run whose ring overflowed: 128 MiB reserved at the ring's start
+  const std::filesystem::path pickle = kPytorch / "long" / "long_ring_overflow.pickle.zst";
+  const snapshot::Snapshot snap = analyzer::load(pickle);
+  analyzer::SnapshotEvents source(snap);
+  const analyzer::ReplayResult uncapped = analyzer::replay_allocator(source);
+  REQUIRE(uncapped.starts_mid_run);
+  REQUIRE(uncapped.recorded.peak_reserved_event == analyzer::kNoEvent);  // the peak is the start's
+  const std::uint64_t start_reserved = uncapped.recorded.peak_reserved;
+  REQUIRE(start_reserved == 128ull << 20);
+  // When replayed at a cap below it, and at one above it
+  analyzer::AllocatorReplayOptions below;
+  below.capacity = 100ull << 20;
+  const analyzer::ReplayResult r = analyzer::replay_allocator(source, below);
+  analyzer::AllocatorReplayOptions above;
+  above.capacity = 130ull << 20;
+  const analyzer::ReplayResult fits = analyzer::replay_allocator(source, above);
+  // Then below, the replayed run ran out of memory before its first event, by the start's bytes, and a note says so
+  REQUIRE(r.replayed.first_oom.has_value());
+  CHECK(r.replayed.first_oom->at_start);
+  CHECK(r.replayed.first_oom->event == 0);
+  CHECK(r.replayed.first_oom->requested == start_reserved);
+  CHECK(r.replayed.ooms >= 1);
+  CHECK(std::any_of(r.notes.begin(), r.notes.end(), [&](const std::string& n) {
+    return n.find("the layout at the ring's start already reserves " + std::to_string(start_reserved) +
+                  " bytes, above the replay's cap of " + std::to_string(100ull << 20)) != std::string::npos;
+  }));
+  std::ostringstream table;
+  analyzer::render(analyzer::replay_report(r), analyzer::Format::table, table);
+  CHECK(table.str().find("before the trace (its start holds 128.00 MiB, above the cap)") != std::string::npos);
+  // And above it, no such OOM
+  CHECK(!fits.replayed.first_oom.has_value());
+  // And the sweep at the lower cap finds that no setting fits, and says why
+  analyzer::SweepOptions sweep_options;
+  sweep_options.capacity = 100ull << 20;
+  sweep_options.threads = 2;
+  analyzer::SnapshotEvents again(snap);
+  const analyzer::SweepResult sweep = analyzer::sweep(again, sweep_options);
+  for (const analyzer::SweepPoint& point : sweep.ranked) {
+    CAPTURE(point.changes);
+    CHECK(!point.fits);
+    REQUIRE(point.figures.first_oom.has_value());
+    CHECK(point.figures.first_oom->at_start);
+  }
+  const analyzer::Recommendation rec = analyzer::recommend(sweep);
+  CHECK(!rec.helps);
+  CHECK(rec.verdict.find("before the trace: its start already reserves 128.00 MiB, which no setting changes") !=
+        std::string::npos);
 }
 
 TEST_CASE("given each PyTorch run and the long real runs, when replayed under their own settings, then the replayed "

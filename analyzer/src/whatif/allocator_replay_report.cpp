@@ -13,6 +13,7 @@ Value optional_count(const std::optional<std::uint64_t>& value) {
 
 std::string oom_text(const std::optional<OomPoint>& oom) {
   if (!oom) return "no";
+  if (oom->at_start) return "before the trace (its start holds " + format_bytes(oom->requested) + ", above the cap)";
   std::string text = "at event " + std::to_string(oom->event) + " (" + format_bytes(oom->requested) + ")";
   if (!oom->annotation.empty()) text += " in " + oom->annotation;
   return text;
@@ -75,7 +76,8 @@ Document replay_report(const ReplayResult& r) {
   for (const auto* which : {"recorded", "replayed"}) {
     const auto& oom = std::string(which) == "recorded" ? r.recorded.first_oom : r.replayed.first_oom;
     const std::string p = which;
-    outcome.add(p + "_oom_event", p + " OOM event", oom ? Value(oom->event) : Value(std::monostate{}), Unit::event).json_only_if(true);
+    outcome.add(p + "_oom_event", p + " OOM event", oom && !oom->at_start ? Value(oom->event) : Value(std::monostate{}), Unit::event).json_only_if(true);
+    outcome.add(p + "_oom_before_trace", p + " OOM before the trace", Value(oom ? oom->at_start : false)).json_only_if(true);
     outcome.add(p + "_oom_requested", p + " OOM request", oom ? Value(oom->requested) : Value(std::monostate{}), Unit::bytes).json_only_if(true);
     outcome.add(p + "_oom_annotation", p + " OOM annotation", oom && !oom->annotation.empty() ? Value(oom->annotation) : Value(std::monostate{})).json_only_if(true);
   }

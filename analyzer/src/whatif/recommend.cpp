@@ -23,6 +23,7 @@ std::string grouped(std::uint64_t value) {
 }
 
 std::string where(const OomPoint& oom) {
+  if (oom.at_start) return "before the trace: its start holds more than the cap";
   std::string text = "at event " + grouped(oom.event);
   if (!oom.annotation.empty()) text += " (" + oom.annotation + ")";
   return text;
@@ -33,7 +34,7 @@ std::string oom_text(const RunFigures& figures) { return figures.first_oom ? whe
 std::string label(const SweepPoint& point) { return point.changes.empty() ? std::string("(recorded)") : point.changes; }
 
 Value optional_event(const RunFigures& figures) {
-  if (!figures.first_oom) return std::monostate{};
+  if (!figures.first_oom || figures.first_oom->at_start) return std::monostate{};
   return figures.first_oom->event;
 }
 
@@ -88,7 +89,9 @@ void add_ranking(Document& doc, const std::string& key, const std::string& title
     row.emplace_back(p.fits);
     row.emplace_back(p.headroom ? Value(*p.headroom) : Value(std::monostate{}));
     row.emplace_back(p.largest_scale ? Value(*p.largest_scale) : Value(std::monostate{}));
-    row.emplace_back(optional_event(p.figures));
+    // "start": the trace's start already held more than the cap.
+    row.emplace_back(p.figures.first_oom && p.figures.first_oom->at_start ? Value(std::string("start"))
+                                                                          : optional_event(p.figures));
     row.emplace_back(p.figures.first_oom && !p.figures.first_oom->annotation.empty()
                          ? Value(p.figures.first_oom->annotation)
                          : Value(std::monostate{}));
@@ -185,7 +188,10 @@ Recommendation recommend(const SweepResult& r) {
   const bool base_fits = recorded != r.ranked.end() ? recorded->fits : !base.first_oom;
   if (!base_fits) {
     const std::string base_failure =
-        base.first_oom ? "run out of memory " + where(*base.first_oom) + ", a " +
+        base.first_oom && base.first_oom->at_start
+            ? "run out of memory before the trace: its start already reserves " +
+                  format_bytes(base.first_oom->requested) + ", which no setting changes"
+        : base.first_oom ? "run out of memory " + where(*base.first_oom) + ", a " +
                              format_bytes(base.first_oom->requested) + " request"
                        : "pass the cap (peak reserved " + format_bytes(base.peak_reserved) + ")";
     if (out.best && out.best->fits) {

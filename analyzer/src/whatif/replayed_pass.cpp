@@ -114,6 +114,17 @@ class RequestReplay {
     start_device_allocs_ = static_cast<std::uint64_t>(rebuilt.num_device_alloc);
     start_device_frees_ = static_cast<std::uint64_t>(rebuilt.num_device_free);
     if (plan_.fraction != 0) allocator_.set_memory_fraction(plan_.fraction);
+    // The start is rebuilt as recorded, whatever the cap: one that it
+    // exceeds could not have held it, and the run ran out of memory before
+    // the trace begins.
+    const auto start_reserved = static_cast<std::uint64_t>(rebuilt.reserved_bytes[stat_all].current);
+    if (result_.starts_mid_run && result_.cap != 0 && start_reserved > result_.cap) {
+      result_.replayed.first_oom = OomPoint{0, start_reserved, std::string(), true};
+      result_.notes.push_back("the layout at the ring's start already reserves " + std::to_string(start_reserved) +
+                              " bytes, above the replay's cap of " + std::to_string(result_.cap) +
+                              " bytes: under that cap the run runs out of memory before its first recorded event, "
+                              "whatever the settings (the replay goes on from the start as recorded)");
+    }
     peaks_.skip_next_boundary = peaks_.after(engine_.totals(), kNoEvent);
   }
 
@@ -135,7 +146,8 @@ class RequestReplay {
     result_.replayed.device_allocs = static_cast<std::uint64_t>(stats.num_device_alloc) - start_device_allocs_;
     result_.replayed.device_frees = static_cast<std::uint64_t>(stats.num_device_free) - start_device_frees_;
     result_.replayed.retries = static_cast<std::uint64_t>(stats.num_alloc_retries);
-    result_.replayed.ooms = static_cast<std::uint64_t>(stats.num_ooms);
+    result_.replayed.ooms = static_cast<std::uint64_t>(stats.num_ooms) +
+                            (result_.replayed.first_oom && result_.replayed.first_oom->at_start ? 1 : 0);
     result_.replayed.reserved_at_end = static_cast<std::uint64_t>(stats.reserved_bytes[stat_all].current);
     result_.replayed.allocated_at_end = static_cast<std::uint64_t>(stats.allocated_bytes[stat_all].current);
     allocator_.set_observer(nullptr);

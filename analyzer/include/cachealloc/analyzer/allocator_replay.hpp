@@ -52,6 +52,10 @@ struct OomPoint {
   std::uint64_t event = 0;      // index into the recorded events
   std::uint64_t requested = 0;  // bytes asked for
   std::string annotation;       // the open annotations, outermost first, joined by '/'; empty when none
+  // A trace begun mid-run whose layout at its start already reserves more
+  // than the cap: the run could not have reached its first event under it.
+  // `event` is then 0 and `requested` the bytes reserved at the start.
+  bool at_start = false;
 };
 
 // One run's figures. Unknown figures are nullopt (never 0).
