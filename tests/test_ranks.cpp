@@ -208,6 +208,62 @@ TEST_CASE("given an unreadable file among the ranks, the others are summarized a
   CHECK(f.median_peak_reserved == doctest::Approx(91.0 * MiB));
   REQUIRE(f.closest_to_oom.has_value());
   CHECK(ranks[*f.closest_to_oom].rank == 10u);
+  // And its row keeps the file's name as it is, with a column that says it is unreadable
+  const analyzer::Document doc = analyzer::ranks_report(ranks, {});
+  bool found = false;
+  for (const analyzer::Section& section : doc.sections) {
+    const auto* t = std::get_if<analyzer::Table>(&section);
+    if (!t || t->key != "ranks") continue;
+    REQUIRE(t->columns.back().key == "unreadable");
+    for (const auto& row : t->rows) {
+      const bool unreadable = std::get<bool>(row.back());
+      CHECK(unreadable == (std::get<std::string>(row[1]) == "rank_5.bin"));
+      found = found || unreadable;
+    }
+  }
+  CHECK(found);
+}
+
+TEST_CASE("given a rank whose OOM recorded a memory-fraction cap, its headroom is to that cap, and it is closest to "
+          "OOM before a rank with a larger peak on the same device") {
+  const fs::path dir = fs::temp_directory_path() / ("cachealloc-ranks-cap-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    // Rank 0: capped at 96 MiB of 2 GiB; holds 64 MiB and asks 64 MiB more: an OOM that records the cap
+    CachingAllocator allocator(test_support::simulated(2 * GiB));
+    allocator.set_memory_fraction(96.0 / 2048.0);
+    HistoryRecorder recorder(allocator, HistoryOptions{});
+    void* weights = ranks_weights_site(allocator, 64 * MiB);
+    CHECK_THROWS_AS(ranks_activation_site(allocator, 64 * MiB), OutOfMemoryError);
+    snapshot::write_snapshot(recorder.take_snapshot(), dir / "rank_0.bin");
+    allocator.deallocate(weights);
+  }
+  {
+    // Rank 1: no cap, 120 MiB at its peak, on the same 2 GiB
+    CachingAllocator allocator(test_support::simulated(2 * GiB));
+    HistoryRecorder recorder(allocator, HistoryOptions{});
+    void* weights = ranks_weights_site(allocator, 120 * MiB);
+    snapshot::write_snapshot(recorder.take_snapshot(), dir / "rank_1.bin");
+    allocator.deallocate(weights);
+  }
+  const std::vector<analyzer::RankSummary> ranks = analyzer::summarize_ranks(analyzer::rank_files({dir.string()}), {});
+  fs::remove_all(dir);
+  REQUIRE(ranks.size() == 2);
+  REQUIRE(ranks[0].run.cap.has_value());
+  CHECK(*ranks[0].run.cap == 96 * MiB);
+  CHECK(ranks[0].run.peak_reserved == 64 * MiB);
+  CHECK_FALSE(ranks[1].run.cap.has_value());
+  const analyzer::RanksFigures f = analyzer::ranks_figures(ranks);
+  REQUIRE(f.closest_to_oom.has_value());
+  CHECK(*f.closest_to_oom == 0u);  // 32 MiB to its cap, against 1.88 GiB
+  const analyzer::Document doc = analyzer::ranks_report(ranks, {});
+  for (const analyzer::Section& section : doc.sections) {
+    const auto* g = std::get_if<analyzer::FieldGroup>(&section);
+    if (!g) continue;
+    for (const analyzer::Field& field : g->fields)
+      if (field.key == "closest_to_oom_headroom") CHECK(std::get<std::uint64_t>(field.value) == 32 * MiB);
+  }
 }
 
 TEST_CASE("given two files whose names give the same rank number, neither takes it, and a note says why") {

@@ -122,3 +122,23 @@ TEST_CASE("top and export name the bytes allocated over the run allocated_over_r
   const std::string csv = rendered(analyzer::export_report(snap, analyzer::ExportTable::sites, {}), analyzer::Format::csv);
   CHECK(csv.starts_with("rank,allocations,allocated_over_run,bytes_at_peak,"));
 }
+
+TEST_CASE("top on a trace whose ring overflowed marks its counts and bytes over the run as lower bounds, in the table "
+          "and in JSON, as its note says; a complete trace marks none") {
+  const snapshot::Snapshot cut = analyzer::load(kPyTorch / "ring_overflow.pickle");
+  const Document top = analyzer::top_report(cut, {});
+  const std::string table = rendered(top, analyzer::Format::table);
+  CHECK(table.find(">= allocs") != std::string::npos);
+  CHECK(table.find(">= allocated over run") != std::string::npos);
+  CHECK(table.find("marked >=") != std::string::npos);
+  const analyzer::testing::Json json = analyzer::testing::parse_json(rendered(top, analyzer::Format::json));
+  std::vector<std::string> bounds;
+  for (const auto& key : json["lower_bounds"].array()) bounds.push_back(std::get<std::string>(key.value));
+  CHECK(bounds == std::vector<std::string>{"sites.allocations", "sites.allocated_over_run"});
+  const snapshot::Snapshot whole = analyzer::load(kPyTorch / "cnn_train_stacks_all.pickle");
+  const std::string whole_table = rendered(analyzer::top_report(whole, {}), analyzer::Format::table);
+  CHECK(whole_table.find(">=") == std::string::npos);
+  CHECK(analyzer::testing::parse_json(rendered(analyzer::top_report(whole, {}), analyzer::Format::json))["lower_bounds"]
+            .array()
+            .empty());
+}

@@ -259,6 +259,8 @@ void render_json(const Document& document, std::ostream& out) {
                      if (!group.key.empty()) json.end_object();
                    },
                    [&](const Table& table) {
+                     for (const Column& column : table.columns)
+                       if (column.lower_bound) lower_bounds.push_back(table.key + "." + column.key);
                      json.key(table.key);
                      json.begin_array();
                      for (const auto& row : table.rows) {
@@ -424,7 +426,10 @@ void render_table(const Document& document, std::ostream& out) {
                    },
                    [&](const Table& table) {
                      out << '\n' << snapshot::printable(table.title) << '\n';
-                     TableWriter writer(table.columns, out, table.rows.size() + 1);
+                     std::vector<Column> columns = table.columns;
+                     for (Column& column : columns)
+                       if (column.lower_bound) column.title = (document.approximate ? "~ " : ">= ") + column.title;
+                     TableWriter writer(columns, out, table.rows.size() + 1);
                      for (const auto& row : table.rows) writer.add(std::vector<Value>(row));
                      if (table.rest) writer.add(std::vector<Value>(table.rest->cells), true);
                      writer.finish();

@@ -176,6 +176,8 @@ RunSummary summarize(EventSource& source, const SummaryOptions& options) {
   run.device_allocs = a.device_allocs();
   run.device_frees = a.device_frees();
   run.ooms = a.ooms.size();
+  for (const OomRecord& oom : a.ooms)
+    if (oom.cap != 0) run.cap = std::min(run.cap.value_or(oom.cap), oom.cap);
   run.fragmentation_at_end = a.cache_at_end.external_fragmentation();
   CategorizeOptions at_peak_and_end;
   at_peak_and_end.moments = detail::peak_and_end(a);

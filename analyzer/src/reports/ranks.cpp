@@ -68,9 +68,13 @@ double median(std::vector<std::uint64_t> values) {
                : (static_cast<double>(values[n / 2 - 1]) + static_cast<double>(values[n / 2])) / 2.0;
 }
 
+// What the rank could still have reserved: to its cap where its OOMs
+// recorded one, else to the device total.
 std::optional<std::uint64_t> headroom(const RunSummary& run) {
-  if (!run.device_total) return std::nullopt;
-  return *run.device_total > run.peak_reserved ? *run.device_total - run.peak_reserved : 0;
+  std::optional<std::uint64_t> limit = run.device_total;
+  if (run.cap) limit = std::min(limit.value_or(*run.cap), *run.cap);
+  if (!limit) return std::nullopt;
+  return *limit > run.peak_reserved ? *limit - run.peak_reserved : 0;
 }
 
 // "2", "#3" (no rank in the name), or "2/device 1" where the file holds
@@ -300,7 +304,7 @@ RanksFigures ranks_figures(const std::vector<RankSummary>& ranks) {
   }
   // By headroom where every rank's device total is known; else by peak reserved.
   f.headroom_known = !reserved.empty() && std::all_of(ranks.begin(), ranks.end(), [](const RankSummary& r) {
-    return !r.readable() || r.run.device_total.has_value();
+    return !r.readable() || r.run.device_total.has_value() || r.run.cap.has_value();
   });
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     if (!ranks[i].readable()) continue;
@@ -351,7 +355,7 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
     fleet.add("closest_to_oom_rank", "closest to OOM: rank", c.rank ? Value{static_cast<std::uint64_t>(*c.rank)} : Value{})
         .absent_as("unknown")
         .add("closest_to_oom_file", "closest to OOM: file", c.run.file)
-        .add("closest_to_oom_headroom", "its headroom (device total - peak reserved)",
+        .add("closest_to_oom_headroom", "its headroom (cap or device total - peak reserved)",
              room ? Value{*room} : Value{}, Unit::bytes);
   }
   Table& table = doc.table("ranks", "per rank, in rank order",
@@ -362,12 +366,14 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
                             {"peak_allocated", "peak allocated", Unit::bytes},
                             {"peak_reserved_vs_median", "vs median", Unit::ratio},
                             {"driver_total", "device total", Unit::bytes},
+                            {"cap", "cap", Unit::bytes, "none"},
                             {"headroom", "headroom", Unit::bytes},
                             {"segments", "segments", Unit::count},
                             {"ooms", "OOMs", Unit::count},
                             {"closest_to_oom", "closest"},
                             {"lower_bounds", "lower bounds"},
-                            {"approximate", "approximate"}});
+                            {"approximate", "approximate"},
+                            {"unreadable", "unreadable"}});
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const RunSummary& run = ranks[i].run;
     const Value rank = ranks[i].rank ? Value{static_cast<std::uint64_t>(*ranks[i].rank)} : Value{};
@@ -376,7 +382,8 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
       // Marked, not left out: every figure unknown; the reason is in the notes.
       std::vector<Value> row(table.columns.size());
       row[0] = rank;
-      row[1] = file + " (unreadable)";
+      row[1] = file;
+      row.back() = true;
       table.rows.push_back(std::move(row));
       doc.notes.push_back("unreadable: " + ranks[i].error);
       continue;
@@ -387,9 +394,10 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
                           run.peak_reserved, run.peak_allocated,
                           f.median_peak_reserved > 0 ? Value{static_cast<double>(run.peak_reserved) / f.median_peak_reserved}
                                                      : Value{},
-                          run.device_total ? Value{*run.device_total} : Value{}, room ? Value{*room} : Value{},
+                          run.device_total ? Value{*run.device_total} : Value{}, run.cap ? Value{*run.cap} : Value{},
+                          room ? Value{*room} : Value{},
                           run.peak_segments, run.ooms, f.closest_to_oom == i, run.lower_bounds,
-                          run.approximate});
+                          run.approximate, false});
   }
   // What each rank's allocated peak is made of.
   std::vector<Column> category_columns = {{"rank", "rank", Unit::count}, {"file", "file"}};
@@ -431,11 +439,12 @@ Document ranks_report(const std::vector<RankSummary>& ranks, const RanksOptions&
   }
   if (!f.headroom_known) {
     doc.notes.push_back(
-        "headroom: unknown for the ranks whose file records no device total (PyTorch's pickles record none); the "
+        "headroom: unknown for the ranks whose file records no device total (PyTorch's pickles record none) and "
+        "whose OOMs recorded no cap; the "
         "rank closest to OOM is then the one with the largest peak reserved.");
   } else {
-    doc.notes.push_back("headroom is the device total less the peak reserved: the CUDA context and other processes "
-                        "take some of it.");
+    doc.notes.push_back("headroom is the cap (a memory fraction, as the rank's OOMs recorded it) or else the device "
+                        "total, less the peak reserved: the CUDA context and other processes take some of the device.");
   }
   if (bounds) doc.notes.push_back("some traces do not cover their whole run: their peaks are lower bounds.");
   if (approximate)
@@ -505,6 +514,9 @@ void write_ranks_jsonl(const std::vector<RankSummary>& ranks, const RanksOptions
     else json.null();
     json.key("driver_total");
     if (run.device_total) json.value(*run.device_total);
+    else json.null();
+    json.key("cap");
+    if (run.cap) json.value(*run.cap);
     else json.null();
     json.key("headroom");
     if (const auto room = headroom(run)) json.value(*room);

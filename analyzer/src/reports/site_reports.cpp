@@ -245,6 +245,8 @@ Document top_report(EventSource& source, const ReportOptions& options) {
                             {"share_of_peak", "of peak", Unit::ratio},
                             {"live_at_end", "live at end", Unit::bytes},
                             {"stack", "site"}});
+  // Counts and bytes over the run miss what the lost events allocated.
+  table.columns[1].lower_bound = table.columns[2].lower_bound = lower;
   const std::size_t limit = options.limit != 0 ? options.limit : kDefaultSiteLimit;
   const std::size_t listed = listed_rows(sites.size(), limit);
   for (std::size_t i = 0; i < listed; ++i) {

@@ -86,6 +86,10 @@ Document replay_report(const ReplayResult& r) {
   if (r.placement_diverged)
     doc.notes.push_back("the replay reserved differently from the recording after " + std::to_string(r.placed_as_recorded) +
                         " reservations; later ones are placed by the driver address model");
+  if (r.starts_mid_run)
+    doc.notes.push_back("the trace begins mid-run: both columns cover it from the ring's start, rebuilt as recorded; "
+                        "their peaks and counts are the trace's, lower bounds for the whole run, and the figures at "
+                        "the end are exact");
   if (!r.recorded.retries) doc.notes.push_back("the recorded run's retries are unknown: the trace does not show them");
   return doc;
 }

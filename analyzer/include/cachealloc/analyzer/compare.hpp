@@ -67,6 +67,10 @@ struct RunSummary {
   std::int32_t device = 0;
   std::string device_name;
   std::optional<std::uint64_t> device_total;  // from the file; PyTorch pickles hold none
+  // The allocator's cap (a memory fraction) that its OOM events recorded,
+  // the smallest where several did: what the run could reserve, below the
+  // device total.
+  std::optional<std::uint64_t> cap;
   std::uint64_t events = 0;
   bool lower_bounds = false;  // Analysis::truncated(): peaks and counts may be larger
   // A stream that dropped events while it was written (when_full=drop): the

@@ -90,6 +90,10 @@ struct Column {
   // In JSON and CSV only: the table format leaves the column out (detail
   // that would make a table too wide to read; its notes say where it is).
   bool json_only = false;
+  // Every cell may be below the true figure (events were lost): the table
+  // format marks the title ">=" ("~" where the document is approximate),
+  // JSON lists "<table key>.<column key>" in lower_bounds.
+  bool lower_bound = false;
 };
 
 // The rows a listing left out, summed ("... and 12 more sites"): the table
