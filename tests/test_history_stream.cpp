@@ -22,6 +22,9 @@
 #include "allocator_support.hpp"
 #include "file_bytes.hpp"
 #include "cachealloc/analyzer/analysis.hpp"
+#include "cachealloc/analyzer/budget.hpp"
+#include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/analyzer/reports.hpp"
 #include "cachealloc/analyzer/replay.hpp"
 #include "cachealloc/history.hpp"
 #include "cachealloc/snapshot/format.hpp"
@@ -289,6 +292,24 @@ TEST_CASE("a stream begun mid-run that loses its trailer reads from the layout t
   }
   CHECK(analyzer::analyze(whole, {}).totals_at_end.allocated ==
         static_cast<std::uint64_t>(allocator.stats().allocated_bytes[stat_all].current));
+  // And the reports say where each file ends: the dump, or the last event read
+  const auto overview_title = [](const analyzer::Document& doc) {
+    for (const auto& section : doc.sections)
+      if (const auto* group = std::get_if<analyzer::FieldGroup>(&section)) return group->title;
+    return std::string();
+  };
+  CHECK(overview_title(analyzer::summary_report(whole, {})).ends_with("(the dump)"));
+  CHECK(overview_title(analyzer::summary_report(s, {})).ends_with("(the last one read)"));
+  // And check on the complete file takes the allocator's peaks, which the
+  // stream reached here (it began below them): not "before the trace"
+  analyzer::SnapshotEvents whole_source(whole);
+  analyzer::Budgets budgets;
+  budgets.peak_reserved = std::uint64_t{1} << 40;
+  const analyzer::BudgetResult checked = analyzer::check_budgets(whole_source, budgets);
+  CHECK(checked.figures.peak_reserved == static_cast<std::uint64_t>(allocator.stats().reserved_bytes[stat_all].peak));
+  REQUIRE(checked.figures.peaks_from_stats);
+  CHECK_FALSE(checked.figures.recorded_peaks_above_trace);
+  CHECK(analyzer::peaks_note(checked.figures).find("which the trace reaches") != std::string::npos);
   for (void* p : during) allocator.deallocate(p);
   for (std::size_t i = 2; i < before.size(); i += 3) allocator.deallocate(before[i]);
 }

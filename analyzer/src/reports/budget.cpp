@@ -62,7 +62,8 @@ BudgetResult check_budgets(EventSource& source, const Budgets& budgets) {
     f.peak_allocated = *recorded_allocated;
     f.leaked = *recorded_leaked;
   } else if (recorded_reserved && recorded_allocated) {
-    f.peaks_from_stats = *recorded_reserved > f.peak_reserved || *recorded_allocated > f.peak_allocated || f.lower_bounds;
+    f.recorded_peaks_above_trace = *recorded_reserved > f.peak_reserved || *recorded_allocated > f.peak_allocated;
+    f.peaks_from_stats = f.recorded_peaks_above_trace || f.lower_bounds;
     // The trace's peak reached the run's: the fragmentation there is the one at the peak.
     fragmentation_known = *recorded_reserved <= f.peak_reserved;
     f.peak_reserved = std::max(f.peak_reserved, *recorded_reserved);
@@ -179,7 +180,12 @@ std::string peaks_note(const BudgetFigures& figures) {
   if (figures.events_dropped)
     return "events were dropped while the stream was written: the peaks and the leak are the allocator's recorded "
            "ones, not the replay's";
-  if (figures.peaks_from_stats) return "the peaks are the allocator's recorded ones, from before the trace or beyond what it covers";
+  if (figures.peaks_from_stats && figures.recorded_peaks_above_trace)
+    return "the peaks are the allocator's recorded ones, above the trace's: reached before the trace began or in "
+           "events it lost";
+  if (figures.peaks_from_stats)
+    return "the peaks are the allocator's recorded ones, which the trace reaches: exact although the trace does not "
+           "cover the whole run";
   if (figures.lower_bounds) return "the trace does not cover the whole run; its peaks are lower bounds";
   return "";
 }

@@ -124,7 +124,7 @@ Document fragmentation_report(EventSource& source, const ReportOptions& options)
   doc.title = detail::title(snapshot, a.device, "fragmentation");
   doc.csv_table = "over_time";
   const CacheFigures& f = a.cache_at_end;
-  doc.group("", "overall, " + detail::moment(a))
+  doc.group("", "overall, " + detail::moment(snapshot, a))
       .add("reserved", "reserved", a.totals_at_end.reserved, Unit::bytes)
       .add("allocated", "allocated", a.totals_at_end.allocated, Unit::bytes)
       .add("requested", "requested", a.totals_at_end.requested, Unit::bytes)
@@ -137,7 +137,7 @@ Document fragmentation_report(EventSource& source, const ReportOptions& options)
       .add("external_fragmentation", "external fragmentation (1 - largest free block / cached free)",
            f.external_fragmentation(), Unit::ratio);
 
-  Table& per_segment = doc.table("segments", "per segment, " + detail::moment(a),
+  Table& per_segment = doc.table("segments", "per segment, " + detail::moment(snapshot, a),
                                  {{"address", "address", Unit::address},
                                   {"reserved", "reserved", Unit::bytes},
                                   {"allocated", "allocated", Unit::bytes},

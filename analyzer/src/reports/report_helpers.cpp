@@ -31,10 +31,13 @@ std::string title(const Snapshot& snapshot, std::int32_t device, const std::stri
   return line;
 }
 
-std::string moment(const Analysis& analysis) {
+std::string moment(const Snapshot& snapshot, const Analysis& analysis) {
   if (analysis.window.end == 0) return "before the first event";
+  const bool last = analysis.window.end == analysis.event_count;
+  // A stream that lost its trailer ends at its last complete chunk, not at a dump.
+  const bool cut = snapshot.settings.count(snapshot::kStreamNoteSetting) != 0;
   return "after event #" + std::to_string(analysis.window.end - 1) +
-         (analysis.window.end == analysis.event_count ? " (the dump)" : "");
+         (last ? (cut ? " (the last one read)" : " (the dump)") : "");
 }
 
 bool records_kind(const Snapshot& snapshot, snapshot::EventKind kind) {

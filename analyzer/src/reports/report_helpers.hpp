@@ -14,9 +14,10 @@ AnalysisOptions analysis_options(const ReportOptions& options);
 // "<program> (pid N), device D (name)": the first line of every table report.
 std::string title(const snapshot::Snapshot& snapshot, std::int32_t device, const std::string& what);
 
-// The moment a report's "now" describes: "after event #N (the dump)",
+// The moment a report's "now" describes: "after event #N (the dump)" (or "(the last one
+// read)" for a stream that lost its trailer),
 // "after event #N" for a window that ends earlier, "before the first event".
-std::string moment(const Analysis& analysis);
+std::string moment(const snapshot::Snapshot& snapshot, const Analysis& analysis);
 
 // Whether the file's recorder writes events of `kind`, so that a count of
 // none means none happened. PyTorch's trace (TraceEntry::Action) has no

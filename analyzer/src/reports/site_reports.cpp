@@ -289,9 +289,9 @@ Document leaks_report(EventSource& source, const ReportOptions& options) {
 
   Document doc;
   doc.report = "leaks";
-  doc.title = detail::title(snapshot, a.device, "allocations live " + detail::moment(a));
+  doc.title = detail::title(snapshot, a.device, "allocations live " + detail::moment(snapshot, a));
   doc.csv_table = "allocations";
-  doc.group("", "still allocated " + detail::moment(a))
+  doc.group("", "still allocated " + detail::moment(snapshot, a))
       .add("allocation_count", "allocations", static_cast<std::uint64_t>(blocks.size()), Unit::count)
       .add("bytes", "bytes", live, Unit::bytes)
       .add("min_size", "smallest listed", options.min_size, Unit::bytes);

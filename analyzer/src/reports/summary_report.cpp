@@ -34,7 +34,7 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
 
   // The moment the figures describe: after the window's last event.
   const bool at_dump = a.window.end == a.event_count;
-  const std::string moment = detail::moment(a);
+  const std::string moment = detail::moment(snapshot, a);
   const Value at_event = a.window.end == 0 ? Value{} : Value{static_cast<std::uint64_t>(a.window.end - 1)};
 
   // Driver figures exist only where they were measured: at the dump, or at

@@ -61,6 +61,9 @@ struct BudgetFigures {
   // The peaks are the allocator's recorded ones (exact): the trace began
   // after them, or does not cover the whole run.
   bool peaks_from_stats = false;
+  // With peaks_from_stats: the recorded peaks are above the trace's, reached
+  // before it began or in events it lost (else the trace reaches them).
+  bool recorded_peaks_above_trace = false;
   // A stream that dropped events while it was written (when_full=drop): the
   // replay misses them anywhere in the run, so its figures may be too high as
   // well as too low; the peaks and the leak are the allocator's own.
