@@ -38,7 +38,17 @@ void stream_copy(Chunk& to, const Chunk& from) noexcept {
   const auto* source = reinterpret_cast<const __m128i*>(from.words);
   auto* target = reinterpret_cast<__m128i*>(to.words);
   const std::size_t units = (from.used + 1) / 2;
-  for (std::size_t i = 0; i < units; ++i) _mm_stream_si128(target + i, _mm_load_si128(source + i));
+  // A cache line per iteration: a quarter of the loop's own instructions.
+  std::size_t i = 0;
+  for (; i + 4 <= units; i += 4) {
+    const __m128i a = _mm_load_si128(source + i), b = _mm_load_si128(source + i + 1);
+    const __m128i c = _mm_load_si128(source + i + 2), d = _mm_load_si128(source + i + 3);
+    _mm_stream_si128(target + i, a);
+    _mm_stream_si128(target + i + 1, b);
+    _mm_stream_si128(target + i + 2, c);
+    _mm_stream_si128(target + i + 3, d);
+  }
+  for (; i < units; ++i) _mm_stream_si128(target + i, _mm_load_si128(source + i));
   _mm_sfence();
 #else
   std::memcpy(to.words, from.words, from.used * sizeof(std::uint64_t));
