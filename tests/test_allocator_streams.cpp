@@ -144,6 +144,24 @@ TEST_CASE("simulated: a side stream's free that waited completes at the next req
   CHECK(allocator.memory_reserved() == 0);
 }
 
+TEST_CASE("simulated: empty_cache after a thread worked on two streams keeps the peak those calls reached, unread") {
+  // Given a cached segment of one side stream, then a segment reserved on a
+  // second side stream and let go, none of it read
+  auto device = simulated();
+  CachingAllocator allocator(device);
+  const Stream first = device->create_stream();
+  const Stream second = device->create_stream();
+  allocator.deallocate(allocator.allocate(3 * MiB, first));
+  allocator.deallocate(allocator.allocate(4 * MiB, second));
+  // When empty_cache releases both
+  allocator.empty_cache();
+  // Then the peak is the two segments at once, as PyTorch's
+  const MemoryStats stats = allocator.stats();
+  CHECK(stats.reserved_bytes[stat_all].current == 0);
+  CHECK(stats.reserved_bytes[stat_all].peak == static_cast<std::int64_t>(40 * MiB));
+  CHECK(stats.segment[stat_all].peak == 2);
+}
+
 TEST_CASE("one thread on two streams: the peaks are those of the calls in the order they were made, read or not") {
   // Stats are published lazily (allocator_impl.hpp, "Publishing"): folding
   // the default stream's pool before the other one's would lose the peak

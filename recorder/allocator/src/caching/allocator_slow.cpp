@@ -17,6 +17,11 @@ std::vector<Shard*> CachingAllocator::Impl::lock_all(std::vector<std::unique_loc
   locks.reserve(shards.size() + 1);
   for (Shard* shard : shards) locks.emplace_back(shard->mutex);  // ascending (stream, pool) order
   begin_call();  // the next event reads the clock under these locks
+  // What every shard holds unpublished folds before the caller's changes,
+  // which may touch several shards (empty_cache, a retry's releases): folded
+  // after them, a rise still pending in one shard would land on totals
+  // another shard's later release had already lowered, and lose its peak.
+  publish_all_locked();
   return shards;
 }
 
