@@ -314,6 +314,11 @@ void CachingAllocator::Impl::insert_events(Block* block) {
   Shard& shard = *block->shard;
   std::vector<Stream> streams;
   streams.swap(block->stream_uses);
+  struct NotePending {  // also when creating or recording an event throws
+    Impl& impl;
+    Shard& shard;
+    ~NotePending() { impl.note_pending(shard); }
+  } note{*this, shard};
   for (Stream stream : streams) {
     DeviceEvent event;
     if (shard.spare_events.empty()) {
@@ -326,7 +331,6 @@ void CachingAllocator::Impl::insert_events(Block* block) {
     ++block->event_count;
     shard.pending[stream].push_back(PendingFree{event, block});
   }
-  note_pending(shard);
 }
 
 void CachingAllocator::Impl::note_pending(Shard& shard) noexcept {
@@ -342,6 +346,11 @@ void CachingAllocator::Impl::process_other_shards(const Shard& own) {
   std::lock_guard registry(registry_mutex);
   for (Shard* other : shards) {
     if (other == &own || !other->has_pending.load(std::memory_order_relaxed)) continue;
+    {
+      // Most requests find the events still running: a look, no change.
+      std::lock_guard look(other->mutex);
+      if (!events_ready(*other)) continue;
+    }
     // This thread's changes fold in the order it made them (flush_deferred):
     // those it left in another shard first, these before its request's.
     flush_deferred(*other);
@@ -359,6 +368,12 @@ void CachingAllocator::Impl::insert_deferred_events() {
     deferred_event_blocks.fetch_sub(shard->deferred_events.size(), std::memory_order_release);
     shard->deferred_events.clear();
   }
+}
+
+bool CachingAllocator::Impl::events_ready(Shard& shard) {
+  for (auto& [stream, queue] : shard.pending)
+    if (!queue.empty() && device->query_event(queue.front().event)) return true;
+  return false;
 }
 
 // Completes deferred frees whose events have fired. Per stream, oldest

@@ -5,7 +5,11 @@
 //   registry_mutex_   held by the slow path (device OOM handling, garbage
 //                     collection, empty_cache, layout) and by shard creation;
 //   Shard::mutex      one per stream; the slow path takes all of them in
-//                     ascending stream order; the fast path exactly one;
+//                     ascending stream order; the fast path exactly one,
+//                     after, while other streams' frees wait for events,
+//                     each of those shards in turn under registry_mutex
+//                     (process_other_shards; its flush_deferred may take
+//                     g_live_mutex and another allocator's shard lock);
 //   segments_mutex_, stats_lock_, the segment index's mutex: leaves, held
 //                     for a few instructions and never while taking another
 //                     lock.
@@ -272,6 +276,9 @@ struct CachingAllocator::Impl {
   // (restore_pool recreates the checkpoint's splits whatever the policy says).
   void* hand_out(Shard& shard, Block* block, std::size_t size, std::size_t requested, int split = -1);
   void process_events(Shard& shard);
+  // Whether a deferred free of `shard` is ready: its queues' first events
+  // (process_events would complete at least one). Needs the shard's lock.
+  bool events_ready(Shard& shard);
   // PyTorch completes every stream's deferred frees at each request, not
   // only those of the requesting stream's pool: a request first completes
   // those of the other shards (each under its own lock, none held here).
