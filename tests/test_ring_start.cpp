@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
@@ -198,4 +199,101 @@ TEST_CASE("a segment_unmap of 0 bytes before the ring's end maps nothing and joi
   std::uint64_t mapped = 0;
   for (const snapshot::Segment& s : start.segments) mapped += s.total_size;
   CHECK(mapped == 2 * MiB);
+}
+
+namespace {
+
+// A run whose ring lost its first three events (a segment, a split and an alloc) while
+// three annotations older than its first memory event were kept, as PyTorch
+// keeps annotations in a ring of their own: events #0-#2 are annotations,
+// #3 (a split) is the ring's first memory event.
+snapshot::Snapshot annotations_before_the_ring() {
+  constexpr std::uint64_t kBase = 0x7f0000000000;
+  analyzer::testing::TraceBuilder trace;
+  trace.segment(kBase, 2 * MiB).alloc(kBase, MiB, MiB);
+  trace.begin("step0").end("step0").begin("step1");
+  trace.alloc(kBase + MiB, 512 * KiB, 512 * KiB).free(kBase).end("step1");
+  return trace.drop_first(3).build();
+}
+
+}  // namespace
+
+TEST_CASE("a trace begun mid-run that opens with annotations older than its first memory event: the figures start "
+          "at that event, a window before it is refused, and a listing of the events keeps it") {
+  const snapshot::Snapshot trace = annotations_before_the_ring();
+  REQUIRE(trace.events.size() > 4);
+  for (std::size_t i = 0; i < 3; ++i) REQUIRE(trace.events[i].kind == (i == 1 ? snapshot::EventKind::annotation_end : snapshot::EventKind::annotation_begin));
+  REQUIRE(trace.events[3].kind == snapshot::EventKind::split);
+  analyzer::SnapshotEvents source(trace);
+  CHECK(analyzer::first_memory_event(source, 0) == 3);
+
+  // The whole trace: the window starts at #3, and a peak at the start is at #3's time, in step1.
+  analyzer::AnalysisOptions options;
+  options.timeline = analyzer::AnalysisOptions::Timeline::per_event;
+  const analyzer::Analysis a = analyzer::analyze(trace, options);
+  CHECK(a.starts_mid_run);
+  CHECK(a.ring_begins_at == 3);
+  CHECK(a.ring_begins_time_ns == trace.events[3].time_ns);
+  CHECK(a.window_cut_to_ring);
+  CHECK(a.window.begin == 3);
+  CHECK(a.window.end == trace.events.size());
+  CHECK(a.peak_reserved.event == analyzer::kNoEvent);
+  CHECK(a.peak_reserved.bytes == 2 * MiB);
+  CHECK(a.peak_reserved.time_ns == trace.events[3].time_ns);
+  REQUIRE(a.peak_reserved.phase.size() == 1);
+  CHECK(trace.strings[a.peak_reserved.phase[0].value] == "step1");
+  REQUIRE_FALSE(a.timeline.empty());
+  CHECK(a.timeline.front().time_ns == trace.events[3].time_ns);  // the start row: the ring's start
+  for (std::size_t k = 1; k < a.timeline.size(); ++k) CHECK(a.timeline[k].first_event >= 3);
+  // Annotations counted are those from #3 on.
+  CHECK(a.counts[static_cast<std::size_t>(snapshot::EventKind::annotation_begin)] == 0);
+  CHECK(a.counts[static_cast<std::size_t>(snapshot::EventKind::annotation_end)] == 1);
+
+  // A window that asks for earlier events starts at #3; one inside the annotations is refused.
+  analyzer::AnalysisOptions from_one;
+  from_one.window = analyzer::EventWindow{1, 6};
+  const analyzer::Analysis cut = analyzer::analyze(trace, from_one);
+  CHECK(cut.window.begin == 3);
+  CHECK(cut.window.end == 6);
+  analyzer::AnalysisOptions before;
+  before.window = analyzer::EventWindow{0, 3};
+  CHECK_THROWS_AS(analyzer::analyze(trace, before), InvalidArgument);
+  analyzer::ReportOptions at_two;
+  at_two.window = analyzer::EventWindow{0, 3};
+  CHECK_THROWS_AS(analyzer::segments_report(trace, at_two), InvalidArgument);
+  // The events report lists them.
+  const std::string listed = render(analyzer::events_report(trace, at_two));
+  CHECK(listed.find("memory is recorded from event #3") != std::string::npos);
+  CHECK(listed.find("\"ring_begins_at\"") == std::string::npos);
+
+  // The summary names the event, in a field and a note.
+  const std::string summary = render(analyzer::summary_report(trace, analyzer::ReportOptions{}));
+  CHECK(summary.find("\"ring_begins_at\":3") != std::string::npos);
+  CHECK(summary.find("memory is recorded from event #3") != std::string::npos);
+  CHECK(summary.find("limited to events") == std::string::npos);  // the cut is not the user's window
+
+  // Perfetto: the counters from #3's time, the annotation slices from the first one.
+  std::ostringstream perfetto;
+  analyzer::write_perfetto_trace(source, analyzer::ReportOptions{}, 0, perfetto);
+  const std::string events_json = perfetto.str();
+  const std::string micros = [&] {
+    const std::uint64_t ns = trace.events[3].time_ns - trace.events[0].time_ns;
+    char text[40];
+    std::snprintf(text, sizeof text, "%llu.%03llu", static_cast<unsigned long long>(ns / 1000),
+                  static_cast<unsigned long long>(ns % 1000));
+    return std::string(text);
+  }();
+  REQUIRE(trace.events[3].time_ns > trace.events[0].time_ns);
+  const std::size_t first_counter = events_json.find("\"ph\":\"C\"");
+  REQUIRE(first_counter != std::string::npos);
+  CHECK(events_json.find("\"ts\":" + micros + ",", first_counter) < events_json.find('}', first_counter));
+  CHECK(events_json.find("\"name\":\"step0\"") != std::string::npos);
+
+  // A run recorded from its start keeps its leading annotations in the window: memory was empty then.
+  analyzer::testing::TraceBuilder whole;
+  whole.begin("init").end("init").segment(0x7f0000000000, 2 * MiB).alloc(0x7f0000000000, MiB, MiB);
+  const analyzer::Analysis from_start = analyzer::analyze(whole.build(), analyzer::AnalysisOptions{});
+  CHECK_FALSE(from_start.starts_mid_run);
+  CHECK(from_start.ring_begins_at == 0);
+  CHECK(from_start.window.begin == 0);
 }

@@ -52,6 +52,11 @@
      'data-buckets', 'data-bucket-categories', 'data-keyframes'].map(bytesOf));
   const CATS = meta.categories.map(([key, label, inferred]) => ({ key, label, inferred }));
   const N = meta.events;
+  // A trace begun mid-run that opens with annotations older than its first
+  // memory event: that event, where the views start, and before which no
+  // memory was recorded (0 otherwise). The state before the first event
+  // (-1) is the ring's start, just before this event: that one is known.
+  const RING_BEGINS = meta.ring_begins_at || 0;
   // ---- detail windows ----------------------------------------------------
   // The events kept event by event (all of them within the detail budget),
   // each window's kinds consecutive in the kinds column.
@@ -67,7 +72,7 @@
   // The state after `event` is in the page when its window holds the event,
   // and the next one where that settles a free (free_requested, then its
   // free_completed), or the trace ends there.
-  const momentKept = (event) => N === 0 || (event < 0 ? details.length > 0 && details[0].from === 0 :
+  const momentKept = (event) => N === 0 || (event >= 0 && event < RING_BEGINS ? false : event < 0 ? details.length > 0 && details[0].from === 0 :
     details.some((w) => w.from <= event && (event < w.to || (event === w.to && (w.to === N - 1 || kindOf(event) !== K.free_requested)))));
   const evRange = (w) => 'events #' + w.from.toLocaleString('en') + ' to #' + w.to.toLocaleString('en');
   const detailList = () => details.map((w) => evRange(w) + ' (' + w.why.join(', ') + ')').join('; ');

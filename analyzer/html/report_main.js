@@ -34,6 +34,10 @@
   report.selectMoment = selectMoment;
   report.axisLabel = () => timeline.axes[0].label;
   report.drawnPoints = () => timeline.data[0].length;
+  // Each drawn point's last event and its allocated value (null: not drawn).
+  report.drawnAllocated = () => Array.from(timeline.data[S_ALLOCATED], (v, j) =>
+    [current.ev[j] + (current.exact ? 0 : current.width - 1), v === null || v === undefined ? null : v]);
+  report.ringBegins = RING_BEGINS;
   report.setView = setView;
   report.peakEvent = peakOf('allocated') ? peakOf('allocated').event : null;
   report.keyframes = keyframes.length;
@@ -56,7 +60,7 @@
 
   drawPeakPanel();
   mark('peak panel');
-  setView(0, Math.max(0, N - 1));
+  setView(RING_BEGINS, Math.max(0, N - 1));
   mark('timeline');
   const peak = peakOf('allocated');
   selectMoment(peak && peak.event !== null ? peak.event : N - 1);

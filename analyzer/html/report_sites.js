@@ -30,7 +30,7 @@
     const rows = liveBySite(layout);
     report.liveSites = rows.map((r) => ({ site: siteName(r.site), label: siteLabel(r.site), stack: siteLines(r.site), bytes: r.bytes, blocks: r.blocks }));
     const total = rows.reduce((n, r) => n + r.bytes, 0);
-    $('live-title').textContent = 'Sites live ' + (event < 0 ? 'before the first event' : 'after event #' + event.toLocaleString('en')) + ': ' + fmtBytes(total) + ' allocated in ' + rows.length + ' sites';
+    $('live-title').textContent = 'Sites live ' + (event < 0 ? (RING_BEGINS > 0 ? 'at the ring\'s start, before event #' + RING_BEGINS.toLocaleString('en') : 'before the first event') : 'after event #' + event.toLocaleString('en')) + ': ' + fmtBytes(total) + ' allocated in ' + rows.length + ' sites';
     $('live-sites').innerHTML = '<tr><th>#</th><th>live</th><th>blocks</th><th>share</th><th>category</th><th>site</th></tr>' + rows.slice(0, 20).map((r, i) =>
       '<tr><td class="num">' + (i + 1) + '</td><td class="num">' + fmtBytes(r.bytes) + '</td><td class="num">' + r.blocks + '</td><td class="num">' + (total ? (100 * r.bytes / total).toFixed(1) : '0') + '%</td><td>' + siteCategories(r) + '</td>' + siteCell(r.site) + '</tr>').join('');
     // Icicle: root on top, outermost frame first.
@@ -116,6 +116,7 @@
   }
   // Outside the detail windows: say so, clear the views, offer the nearest window.
   function layoutMissing(event) {
+    if (event < RING_BEGINS) return beforeRing(event);
     const near = nearestDetail(event);
     report.segmentMap = { event, segments: null, nearest: near ? [near.window.from, near.window.to] : null };
     report.liveSites = null;
@@ -128,6 +129,19 @@
     $('live-title').textContent = 'Sites live ' + what + ': not in this page';
     $('live-sites').innerHTML = '';
     icicleRoot = icicleFocus = { name: 'not in this page', bytes: 0, children: new Map() }; drawIcicle();
+  }
+  // Before the ring's first memory event: no layout was recorded there.
+  function beforeRing(event) {
+    report.segmentMap = { event, segments: null, nearest: null, beforeRing: RING_BEGINS };
+    report.liveSites = null;
+    canvas.style.height = '0px'; canvas.height = 0;
+    const what = 'after event #' + event.toLocaleString('en');
+    $('segments-title').textContent = 'Segment map ' + what + ': not recorded';
+    $('segments-note').innerHTML = 'The trace begins mid-run: events before #' + RING_BEGINS.toLocaleString('en') +
+      ', the ring\'s first memory event, are annotations older than the ring, and no memory was recorded then.';
+    $('live-title').textContent = 'Sites live ' + what + ': not recorded';
+    $('live-sites').innerHTML = '';
+    icicleRoot = icicleFocus = { name: 'not recorded', bytes: 0, children: new Map() }; drawIcicle();
   }
   // A detail window's link: zoom to it and show the state there.
   document.addEventListener('click', (ev) => {

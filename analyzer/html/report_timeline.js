@@ -167,6 +167,9 @@
   function bandTip(j, k) {
     const e = current.exact ? current.ev[j] : peakIn(current.ev[j], Math.min(N - 1, current.ev[j] + current.width - 1));
     const layout = e === null ? null : layoutAfter(e);
+    if (!layout && e !== null && e < RING_BEGINS)  // a trace begun mid-run, before its first memory event
+      return { event: null, category: CATS[k].key, bytes: null, sites: null,
+               html: 'before event #' + RING_BEGINS.toLocaleString('en') + ', the ring\'s first memory event: no memory was recorded here' };
     if (!layout) {  // outside the detail windows: the bucket's figure, no sites
       const html = '<b>' + esc(catName(k)) + '</b>: ' + fmtBytes(current.cats[k][j]) + ' in ' + esc(pointName(j)) + '<br><i>the sites here are not in this page: event-level detail kept only for ' + esc(detailList()) + '</i>';
       return { event: null, category: CATS[k].key, bytes: current.cats[k][j], sites: null, html };
@@ -198,16 +201,23 @@
     }
     current.stackTop = sum;
     data[S_ALLOCATED] = current.amax; data[S_RESERVED] = current.rmax; data[S_ACTIVE] = current.cmax;
+    // Before the ring's first memory event (a trace begun mid-run that
+    // opens with older annotations) no memory was recorded: no line there.
+    const last = (j) => current.ev[j] + (current.exact ? 0 : current.width - 1);
+    if (RING_BEGINS > 0 && n > 0 && last(0) < RING_BEGINS)
+      for (let k = 1; k < data.length; ++k) data[k] = Array.from(data[k], (v, j) => last(j) < RING_BEGINS ? null : v);
     timeline.setData(data);
     let peak = 0;
     for (let j = 0; j < current.amax.length; ++j) peak = Math.max(peak, current.amax[j]);
     let peakReserved = 0;
     for (let j = 0; j < current.rmax.length; ++j) peakReserved = Math.max(peakReserved, current.rmax[j]);
-    const whole = a === 0 && b >= N - 1;
+    const whole = a <= RING_BEGINS && b >= N - 1;
     report.timelinePeak = whole ? Math.max(peak, meta.start[0]) : peak;
     report.timelinePeakReserved = whole ? Math.max(peakReserved, meta.start[1]) : peakReserved;
     $('window-label').textContent = 'window: events #' + a.toLocaleString('en') + ' to #' + b.toLocaleString('en') +
-      (current.exact ? ' (every event)' : ' (each point: the largest allocated of ' + current.width + ' events)');
+      (current.exact ? ' (every event)' : ' (each point: the largest allocated of ' + current.width + ' events)') +
+      (RING_BEGINS > 0 ? '; memory recorded from event #' + RING_BEGINS.toLocaleString('en') +
+        ' on: the trace begins mid-run, and the events before it are annotations older than the ring' : '');
     // A window small enough to draw event by event, outside the detail windows.
     report.detailNote = !current.exact && b - a + 1 <= exactLimit ? 'Event-level detail kept only for ' + detailList() +
       ': see `cachealloc-analyze timeline --from ' + a + ' --to ' + b + '` or html --from/--to.' : '';
@@ -230,7 +240,7 @@
     const e = peakIn(from, to);
     selectMoment(e === null ? from : e);
   });
-  timeline.over.addEventListener('dblclick', () => setView(0, N - 1));
+  timeline.over.addEventListener('dblclick', () => setView(RING_BEGINS, N - 1));
   timeline.over.addEventListener('wheel', (ev) => {
     ev.preventDefault();
     const [a, b] = report.view, span = b - a + 1;
@@ -244,6 +254,6 @@
   $('pan-left').onclick = () => pan(-1);
   $('pan-right').onclick = () => pan(1);
   $('zoom-out').onclick = () => { const [a, b] = report.view, span = b - a + 1, mid = (a + b) / 2; setView(mid - span, mid + span); };
-  $('reset').onclick = () => setView(0, N - 1);
+  $('reset').onclick = () => setView(RING_BEGINS, N - 1);
   for (const radio of document.querySelectorAll('input[name=xmode]')) radio.onchange = () => { xmode = radio.value; setView(...report.view); };
 

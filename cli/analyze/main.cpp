@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cachealloc/errors.hpp"
 #include "cachealloc/snapshot/format.hpp"
 #include "command.hpp"
 
@@ -146,6 +147,8 @@ int main(int argc, char** argv) {
       if (error.code() == cachealloc::snapshot::ErrorCode::io) throw;  // it names the path and the reason
       const std::string input = runner.common.file == "-" ? "standard input" : runner.common.file;
       throw UsageError("cannot read " + input + ": " + error.what());
+    } catch (const cachealloc::InvalidArgument& error) {
+      throw UsageError(error.what());  // a request the file cannot answer (a window before the ring)
     }
     for (const std::string& note : *runner.notes) std::fprintf(stderr, "%s: note: %s\n", kProgram, note.c_str());
     return *runner.verdict;

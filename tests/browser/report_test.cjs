@@ -165,6 +165,7 @@ async function checkReport(browser, input, name) {
   known(name, 'reserved', s.peakReserved === summary.peak_reserved,
         name + ': timeline reserved peak ' + s.peakReserved + ' == summary peak_reserved ' + summary.peak_reserved);
 
+  if (summary.ring_begins_at !== undefined) await checkBeforeRing(page, input, name, summary);
   await checkFirstScreen(page, input, name, summary);
 
   // Click at the peak's pixel.
@@ -245,6 +246,33 @@ async function checkReport(browser, input, name) {
   await page.close();
 }
 
+// A trace begun mid-run that opens with annotations older than its first
+// memory event R: the page opens on [R, last], draws no memory before R when
+// zoomed out, and shows no layout there; the CLI refuses a moment before R.
+async function checkBeforeRing(page, input, name, summary) {
+  const R = summary.ring_begins_at, last = summary.at_event;
+  const got = await page.evaluate((last) => { const r = window.cacheallocReport, opened = r.view.slice(), moment = r.moment;
+    r.setView(0, last); const drawn = r.drawnAllocated(); r.selectMoment(r.ringBegins - 1);
+    const map = JSON.parse(JSON.stringify(r.segmentMap)), note = document.getElementById('segments-note').textContent;
+    r.setView(...opened); r.selectMoment(moment);
+    return { opened, ring: r.ringBegins, drawn, map, note }; }, last);
+  check(got.ring === R && got.opened[0] === R && got.opened[1] === last,
+        name + ': the page opens on events #' + R + ' to #' + last + ', from the ring\'s first memory event (got ' + JSON.stringify(got.opened) + ')');
+  const wrong = got.drawn.filter(([e, v]) => (e < R) !== (v === null));
+  check(got.drawn.some(([e]) => e < R) && wrong.length === 0,
+        name + ': zoomed out, no memory is drawn before #' + R + ' and every point after it is' + (wrong.length ? ' (first wrong: ' + JSON.stringify(wrong[0]) + ')' : ''));
+  check(got.map.segments === null && got.map.beforeRing === R && /no memory was recorded/.test(got.note),
+        name + ': the segment map at #' + (R - 1) + ' says no memory was recorded there');
+  let status = 0, stderr = '';
+  try { execFileSync(analyze, ['segments', input, '--at', String(R - 1)], { stdio: 'pipe' }); }
+  catch (e) { status = e.status; stderr = e.stderr.toString(); }
+  check(status === 2 && stderr.trim().split('\n').length === 1 && stderr.includes('#' + R),
+        name + ': segments --at ' + (R - 1) + ' is refused with exit 2 and one line naming #' + R + ' (' + status + ', ' + JSON.stringify(stderr) + ')');
+  const rows = json(['timeline', input]).timeline;
+  check(rows.length > 0 && rows.every((row) => row.first_event === null || row.first_event >= R),
+        name + ': timeline rows start at #' + R);
+}
+
 function fmtBytes(b) {  // the page's own formatting
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   let v = Math.abs(b), u = 0;
@@ -284,7 +312,8 @@ async function checkFirstScreen(page, input, name, summary) {
   check(sumsHold(got.sample), name + ': the category bands add up to allocated at ' + (got.sample ? got.sample.points.length : 0) + ' points of the run');
   const exact = await page.evaluate(() => { const r = window.cacheallocReport; if (!r.seriesSample) return { s: { exact: false, points: [] }, band: null }; const w = r.detailWindows[0] || { from: 0, to: 999 }; r.setView(w.from, Math.min(w.to, w.from + 999)); const s = r.seriesSample(60);
     // The largest band at the middle point, as a hover there shows it.
-    const p = s.points[Math.floor(s.points.length / 2)];
+    // (after the ring's first memory event, where a trace begun mid-run has one)
+    const recorded = s.points.filter((q) => q.event >= r.ringBegins), p = recorded[Math.floor(recorded.length / 2)];
     let bk = -1;
     if (p) p.categories.forEach((v, k) => { if (v > 0 && (bk < 0 || v > p.categories[bk])) bk = k; });
     return JSON.parse(JSON.stringify({ s, band: bk < 0 ? null : r.hoverBand(p.index, bk) })); });

@@ -274,6 +274,11 @@ def replay_rows(trace, device, rows):
         return f
 
     for first, last in rows:
+        # Events before the first row (annotations before the ring's first memory event) change nothing drawn.
+        while k < len(events) and events[k].index < first:
+            if events[k].device == device:
+                tr.apply(state, events[k], trace.block_sizes_known)
+            k += 1
         # The state after the row's first event is one of its states; the state
         # before it is one only when no listed event is the first.
         figures = state.figures()
@@ -289,10 +294,10 @@ def replay_rows(trace, device, rows):
     return out
 
 
-def check_rows(check, analyze, path, name, device, trace):
-    """timeline and fragmentation in slices: the rows cover every event once, none ends
-    between a free no stream waited on and its completion, and each row's figures are the
-    replay's."""
+def check_rows(check, analyze, path, name, device, trace, ring):
+    """timeline and fragmentation in slices: the rows cover every event once from `ring`
+    (the ring's first memory event of a trace begun mid-run, else 0), none ends between a
+    free no stream waited on and its completion, and each row's figures are the replay's."""
     dev = ['--device', str(device), '--analysis-threads', '1']
     by_index = {e.index: i for i, e in enumerate(trace.events)}
     count = trace.events[-1].index + 1
@@ -305,13 +310,13 @@ def check_rows(check, analyze, path, name, device, trace):
         return (e.kind == 'free_requested' and e.device == device and nxt.kind == 'free_completed' and
                 nxt.address == e.address and nxt.device == device and nxt.index == e.index + 1)
 
-    for buckets in sorted({17, max(2, count // 2 + 1)}):
+    for buckets in sorted({17, max(2, (count - ring) // 2 + 1)}):
         args = ['--buckets', str(buckets)] + dev
         timeline = run_json(analyze, ['timeline', path] + args)['timeline'][1:]
         over_time = run_json(analyze, ['fragmentation', path] + args)['over_time'][1:]
         where = ' (%d slices)' % buckets
         rows = [(r['first_event'], r['event']) for r in timeline]
-        starts = [0] + [last + 1 for _, last in rows[:-1]]
+        starts = [ring] + [last + 1 for _, last in rows[:-1]]
         check.compare(name, 'timeline', 'row starts', starts, [first for first, _ in rows], where)
         check.compare(name, 'timeline', 'last row end', count - 1, rows[-1][1] if rows else None, where)
         ends_in_pair = [last for _, last in rows if plain_pair_at(last)]
@@ -349,6 +354,31 @@ def check_replay_column(check, analyze, path, name, device, end):
         check.reports += 1
 
 
+def ring_begins(trace, device):
+    """In a trace begun mid-run (segments before its first event), its first event of the
+    device that is not an annotation, where it has events before that one; else None."""
+    if not tr.initial_state(trace, device).segments:
+        return None
+    first = next((e.index for e in trace.events
+                  if e.device == device and e.kind not in ('annotation_begin', 'annotation_end')), None)
+    return first if first is not None and first > trace.events[0].index else None
+
+
+def check_before_ring(check, analyze, path, name, device, ring):
+    """No memory was recorded before the ring's first memory event: a moment there is
+    refused with exit 2 and one line naming that event; the summary names it."""
+    dev = ['--device', str(device)]
+    for args in (['segments', path, '--at', str(ring - 1)], ['summary', path, '--to', str(ring - 1)]):
+        done = subprocess.run([analyze] + args + dev, capture_output=True)
+        lines = done.stderr.decode().strip().splitlines()
+        check.compare(name, args[0], 'refused before the ring', (2, 1, True),
+                      (done.returncode, len(lines), bool(lines) and ('#%d' % ring) in lines[0]), ' at #%d' % (ring - 1))
+    summary = run_json(analyze, ['summary', path] + dev)
+    check.compare(name, 'summary', 'ring_begins_at', ring, summary.get('ring_begins_at'))
+    with check.lock:
+        check.reports += 3
+
+
 def check_trace(check, analyze, testdata, path, wanted_points):
     name = os.path.relpath(path, testdata)
     try:
@@ -363,7 +393,13 @@ def check_trace(check, analyze, testdata, path, wanted_points):
         # The peaks pick a few of the points: one replay to find them, one to keep the moments.
         _, _, end = replay_device(trace, device, [])
         peaks = [v[1] for v in end['peaks'].values() if v[1] != 'start']
-        asked = settled_points(trace, device, choose_points(last, peaks, wanted_points))
+        ring = ring_begins(trace, device)
+        chosen = choose_points(last, peaks, wanted_points)
+        if ring is not None:
+            # Before the ring's first memory event no memory was recorded: from it on only.
+            check_before_ring(check, analyze, path, name, device, ring)
+            chosen = sorted({p for p in chosen if p >= ring} | {ring})
+        asked = settled_points(trace, device, chosen)
         points = sorted(set(asked.values()))
         state, moments, end = replay_device(trace, device, points)
         if not any(name.endswith(n) for n in LAYOUT_NOT_FROM_TRACE):
@@ -372,7 +408,7 @@ def check_trace(check, analyze, testdata, path, wanted_points):
             list(pool.map(lambda p: check_moment(check, analyze, path, name, device, p, asked[p], moments[asked[p]]),
                           sorted(asked)))
         check_replay_column(check, analyze, path, name, device, end)
-        check_rows(check, analyze, path, name, device, trace)
+        check_rows(check, analyze, path, name, device, trace, ring or 0)
         checked += len(points)
     check.events += checked
     return '%d events on %d device(s), %d trace events' % (checked, len(trace.devices()), len(trace.events))

@@ -7,7 +7,9 @@
 #include <optional>
 #include <utility>
 
+#include "cachealloc/analyzer/document.hpp"
 #include "cachealloc/analyzer/event_source.hpp"
+#include "cachealloc/errors.hpp"
 #include "cachealloc/snapshot/detail/cores.hpp"
 #include "cachealloc/snapshot/pickle.hpp"
 #include "cachealloc/snapshot/ring_start.hpp"
@@ -102,6 +104,12 @@ std::optional<std::size_t> parse_event_point(EventSource& source, std::string_vi
 
 namespace {
 
+// An event of the device's memory: not an annotation (nor another device's).
+bool is_memory_event(const Event& e, std::int32_t device) noexcept {
+  return e.device == device && e.kind != snapshot::EventKind::annotation_begin &&
+         e.kind != snapshot::EventKind::annotation_end;
+}
+
 // A copy: a block's span lasts only until the source reads another block.
 std::optional<Event> event_at(EventSource& source, std::size_t index) {
   if (index >= source.event_count()) return std::nullopt;
@@ -158,6 +166,20 @@ std::int32_t pick_device(EventSource& source, std::int32_t requested) {
   }
   if (!head.segments.empty()) return head.segments.front().device;
   return 0;
+}
+
+std::size_t first_memory_event(EventSource& source, std::int32_t device, std::uint64_t* time_ns) {
+  for (std::size_t b = 0; b < source.block_count(); ++b) {
+    const std::span<const Event> events = source.block(b);
+    for (std::size_t j = 0; j < events.size(); ++j) {
+      const Event& e = events[j];
+      if (is_memory_event(e, device)) {
+        if (time_ns != nullptr) *time_ns = e.time_ns;
+        return source.block_begin(b) + j;
+      }
+    }
+  }
+  return source.event_count();
 }
 
 std::int32_t pick_device(const Snapshot& snapshot, std::int32_t requested) {
@@ -229,6 +251,37 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
 
   a.blocks_from_before_ring = initial.blocks_from_before_ring;
   a.starts_mid_run = !initial.segments.empty();
+  // Block 0, read once where the trace begins mid-run: the ring's first
+  // memory event is looked for there, and the serial pass starts with it.
+  std::span<const Event> first_block;
+  bool first_block_held = false;
+  if (a.starts_mid_run && source.block_count() > 0) {
+    first_block = source.block(0);
+    first_block_held = true;
+    std::size_t first = 0;
+    while (first < first_block.size() && !is_memory_event(first_block[first], device)) ++first;
+    if (first < first_block.size()) {
+      a.ring_begins_time_ns = first_block[first].time_ns;
+    } else {
+      first = first_memory_event(source, device, &a.ring_begins_time_ns);  // rare: a block of annotations
+      first_block_held = false;
+    }
+    if (first > 0 && first < n) a.ring_begins_at = first;
+  }
+  if (a.ring_begins_at != 0 && options.window_from_ring && a.window.begin < a.ring_begins_at) {
+    // A window of annotations alone, from before the memory was recorded,
+    // has no figures to show: the ones at the ring's start would be wrong there.
+    if (a.window.end <= a.ring_begins_at) {
+      const std::string first = "#" + std::to_string(a.ring_begins_at);
+      throw InvalidArgument("events #" + std::to_string(a.window.begin) + " to #" + std::to_string(a.window.end - 1) +
+                            " come before the ring's first memory event " + first + " (" +
+                            format_time(a.ring_begins_time_ns - event_at(source, 0)->time_ns) +
+                            "): the trace begins mid-run and kept only annotations of that time, no memory; ask for " +
+                            first + " or later");
+    }
+    a.window.begin = a.ring_begins_at;
+    a.window_cut_to_ring = true;
+  }
   a.unplaced_blocks = initial.unplaced_blocks;
   a.sites.resize(head.stacks.size());
 
@@ -280,11 +333,15 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   // than the ranges save. So the automatic choice, for a report that takes
   // its categories in the pass (summary, timeline, peak), is the one pass,
   // its blocks decoded ahead on the other cores (FileEvents).
-  const bool walk_in_pass = options.categories && a.window.begin == 0 && a.window.end == n;
+  // (The window of a trace begun mid-run starts at the ring's first memory
+  // event: the walk hears the annotations before it as well.)
+  const bool walk_in_pass =
+      options.categories && a.window.begin == (a.window_cut_to_ring ? a.ring_begins_at : 0) && a.window.end == n;
   const unsigned threads = options.threads != 0 ? options.threads : walk_in_pass ? 1 : automatic_threads();
   // Ranges take each alloc's size as the file gives it: where sizes may be
   // inferred, only the one-thread pass applies the allocator's rule.
   if (threads > 1 && !Replay::sizes_may_be_inferred(head, device)) {
+    first_block_held = false;  // the ranges read blocks of their own
     Analysis parallel_a = a;
     if (parallel::run(source, options, initial, threads, parallel_a, finish)) return parallel_a;
   }
@@ -305,11 +362,18 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   for (std::size_t b = 0; b < source.block_count(); ++b) {
     const std::size_t base = source.block_begin(b);
     if (started && base >= a.window.end) break;
-    const std::span<const Event> events = source.block(b);
+    const std::span<const Event> events = b == 0 && first_block_held ? first_block : source.block(b);
     if (b == 0 && !events.empty()) a.time_origin_ns = events.front().time_ns;
     const std::size_t length = events.size();
     std::size_t j = 0;
     const std::size_t before = a.window.begin > base ? std::min(a.window.begin - base, length) : 0;
+    if (categories_walk) {
+      for (; j < before; ++j) {
+        categories_walk->before(base + j, events[j]);
+        replay.apply_inline(events[j]);
+        categories_walk->after(base + j, events[j]);
+      }
+    }
     for (; j < before; ++j) replay.apply_inline(events[j]);
     if (!started && a.window.begin < base + length) {
       pass.start_window(events[a.window.begin - base].time_ns);

@@ -169,6 +169,10 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   CategorizeOptions from_start;
   from_start.start = std::make_shared<const InitialLayout>(confirmed_start(source, device));
   const InitialLayout& initial = *from_start.start;
+  // A trace begun mid-run whose first events are annotations older than its
+  // first memory event: the page draws no memory before that event.
+  std::size_t ring_begins_at = initial.segments.empty() ? 0 : first_memory_event(source, device);
+  if (ring_begins_at >= source.event_count()) ring_begins_at = 0;
   // What the memory is made of: the timeline stacks allocated by category.
   const Categorization categorization = categorize(source, device, from_start);
 
@@ -382,6 +386,8 @@ HtmlReportStats write_html_report(EventSource& source, const ReportOptions& opti
   // inferred, as Replay does (replay.hpp).
   meta.key("inferred_sizes");
   meta.value(Replay::sizes_may_be_inferred(head, device));
+  meta.key("ring_begins_at");
+  meta.value(static_cast<std::uint64_t>(ring_begins_at));
   meta.key("bucket_events");
   meta.value(static_cast<std::uint64_t>(bucket_events));
   meta.key("detail_budget");

@@ -185,11 +185,14 @@ void write_perfetto_trace(EventSource& source, const ReportOptions& options, std
                    std::to_string(pid) + ",\"tid\":" + std::to_string(kAnnotationTid) + ",\"ts\":" + micros(begin) +
                    ",\"dur\":" + micros(end > begin ? end - begin : 0));
     };
+    // A trace begun mid-run draws memory from the ring's first memory event
+    // (Analysis::ring_begins_at), and the older annotations before it too.
+    const std::size_t walk_begin = a.window_cut_to_ring ? std::min(options.window.begin, a.window.begin) : a.window.begin;
     for (std::size_t b = 0; b < source.block_count() && source.block_begin(b) < a.window.end; ++b) {
       const std::size_t base = source.block_begin(b);
-      if (source.block_begin(b + 1) <= a.window.begin) continue;
+      if (source.block_begin(b + 1) <= walk_begin) continue;
       const std::span<const snapshot::Event> events = source.block(b);
-      const std::size_t from = a.window.begin > base ? a.window.begin - base : 0;
+      const std::size_t from = walk_begin > base ? walk_begin - base : 0;
       const std::size_t to = std::min(events.size(), a.window.end - base);
       for (std::size_t j = from; j < to; ++j) {
         const snapshot::Event& e = events[j];
@@ -207,7 +210,7 @@ void write_perfetto_trace(EventSource& source, const ReportOptions& options, std
             slice(name, 0, t);  // begun before the trace
           }
         }
-        if (e.device != device) continue;
+        if (e.device != device || base + j < a.window.begin) continue;
         if (const char* name = instant_name(e.kind)) {
           writer.event("\"ph\":\"i\",\"s\":\"t\",\"name\":\"" + std::string(name) + "\",\"pid\":" +
                        std::to_string(pid) + ",\"tid\":" + std::to_string(events_tid(device)) + ",\"ts\":" +

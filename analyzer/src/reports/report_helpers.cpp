@@ -114,7 +114,19 @@ void add_common_notes(Document& document, const Snapshot& snapshot, const Analys
     if (!analysis.layout_check.first_differences.empty()) note += ", e.g. " + analysis.layout_check.first_differences[0];
     document.notes.push_back(note);
   }
-  if (analysis.window.begin != 0 || analysis.window.end != analysis.event_count) {
+  if (analysis.ring_begins_at != 0) {
+    const std::size_t r = analysis.ring_begins_at;
+    document.notes.push_back(
+        "memory is recorded from event #" + std::to_string(r) + " (" +
+        format_time(analysis.ring_begins_time_ns - analysis.time_origin_ns) + "), the ring's first memory event: the " +
+        std::to_string(r) + (r == 1 ? " event" : " events") +
+        " before it are annotations older than the trace (PyTorch keeps annotations in a ring of their own), from a "
+        "time whose memory was not recorded" +
+        (analysis.window_cut_to_ring ? std::string(", so the figures start at #") + std::to_string(r) : std::string()) +
+        ".");
+  }
+  const std::size_t unasked_begin = analysis.window_cut_to_ring ? analysis.ring_begins_at : 0;
+  if (analysis.window.begin != unasked_begin || analysis.window.end != analysis.event_count) {
     document.notes.push_back("limited to events #" + std::to_string(analysis.window.begin) + " to #" +
                              std::to_string(analysis.window.end == 0 ? 0 : analysis.window.end - 1) + " of " +
                              std::to_string(analysis.event_count));

@@ -82,6 +82,9 @@ Document summary_report(EventSource& source, const ReportOptions& options) {
       .add("expandable_segments_at_end", "expandable segments",
            static_cast<std::uint64_t>(a.expandable_segments_at_end), Unit::count)
       .add("dropped_events", "events lost to ring overflow", dropped, Unit::count);
+  if (a.ring_begins_at != 0)  // a trace begun mid-run that opens with older annotations
+    overview.add("ring_begins_at", "memory recorded from event", static_cast<std::uint64_t>(a.ring_begins_at),
+                 Unit::event);
 
   // The chain of views, one name per quantity (docs/GLOSSARY.md):
   //   allocated + pending frees + cached free = reserved        (the allocator)

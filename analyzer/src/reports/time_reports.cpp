@@ -249,7 +249,9 @@ void add_event_buckets(Document& doc, EventSource& source, const Analysis& a, co
 Document events_report(EventSource& source, const ReportOptions& options) {
   const Snapshot& snapshot = source.head();
   auto names = std::make_shared<SiteNamer>(snapshot, options.sites);
-  const Analysis a = analyze(source, detail::analysis_options(options));
+  AnalysisOptions analysis = detail::analysis_options(options);
+  analysis.window_from_ring = false;  // the annotations before the ring are events to list
+  const Analysis a = analyze(source, analysis);
   Document doc;
   doc.report = "events";
   doc.title = detail::title(snapshot, a.device, "events");

@@ -64,6 +64,11 @@ std::int32_t pick_device(EventSource& source, std::int32_t requested);
 struct AnalysisOptions {
   std::int32_t device = -1;
   EventWindow window;
+  // In a trace begun mid-run, a window that starts before the ring's first
+  // memory event (Analysis::ring_begins_at) starts there, and one that ends
+  // before it throws InvalidArgument: no memory was recorded there. False
+  // keeps the window as asked (a listing of the events themselves).
+  bool window_from_ring = true;
   // Timeline rows: none, one per event, or `buckets` equal slices of the window.
   enum class Timeline { none, per_event, buckets } timeline = Timeline::none;
   std::size_t buckets = 0;
@@ -216,6 +221,15 @@ struct Analysis {
   // The allocator already held memory when the ring began (the history was
   // switched on mid-run, or a PyTorch ring overflowed without saying so).
   bool starts_mid_run = false;
+  // In a trace begun mid-run, its first event of the device that is not an
+  // annotation (first_memory_event), where it has events before that one; 0
+  // otherwise. Those earlier events are annotations older than every memory
+  // event: PyTorch keeps annotations in a ring of their own, which reaches
+  // further back. The memory of their time was not recorded, so the window
+  // starts here: window_cut_to_ring when it asked for earlier events.
+  std::size_t ring_begins_at = 0;
+  std::uint64_t ring_begins_time_ns = 0;  // that event's time
+  bool window_cut_to_ring = false;
 
   // Allocations whose block size the reader could only infer (at least the
   // rounded request): a PyTorch trace that begins mid-run, or a file that is
@@ -263,6 +277,12 @@ Analysis analyze(const snapshot::Snapshot& snapshot, const AnalysisOptions& opti
 // confirm: blocks_from_before_ring, unplaced_blocks, and the stacks and
 // requested bytes of blocks alive at the start.
 Analysis analyze(EventSource& source, const AnalysisOptions& options);
+
+// The index of the first event of `device` that is not an annotation
+// (event_count() when there is none): where a trace begun mid-run starts to
+// record memory. Reads blocks from the first until it finds one; `time_ns`,
+// when given, gets that event's time.
+std::size_t first_memory_event(EventSource& source, std::int32_t device, std::uint64_t* time_ns = nullptr);
 
 // Replays to just after event `index` (kNoEvent: the state before events[0]) and
 // hands the Replay to `inspect`. For reports that need the full state at one
