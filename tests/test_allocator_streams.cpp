@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -421,4 +422,66 @@ TEST_CASE("eight threads on one stream share its shard's lock without losing or 
   CHECK(stats.allocation[stat_all].freed == kThreads * kRounds);
   CHECK(stats.allocated_bytes[stat_all].current == 0);
   CHECK(stats.active[stat_all].current == 0);
+}
+
+namespace {
+
+// Holds one thread inside reserve() until released, and records whether an
+// event was queried while the test says a capture is under way.
+class CaptureWatchDevice : public ForwardingDevice {
+ public:
+  using ForwardingDevice::ForwardingDevice;
+  void* reserve(std::size_t bytes) override {
+    if (hold_next.exchange(false)) {
+      held = true;
+      while (!release_held.load()) std::this_thread::yield();
+    }
+    return inner_->reserve(bytes);
+  }
+  bool query_event(DeviceEvent event) override {
+    if (capture_underway.load()) queried_during_capture = true;
+    return inner_->query_event(event);
+  }
+  std::atomic<bool> hold_next{false}, held{false}, release_held{false};
+  std::atomic<bool> capture_underway{false}, queried_during_capture{false};
+};
+
+}  // namespace
+
+TEST_CASE("simulated: no event is queried once begin_allocate_to_pool has returned, even by a request that read "
+          "before it that no capture was under way (a query would break a global-mode capture)") {
+  // Given a free of the default stream's pool waiting for a side stream's
+  // event, and a thread holding the default stream's lock (inside reserve)
+  auto device = std::make_shared<CaptureWatchDevice>(simulated());
+  CachingAllocator allocator(device);
+  const Stream side = device->create_stream();
+  void* a = allocator.allocate(MiB);
+  allocator.record_stream(a, side);
+  allocator.deallocate(a);  // pending: the side stream's event has not completed
+  device->hold_next = true;
+  std::thread holder([&] { allocator.deallocate(allocator.allocate(64 * MiB)); });
+  while (!device->held.load()) std::this_thread::yield();
+  // When a request on the default stream, which reads that no capture is
+  // under way, waits for that lock before it looks at its waiting frees
+  std::thread request([&] { allocator.deallocate(allocator.allocate(4096)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // And a capture begins meanwhile; the held thread then goes on
+  std::thread capture([&] {
+    allocator.begin_allocate_to_pool(PrivatePoolId{1, 1}, [](Stream) { return false; });
+    device->capture_underway = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  device->release_held = true;
+  holder.join();
+  request.join();
+  capture.join();
+  // Then no event was queried after the capture began
+  CHECK_FALSE(device->queried_during_capture.load());
+  device->capture_underway = false;
+  allocator.end_allocate_to_pool(PrivatePoolId{1, 1});
+  allocator.release_pool(PrivatePoolId{1, 1});
+  device->synchronize();
+  allocator.deallocate(allocator.allocate(4096));  // completes the waiting free
+  allocator.empty_cache();
+  CHECK(allocator.memory_reserved() == 0);
 }

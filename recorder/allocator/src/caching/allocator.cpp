@@ -237,8 +237,9 @@ void* CachingAllocator::Impl::allocate(std::size_t requested, Stream stream) {
   flush_deferred(shard);
   std::unique_lock lock(shard.mutex);
   begin_call();  // after the deferred path's locks: read the clock afresh under this one
-  // No event is queried while a capture is under way (it would break it).
-  if (!capture && !shard.pending.empty()) process_events(shard);
+  // No event is queried while a capture is under way (it would break it):
+  // read again under the lock (begin_allocate_to_pool).
+  if (!shard.pending.empty() && !capturing()) process_events(shard);
   if (Block* block = get_free_block(shard, small, size, /*count_for_gc=*/true))
     return hand_out(shard, block, size, requested);
   // Miss. Unless garbage collection must run first (it looks at every
@@ -349,12 +350,14 @@ void CachingAllocator::Impl::process_other_shards(const Shard& own) {
     {
       // Most requests find the events still running: a look, no change.
       std::lock_guard look(other->mutex);
+      if (capturing()) return;  // begun since the request read it: no query (begin_allocate_to_pool)
       if (!events_ready(*other)) continue;
     }
     // This thread's changes fold in the order it made them (flush_deferred):
     // those it left in another shard first, these before its request's.
     flush_deferred(*other);
     std::lock_guard lock(other->mutex);
+    if (capturing()) return;
     if (other->pending.empty()) continue;
     begin_call();  // its free_completed and merges are their own call's events
     process_events(*other);

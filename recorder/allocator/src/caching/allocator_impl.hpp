@@ -10,9 +10,13 @@
 //                     each of those shards in turn under registry_mutex
 //                     (process_other_shards; its flush_deferred may take
 //                     g_live_mutex and another allocator's shard lock);
-//   segments_mutex_, stats_lock_, the segment index's mutex: leaves, held
-//                     for a few instructions and never while taking another
-//                     lock.
+//   segments_mutex_, stats_lock_, the segment index's mutex, captures_mutex:
+//                     leaves, held for a few instructions and never while
+//                     taking another lock (begin_allocate_to_pool releases
+//                     captures_mutex before it takes every lock once).
+// An event is queried only under its shard's lock, after reading
+// captures_underway there: begin_allocate_to_pool stores it, then takes
+// each lock once, so no query follows its return.
 // The cached path takes its shard's lock alone: the shard's live blocks are in
 // its own table (Shard::live), and a free finds the shard through a lock-free
 // segment index (segment_index.hpp).

@@ -380,15 +380,24 @@ void CachingAllocator::create_or_incref_pool(PrivatePoolId pool) {
 void CachingAllocator::begin_allocate_to_pool(PrivatePoolId pool, StreamFilter filter) {
   if (!filter) throw InvalidArgument("begin_allocate_to_pool: no stream filter");
   create_or_incref_pool(pool);
-  std::lock_guard lock(impl_->captures_mutex);
-  for (const auto& [underway, f] : impl_->captures) {
-    if (underway == pool) {
-      throw InvalidArgument("begin_allocate_to_pool: already allocating to pool (" + std::to_string(pool.first) +
-                            ", " + std::to_string(pool.second) + ")");
+  {
+    std::lock_guard lock(impl_->captures_mutex);
+    for (const auto& [underway, f] : impl_->captures) {
+      if (underway == pool) {
+        throw InvalidArgument("begin_allocate_to_pool: already allocating to pool (" + std::to_string(pool.first) +
+                              ", " + std::to_string(pool.second) + ")");
+      }
     }
+    impl_->captures.emplace_back(pool, std::move(filter));
+    impl_->captures_underway.store(static_cast<int>(impl_->captures.size()), std::memory_order_release);
   }
-  impl_->captures.emplace_back(pool, std::move(filter));
-  impl_->captures_underway.store(static_cast<int>(impl_->captures.size()), std::memory_order_release);
+  // A request that read before this that no capture was under way may be
+  // about to query events, which would break the capture the caller begins
+  // next. Every query reads captures_underway again under its shard's lock;
+  // taking each lock once here waits for those already inside, so that from
+  // the return on none is made (PyTorch: one lock over malloc and this call).
+  std::vector<std::unique_lock<detail::ShardMutex>> locks;
+  impl_->lock_all(locks);
 }
 
 void CachingAllocator::end_allocate_to_pool(PrivatePoolId pool) {
