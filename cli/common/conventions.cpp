@@ -6,6 +6,8 @@
 #include <exception>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "cachealloc/snapshot/format.hpp"
 #include "cachealloc/snapshot/text.hpp"
 
@@ -218,8 +220,14 @@ std::string translate_parse_error(const CLI::ParseError& error) {
   return message;
 }
 
+namespace {
+// On a terminal, a progress line ("\rsummary:  42%") may stand unfinished
+// where an error interrupts the work: the error line replaces it.
+const char* line_start() noexcept { return isatty(STDERR_FILENO) ? "\r\033[K" : ""; }
+}  // namespace
+
 int usage_error(const char* program, const std::string& message) {
-  std::fprintf(stderr, "%s: error: %s\n", program, snapshot::printable(message).c_str());
+  std::fprintf(stderr, "%s%s: error: %s\n", line_start(), program, snapshot::printable(message).c_str());
   return kExitUsage;
 }
 
@@ -247,7 +255,7 @@ int run_guarded(const char* program, const std::function<int()>& body) {
   } catch (const snapshot::SnapshotError& error) {
     return usage_error(program, error.what());
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "%s: internal error: %s\n", program, snapshot::printable(error.what()).c_str());
+    std::fprintf(stderr, "%s%s: internal error: %s\n", line_start(), program, snapshot::printable(error.what()).c_str());
     return kExitInternal;
   }
 }
