@@ -410,6 +410,12 @@ TEST_CASE("in one pickle of two devices, each device's figures and bounds are it
     snapshot::Snapshot midrun = analyzer::load(kLongRuns / "long_ring_overflow.pickle.zst");
     move_to_device(complete, complete_device, std::uint64_t(complete_device) << 44);
     move_to_device(midrun, midrun_device, std::uint64_t(midrun_device) << 44);
+    // Recorded side by side: the overflowed ring holds the second half of the
+    // complete one's time (the other device's events come first).
+    const std::uint64_t middle =
+        complete.events.front().time_ns + (complete.events.back().time_ns - complete.events.front().time_ns) / 2;
+    const std::uint64_t from = midrun.events.front().time_ns;
+    for (snapshot::Event& e : midrun.events) e.time_ns = e.time_ns - from + middle;
     snapshot::Snapshot two = complete;
     two.segments.insert(two.segments.end(), midrun.segments.begin(), midrun.segments.end());
     std::sort(two.segments.begin(), two.segments.end(), [](const snapshot::Segment& a, const snapshot::Segment& b) {
@@ -449,5 +455,19 @@ TEST_CASE("in one pickle of two devices, each device's figures and bounds are it
     CHECK(second.peak_allocated.bytes == second_alone.peak_allocated.bytes);
     CHECK(second.peak_reserved.bytes == second_alone.peak_reserved.bytes);
     CHECK(second.totals_at_end.allocated == second_alone.totals_at_end.allocated);
+    // and the mid-run one's figures start at its own first event, after any
+    // earlier events of the other device (its memory then was not recorded);
+    // the other's at the file's first event
+    const std::size_t own_first = static_cast<std::size_t>(
+        std::find_if(merged.events.begin(), merged.events.end(),
+                     [&](const snapshot::Event& e) { return e.device == midrun_device; }) -
+        merged.events.begin());
+    REQUIRE(own_first > 0);
+    CHECK(first.ring_begins_at == 0);
+    CHECK(first.window.begin == 0);
+    CHECK(second.ring_begins_at == own_first);
+    CHECK(second.window.begin == own_first);
+    REQUIRE(second.peak_reserved.event == analyzer::kNoEvent);  // held from the ring's start
+    CHECK(second.peak_reserved.time_ns == merged.events[own_first].time_ns);
   }
 }

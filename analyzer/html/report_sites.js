@@ -137,8 +137,8 @@
     canvas.style.height = '0px'; canvas.height = 0;
     const what = 'after event #' + event.toLocaleString('en');
     $('segments-title').textContent = 'Segment map ' + what + ': not recorded';
-    $('segments-note').innerHTML = 'The trace begins mid-run: events before #' + RING_BEGINS.toLocaleString('en') +
-      ', the ring\'s first memory event, are annotations older than the ring, and no memory was recorded then.';
+    $('segments-note').innerHTML = 'The trace begins mid-run: before event #' + RING_BEGINS.toLocaleString('en') +
+      ', the ring\'s first memory event of this device, no memory was recorded.';
     $('live-title').textContent = 'Sites live ' + what + ': not recorded';
     $('live-sites').innerHTML = '';
     icicleRoot = icicleFocus = { name: 'not recorded', bytes: 0, children: new Map() }; drawIcicle();

@@ -217,7 +217,7 @@
     $('window-label').textContent = 'window: events #' + a.toLocaleString('en') + ' to #' + b.toLocaleString('en') +
       (current.exact ? ' (every event)' : ' (each point: the largest allocated of ' + current.width + ' events)') +
       (RING_BEGINS > 0 ? '; memory recorded from event #' + RING_BEGINS.toLocaleString('en') +
-        ' on: the trace begins mid-run, and the events before it are annotations older than the ring' : '');
+        ' on: the trace begins mid-run, and no memory of this device was recorded before it' : '');
     // A window small enough to draw event by event, outside the detail windows.
     report.detailNote = !current.exact && b - a + 1 <= exactLimit ? 'Event-level detail kept only for ' + detailList() +
       ': see `cachealloc-analyze timeline --from ' + a + ' --to ' + b + '` or html --from/--to.' : '';

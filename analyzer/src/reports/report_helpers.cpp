@@ -119,9 +119,10 @@ void add_common_notes(Document& document, const Snapshot& snapshot, const Analys
     document.notes.push_back(
         "memory is recorded from event #" + std::to_string(r) + " (" +
         format_time(analysis.ring_begins_time_ns - analysis.time_origin_ns) + "), the ring's first memory event: the " +
-        std::to_string(r) + (r == 1 ? " event" : " events") +
-        " before it are annotations older than the trace (PyTorch keeps annotations in a ring of their own), from a "
-        "time whose memory was not recorded" +
+        std::to_string(r) + (r == 1 ? " event" : " events") + " before it are annotations older than the trace " +
+        "(PyTorch keeps annotations in a ring of their own)" +
+        (others.empty() ? std::string() : std::string(" or other devices' events")) +
+        ", from a time whose memory of this device was not recorded" +
         (analysis.window_cut_to_ring ? std::string(", so the figures start at #") + std::to_string(r) : std::string()) +
         ".");
   }
