@@ -322,3 +322,51 @@ TEST_CASE("given any recording, diff's fragmentation at the reserved peak is the
     CHECK(*s.fragmentation_at_peak > 0);
   }
 }
+
+TEST_CASE("diff of a real run against one begun mid-run: the phases that ended before the mid-run one's first memory "
+          "event have no figures there, and the later ones do") {
+  // Given a real run recorded from its start (A) and one whose ring
+  // overflowed, which keeps annotations older than its first memory event (B)
+  const std::filesystem::path long_runs = std::filesystem::path(CACHEALLOC_SOURCE_DIR) / "testdata" / "pytorch" / "long";
+  analyzer::FileEvents a_file(long_runs / "long_train.pickle.zst"), b_file(long_runs / "long_ring_overflow.pickle.zst");
+  analyzer::SummaryOptions options;
+  options.phases = true;
+  const analyzer::RunSummary a = analyzer::summarize(a_file, options);
+  const analyzer::RunSummary b = analyzer::summarize(b_file, options);
+  const analyzer::Analysis b_analysis = analyzer::analyze(b_file, analyzer::AnalysisOptions{});
+  REQUIRE(b_analysis.ring_begins_at != 0);
+  // When they are compared
+  const Json doc = analyzer::testing::parse_json([&] {
+    std::ostringstream out;
+    analyzer::render(analyzer::diff_report(a, b, analyzer::DiffOptions{}), analyzer::Format::json, out);
+    return out.str();
+  }());
+  // Then each of B's phases that ended before that event is marked, and its
+  // row has no B figures; a phase both runs recorded has both
+  std::size_t before = 0, after = 0;
+  for (const analyzer::PhaseSummary& p : b.phases) {
+    CHECK(p.before_ring == (p.end_event != analyzer::kNoEvent && p.end_event < b_analysis.ring_begins_at));
+    (p.before_ring ? before : after) += 1;
+  }
+  CHECK(before > 100);
+  CHECK(after > 10);
+  std::size_t unknown_rows = 0, known_rows = 0;
+  for (const Json& row : doc["phases"].array()) {
+    if (std::get<std::string>(row["in"].value) != "both") continue;
+    if (std::holds_alternative<std::nullptr_t>(row["b_peak_allocated"].value)) {
+      CHECK(std::holds_alternative<std::nullptr_t>(row["peak_allocated_change"].value));
+      CHECK(std::holds_alternative<std::nullptr_t>(row["b_allocations"].value));
+      ++unknown_rows;
+    } else {
+      CHECK(row["b_peak_allocated"].number() > 0);
+      ++known_rows;
+    }
+  }
+  CHECK(unknown_rows > 100);
+  CHECK(known_rows > 10);
+  bool noted = false;
+  for (const Json& note : doc["notes"].array()) noted |= std::get<std::string>(note.value).find("of B's phases ended before") != std::string::npos;
+  CHECK(noted);
+  // And A, recorded from its start, has none so marked
+  for (const analyzer::PhaseSummary& p : a.phases) CHECK_FALSE(p.before_ring);
+}

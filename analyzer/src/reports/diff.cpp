@@ -113,6 +113,8 @@ void phases_pass(EventSource& source, const Analysis& analysis, RunSummary& run)
     const std::size_t k = open.size() - 1;
     close(k, kNoEvent);
   }
+  for (PhaseSummary& phase : run.phases)
+    phase.before_ring = phase.end_event != kNoEvent && phase.end_event < analysis.ring_begins_at;
   run.fragmentation_at_peak = at_peak.external_fragmentation();
   run.has_phases_pass = true;
 }
@@ -373,10 +375,10 @@ Document diff_report(const RunSummary& a, const RunSummary& b, const DiffOptions
   auto phase_row = [&](const PhaseSummary* x, const PhaseSummary* y) {
     const PhaseSummary& p = x ? *x : *y;
     const auto opt = [](const PhaseSummary* s, std::uint64_t PhaseSummary::*field) {
-      return s ? Value{s->*field} : Value{};
+      return s && !s->before_ring ? Value{s->*field} : Value{};
     };
     const auto delta = [&](std::uint64_t PhaseSummary::*field) {
-      return x && y ? Value{change(x->*field, y->*field)} : Value{};
+      return x && y && !x->before_ring && !y->before_ring ? Value{change(x->*field, y->*field)} : Value{};
     };
     phases.rows.push_back({p.path.empty() ? p.name : p.path + "/" + p.name, static_cast<std::uint64_t>(p.occurrence),
                            std::string(x && y ? "both" : x ? "A only" : "B only"),
@@ -403,6 +405,14 @@ Document diff_report(const RunSummary& a, const RunSummary& b, const DiffOptions
   } else if (only_a + only_b != 0) {
     doc.notes.push_back(std::to_string(only_a) + " phase(s) only in A and " + std::to_string(only_b) +
                         " only in B (phases match by name and occurrence).");
+  }
+  for (const auto& [run, which] : {std::pair{&a, "A"}, std::pair{&b, "B"}}) {
+    const auto unrecorded =
+        std::count_if(run->phases.begin(), run->phases.end(), [](const PhaseSummary& p) { return p.before_ring; });
+    if (unrecorded != 0)
+      doc.notes.push_back(std::to_string(unrecorded) + " of " + which + "'s phases ended before its ring's first " +
+                          "memory event (its trace begins mid-run, with older annotations): no memory was recorded in "
+                          "them, so their figures are unknown.");
   }
   if (a.lower_bounds || b.lower_bounds) {
     doc.notes.push_back(std::string(a.lower_bounds && b.lower_bounds ? "neither trace covers"

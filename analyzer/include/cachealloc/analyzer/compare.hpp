@@ -59,6 +59,10 @@ struct PhaseSummary {
   // max_memory_*() read after reset_peak_memory_stats() at the begin.
   std::uint64_t peak_allocated = 0, peak_reserved = 0;
   std::uint64_t allocs = 0, alloc_bytes = 0;  // nested phases included
+  // It ended before the ring's first memory event of a trace begun mid-run
+  // (Analysis::ring_begins_at): no memory was recorded in it, and its
+  // figures are unknown.
+  bool before_ring = false;
 };
 
 struct RunSummary {
