@@ -115,6 +115,12 @@ TEST_CASE("given the command line, when a budget is met, exceeded or malformed, 
   CHECK(bad_share.status == 2);
   Run missing = run(kTool + " check /nonexistent.bin --max-peak-reserved 1GiB");
   CHECK(missing.status == 2);
+  // The budgets hold over the whole trace: a window is refused, never ignored.
+  for (const char* window : {" --to 5", " --from 5"}) {
+    Run windowed = run(kTool + " check" + file + " --max-peak-reserved 1GiB" + window);
+    CHECK(windowed.status == 2);
+    CHECK(windowed.out.find("check: the budgets hold over the whole trace") != std::string::npos);
+  }
 }
 
 TEST_CASE("given --max-category, when a category's peak is met, exceeded, a lower bound or malformed, then it exits 0, "

@@ -261,6 +261,12 @@ TEST_CASE("a trace begun mid-run that opens with annotations older than its firs
   analyzer::ReportOptions at_two;
   at_two.window = analyzer::EventWindow{0, 3};
   CHECK_THROWS_AS(analyzer::segments_report(trace, at_two), InvalidArgument);
+  analyzer::FlameOptions flame_at_two;
+  flame_at_two.at = analyzer::FlameOptions::At::event;
+  flame_at_two.event = 2;
+  CHECK_THROWS_AS(analyzer::flame_graph(source, analyzer::ReportOptions{}, flame_at_two), InvalidArgument);
+  flame_at_two.event = 3;
+  CHECK(analyzer::flame_graph(source, analyzer::ReportOptions{}, flame_at_two).event == 3);
   // The events report lists them.
   const std::string listed = render(analyzer::events_report(trace, at_two));
   CHECK(listed.find("memory is recorded from event #3") != std::string::npos);

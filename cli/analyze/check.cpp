@@ -82,7 +82,9 @@ void add_check_command(CLI::App& app, Runner& runner) {
       "(ring overflow, history switched on mid-run) and the file has no recorded peaks. Our recorder's\n"
       "snapshots carry the allocator's peaks, so they always conclude; --accept-lower-bounds turns 3 into 0.");
   auto verdict = runner.verdict;
-  command->callback([&runner, args, verdict] {
+  command->callback([&runner, args, verdict, command] {
+    whole_trace_only(*command, "the budgets hold over the whole trace: its peaks, its fragmentation at the reserved peak "
+                               "and what is still allocated at the end");
     const analyzer::Format format = analyzer::parse_format(runner.common.format).value_or(analyzer::Format::table);
     runner.select("check", WriterJob{[args, verdict, format](analyzer::EventSource& source,
                                                      analyzer::ReportOptions& options, std::ostream& out) {

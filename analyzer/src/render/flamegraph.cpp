@@ -178,7 +178,11 @@ constexpr const char* kScript = R"JS(
 FlameGraph flame_graph(EventSource& source, const ReportOptions& options, const FlameOptions& flame) {
   const Snapshot& snapshot = source.head();
   SiteNamer names(snapshot, options.sites);
-  const Analysis a = analyze(source, detail::analysis_options(options));
+  AnalysisOptions analysis = detail::analysis_options(options);
+  // The state after one event: a window that ends there, refused where it
+  // ends before a mid-run trace's first memory event (no memory was recorded).
+  if (flame.at == FlameOptions::At::event && flame.event < analysis.window.end) analysis.window.end = flame.event + 1;
+  const Analysis a = analyze(source, analysis);
   FlameGraph graph;
   graph.metric = metric_name(flame.metric);
   const std::size_t before_window = a.window.begin == 0 ? kNoEvent : a.window.begin - 1;
