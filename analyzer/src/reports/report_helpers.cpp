@@ -94,7 +94,7 @@ void add_common_notes(Document& document, const Snapshot& snapshot, const Analys
     const std::string why = analysis.dropped_events > 0
                                 ? "the ring overflowed: " + std::to_string(analysis.dropped_events) +
                                       " earlier events were lost"
-                                : "the trace begins mid-run: the allocator held memory before its first event";
+                                : "the trace begins mid-run: the allocator held memory before its first memory event";
     document.notes.push_back(why +
                              ". The state before the ring was derived from the final layout; layouts and figures at "
                              "the end are exact, counts, peaks and per-site totals are lower bounds (marked >=).");
