@@ -110,6 +110,14 @@ bool is_memory_event(const Event& e, std::int32_t device) noexcept {
          e.kind != snapshot::EventKind::annotation_end;
 }
 
+// The index in `events` of the first of them that is a memory event of the
+// device, or events.size().
+std::size_t first_memory_in(std::span<const Event> events, std::int32_t device) noexcept {
+  std::size_t j = 0;
+  while (j < events.size() && !is_memory_event(events[j], device)) ++j;
+  return j;
+}
+
 // A copy: a block's span lasts only until the source reads another block.
 std::optional<Event> event_at(EventSource& source, std::size_t index) {
   if (index >= source.event_count()) return std::nullopt;
@@ -171,12 +179,9 @@ std::int32_t pick_device(EventSource& source, std::int32_t requested) {
 std::size_t first_memory_event(EventSource& source, std::int32_t device, std::uint64_t* time_ns) {
   for (std::size_t b = 0; b < source.block_count(); ++b) {
     const std::span<const Event> events = source.block(b);
-    for (std::size_t j = 0; j < events.size(); ++j) {
-      const Event& e = events[j];
-      if (is_memory_event(e, device)) {
-        if (time_ns != nullptr) *time_ns = e.time_ns;
-        return source.block_begin(b) + j;
-      }
+    if (const std::size_t j = first_memory_in(events, device); j < events.size()) {
+      if (time_ns != nullptr) *time_ns = events[j].time_ns;
+      return source.block_begin(b) + j;
     }
   }
   return source.event_count();
@@ -258,8 +263,7 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
   if (a.starts_mid_run && source.block_count() > 0) {
     first_block = source.block(0);
     first_block_held = true;
-    std::size_t first = 0;
-    while (first < first_block.size() && !is_memory_event(first_block[first], device)) ++first;
+    std::size_t first = first_memory_in(first_block, device);
     if (first < first_block.size()) {
       a.ring_begins_time_ns = first_block[first].time_ns;
     } else {
@@ -276,7 +280,7 @@ Analysis run_analysis(EventSource& source, const AnalysisOptions& options, std::
       throw InvalidArgument("events #" + std::to_string(a.window.begin) + " to #" + std::to_string(a.window.end - 1) +
                             " come before the ring's first memory event " + first + " (" +
                             format_time(a.ring_begins_time_ns - event_at(source, 0)->time_ns) +
-                            "): the trace begins mid-run and kept only annotations of that time, no memory; ask for " +
+                            "): the trace begins mid-run and recorded none of this device's memory then; ask for " +
                             first + " or later");
     }
     a.window.begin = a.ring_begins_at;
